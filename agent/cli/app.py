@@ -1,0 +1,58 @@
+"""The `simoe-agent` Typer app and the output helpers its commands share.
+
+Commands live one module per command group (profile, tune, records, ...); each
+registers itself on `app`. Output: a rich table by default, `--json` for scripts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from schemas import AgentConfig
+
+app = typer.Typer(
+    name="simoe-agent",
+    help="A SiMoE node: profile the hardware, tune tensor programs, keep the measurements.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+# Options every command shares, declared once.
+StateDirOption = typer.Option(
+    None, "--state-dir", help="the node's state directory (default $SIMOE_HOME/agent)"
+)
+JsonOption = typer.Option(False, "--json", help="print JSON for scripts instead of a table")
+VerboseOption = typer.Option(False, "--verbose", "-v", help="show tracebacks on errors")
+
+
+def load_config(state_dir: Path | None) -> AgentConfig:
+    return AgentConfig.load(state_dir)
+
+
+def print_json(data: Any) -> None:
+    """Machine-readable output: exactly one JSON document on stdout."""
+    print(json.dumps(data, indent=2, default=str))
+
+
+def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row))
+    console.print(table)
+
+
+@app.callback()
+def _root() -> None:
+    """A SiMoE node: profile the hardware, tune tensor programs, keep the measurements."""

@@ -1,0 +1,23 @@
+"""Pydantic models of everything that crosses a boundary. Validation only."""
+
+from schemas.config import AgentConfig, CostModelName
+from schemas.errors import BadInputError, RunFailure, SimoeError
+from schemas.hardware import AnalyticalSpecs, DeviceKind, EmpiricalFingerprint, HardwareProfile
+from schemas.records import FAILED_RUN_SECS, TuningRecord
+from schemas.workload import OPERATOR_DIMS, WorkloadSpec
+
+__all__ = [
+    "FAILED_RUN_SECS",
+    "OPERATOR_DIMS",
+    "AgentConfig",
+    "AnalyticalSpecs",
+    "BadInputError",
+    "CostModelName",
+    "DeviceKind",
+    "EmpiricalFingerprint",
+    "HardwareProfile",
+    "RunFailure",
+    "SimoeError",
+    "TuningRecord",
+    "WorkloadSpec",
+]

@@ -1,0 +1,79 @@
+"""Errors that cross a boundary, and how a CLI reports them in one line.
+
+`BadInputError` is the user's mistake (exit 2); `RunFailure` is a failure at run
+time (exit 1). A pydantic `ValidationError` counts as bad input and is shortened
+to one line that names the field.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import TypeVar
+
+from pydantic import ValidationError
+
+T = TypeVar("T")
+
+EXIT_BAD_INPUT = 2
+EXIT_RUN_FAILURE = 1
+
+
+class SimoeError(Exception):
+    """Base of the project's own errors; the message is shown to the user as is."""
+
+    exit_code = EXIT_RUN_FAILURE
+
+
+class BadInputError(SimoeError):
+    """A malformed workload, spec, config, model file or device request."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class RunFailure(SimoeError):
+    """Something failed while running (a build, a measurement, a server)."""
+
+    exit_code = EXIT_RUN_FAILURE
+
+
+def one_line(exc: BaseException) -> str:
+    """The error as one line; validation errors name the offending field."""
+    if isinstance(exc, ValidationError):
+        parts = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or exc.title
+            parts.append(f"{loc}: {err['msg']}")
+        return f"invalid {exc.title}: " + "; ".join(parts)
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def exit_code_of(exc: BaseException) -> int:
+    if isinstance(exc, SimoeError):
+        return exc.exit_code
+    if isinstance(exc, ValidationError):
+        return EXIT_BAD_INPUT
+    return EXIT_RUN_FAILURE
+
+
+def run_cli(entry: Callable[[], T], prog: str) -> T:
+    """Run a CLI entry point: a one-line error and an exit code instead of a traceback.
+
+    `-v` / `--verbose` anywhere on the command line (or SIMOE_DEBUG=1) keeps the traceback.
+    """
+    verbose = "-v" in sys.argv or "--verbose" in sys.argv or os.environ.get("SIMOE_DEBUG") == "1"
+    try:
+        return entry()
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    except Exception as exc:  # noqa: BLE001 - the one place that turns errors into exit codes
+        if verbose:
+            traceback.print_exc()
+        print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
+        raise SystemExit(exit_code_of(exc)) from None
