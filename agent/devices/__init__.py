@@ -14,11 +14,11 @@ def get_device(spec: str) -> Device:
 
         return CPUDevice()
     if spec.startswith("cuda"):
-        from agent.devices.cuda import CUDADevice
-
         index = spec.removeprefix("cuda").removeprefix(":") or "0"
         if not index.isdigit():
             raise BadInputError(f"device {spec!r}: expected cuda:N with N a GPU index")
+        from agent.devices.cuda import CUDADevice
+
         return CUDADevice(int(index))
     if spec.startswith("sim:"):
         from agent.devices.sim import SimulatedGPU
