@@ -1,0 +1,148 @@
+"""Federation payloads: what a node and the server may say to each other in Flower messages.
+
+A node's reply may carry only: the shared parameter arrays, its own expert's arrays,
+its hardware profile (inside `NodeHello`) and the aggregate metrics named in
+`ALLOWED_METRICS`. Never records, features or workload descriptions. The record keys
+below are the whole vocabulary; the privacy audit checks every reply against it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validator
+
+from schemas.hardware import HardwareProfile
+
+# Message types (Flower: "<category>.<action>").
+MSG_HELLO = "query.hello"
+MSG_TRAIN = "train"
+MSG_REFUSED = "query.refused"  # the server tells a node why it will not be served
+
+# Record keys of a RecordDict, server -> node.
+REC_GLOBAL = "shared"  # ArrayRecord: the global shared arrays
+REC_EXPERT_PREFIX = "expert/"  # ArrayRecord per delivered expert: "expert/<name>"
+REC_CONFIG = "config"  # ConfigRecord: {"instruction": TrainInstruction JSON}
+# Record keys, node -> server.
+REC_SHARED = "shared"  # ArrayRecord: the node's updated shared arrays
+REC_OWN_EXPERT = "own_expert"  # ArrayRecord: the node's own expert
+REC_METRICS = "metrics"  # MetricRecord: ALLOWED_METRICS only
+REC_NODE = "node"  # ConfigRecord: {"hello": NodeHello JSON}
+
+WEIGHT_METRIC = "num-examples"
+# Aggregates a node may report: counts and losses, nothing that describes a workload.
+ALLOWED_METRICS: frozenset[str] = frozenset(
+    {
+        WEIGHT_METRIC,
+        "num-tasks",
+        "shared-loss",
+        "expert-loss",
+        "train-seconds",
+        "pairwise-accuracy",
+        "top1-score",
+    }
+)
+ALLOWED_REPLY_RECORDS: dict[str, str] = {
+    REC_SHARED: "array",
+    REC_OWN_EXPERT: "array",
+    REC_METRICS: "metric",
+    REC_NODE: "config",
+}
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+
+
+def check_node_name(name: str) -> str:
+    """Node names become expert names and registry keys: short, plain characters."""
+    if not _NAME_RE.match(name):
+        raise ValueError(
+            f"node name {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting alnum"
+        )
+    return name
+
+
+class NodeHello(BaseModel):
+    """Who a node is: its stable identity (key fingerprint + name) and its hardware.
+
+    Flower's node_id is not an identity (it changes without node auth); the key
+    fingerprint of the node's registered ECDSA key is.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    key_fingerprint: str = Field(min_length=8, max_length=128)
+    profile: HardwareProfile
+    has_model: bool = Field(default=False, description="the node already holds a global model")
+    expert_version: NonNegativeInt = Field(default=0, description="rounds its own expert trained")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        return check_node_name(name)
+
+
+class TrainInstruction(BaseModel):
+    """What the server asks of a node in one round."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    server_round: int = Field(ge=0)
+    global_version: int = Field(ge=0)
+    experts: list[str] = Field(default_factory=list, description="expert names delivered")
+    epochs: int = Field(default=2, ge=0)
+    seed: int = 0
+    train: bool = Field(default=True, description="False: only deliver the model")
+
+
+class ExpertInfo(BaseModel):
+    """An expert as the registry lists it (CLI --json)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    node_key: str
+    version: int
+    round: int
+    num_examples: int
+    device: str
+    simulated: bool
+    bytes: int
+
+
+class RoundInfo(BaseModel):
+    """One federated round as the registry lists it (CLI --json)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    round: int
+    run_id: str
+    started_at: str
+    finished_at: str | None
+    sampled: int
+    replied: int
+    rejected: int
+    failed: int
+    global_version: int
+    status: Literal["running", "done", "no-update"]
+
+
+def key_fingerprint(public_key_pem: bytes) -> str:
+    """A node's identity: sha256 of its public key's DER form, first 32 hex digits.
+
+    Both sides compute it the same way: the node from its key file, the server from
+    the key the SuperLink holds for the node (Flower keeps it as PEM).
+    """
+    import hashlib
+
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        key = serialization.load_pem_public_key(public_key_pem)
+    except ValueError as exc:
+        raise ValueError(f"not a PEM public key ({exc})") from None
+    der = key.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return hashlib.sha256(der).hexdigest()[:32]

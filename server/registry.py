@@ -1,0 +1,405 @@
+"""The server's expert registry: nodes, profiles, experts, rounds, metrics, model versions.
+
+One SQLite file (sqlite-utils, WAL) that survives restarts: round numbers and the
+global model continue where they stopped. A node's identity is its key fingerprint
+(the ECDSA key registered with the SuperLink), never Flower's node_id; the last
+node_id seen is kept as TEXT because it is an unsigned 64-bit number.
+"""
+
+from __future__ import annotations
+
+import io
+import sqlite3
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import sqlite_utils
+
+from schemas import BadInputError, HardwareProfile
+from schemas.messages import ExpertInfo, NodeHello, RoundInfo
+
+SCHEMA_VERSION = 1
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def arrays_to_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
+    """Arrays as an .npz blob: no pickle, so a blob can never run code when read."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **{k: np.asarray(v) for k, v in arrays.items()})
+    return buffer.getvalue()
+
+
+def arrays_from_bytes(blob: bytes) -> dict[str, np.ndarray]:
+    with np.load(io.BytesIO(blob), allow_pickle=False) as data:
+        return {k: data[k] for k in data.files}
+
+
+class NameTakenError(BadInputError):
+    """A node tried to use a name another key already holds."""
+
+
+class Registry:
+    """The federation's persistent state. Open it per process; WAL lets readers share it."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite_utils.Database(self.path)
+            self.db.enable_wal()
+            self._create()
+        except sqlite3.DatabaseError as exc:
+            raise BadInputError(f"{self.path}: not a SQLite database ({exc})") from None
+
+    def _create(self) -> None:
+        db = self.db
+        db["meta"].create({"key": str, "value": str}, pk="key", if_not_exists=True)
+        db["meta"].upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)}, pk="key")
+        db["nodes"].create(
+            {
+                "node_key": str,
+                "name": str,
+                "flower_node_id": str,
+                "device": str,
+                "device_kind": str,
+                "simulated": int,
+                "profile_id": str,
+                "first_seen": str,
+                "last_seen": str,
+                "rounds": int,
+            },
+            pk="node_key",
+            if_not_exists=True,
+        )
+        db["nodes"].create_index(["name"], unique=True, if_not_exists=True)
+        db["profiles"].create(
+            {"profile_id": str, "node_key": str, "profile_json": str, "created_at": str},
+            pk="profile_id",
+            if_not_exists=True,
+        )
+        db["experts"].create(
+            {
+                "name": str,
+                "node_key": str,
+                "version": int,
+                "round": int,
+                "num_examples": int,
+                "weights": bytes,
+                "updated_at": str,
+            },
+            pk="name",
+            if_not_exists=True,
+        )
+        db["rounds"].create(
+            {
+                "round": int,
+                "run_id": str,
+                "started_at": str,
+                "finished_at": str,
+                "sampled": int,
+                "replied": int,
+                "rejected": int,
+                "failed": int,
+                "global_version": int,
+                "status": str,
+            },
+            pk="round",
+            if_not_exists=True,
+        )
+        db["metrics"].create(
+            {"round": int, "node_key": str, "key": str, "value": float},
+            pk=("round", "node_key", "key"),
+            if_not_exists=True,
+        )
+        db["traffic"].create(
+            {"round": int, "node_key": str, "bytes_down": int, "bytes_up": int},
+            pk=("round", "node_key"),
+            if_not_exists=True,
+        )
+        db["rejections"].create(
+            {"id": int, "round": int, "node_key": str, "reason": str, "at": str},
+            pk="id",
+            if_not_exists=True,
+        )
+        db["model_versions"].create(
+            {"version": int, "round": int, "weights": bytes, "created_at": str},
+            pk="version",
+            if_not_exists=True,
+        )
+
+    # -- nodes and profiles -------------------------------------------------------------
+
+    def upsert_node(self, hello: NodeHello, flower_node_id: int) -> str:
+        """Record who a node is; a name held by another key raises NameTakenError."""
+        key = hello.key_fingerprint
+        owner = list(self.db["nodes"].rows_where("name = ?", [hello.name], limit=1))
+        if owner and owner[0]["node_key"] != key:
+            raise NameTakenError(f"node name {hello.name!r} is already taken by another key")
+        stamp = now_iso()
+        profile = hello.profile
+        with self.db.conn:
+            existing = list(self.db["nodes"].rows_where("node_key = ?", [key], limit=1))
+            row = {
+                "node_key": key,
+                "name": hello.name,
+                "flower_node_id": str(flower_node_id),
+                "device": profile.device,
+                "device_kind": profile.device_kind,
+                "simulated": int(profile.simulated),
+                "profile_id": profile.profile_id,
+                "last_seen": stamp,
+            }
+            if existing:
+                self.db["nodes"].update(key, row)
+            else:
+                self.db["nodes"].insert({**row, "first_seen": stamp, "rounds": 0})
+            self.db["profiles"].upsert(
+                {
+                    "profile_id": profile.profile_id,
+                    "node_key": key,
+                    "profile_json": profile.model_dump_json(),
+                    "created_at": stamp,
+                },
+                pk="profile_id",
+            )
+        return key
+
+    def node_key_for(self, flower_node_id: int) -> str | None:
+        rows = list(
+            self.db["nodes"].rows_where(
+                "flower_node_id = ?", [str(flower_node_id)], order_by="last_seen desc", limit=1
+            )
+        )
+        return rows[0]["node_key"] if rows else None
+
+    def node(self, node_key: str) -> dict[str, Any] | None:
+        rows = list(self.db["nodes"].rows_where("node_key = ?", [node_key], limit=1))
+        return rows[0] if rows else None
+
+    def node_by_name(self, name: str) -> dict[str, Any] | None:
+        rows = list(self.db["nodes"].rows_where("name = ?", [name], limit=1))
+        return rows[0] if rows else None
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return list(self.db["nodes"].rows_where(order_by="first_seen, name"))
+
+    def touch_node(self, node_key: str, trained: bool) -> None:
+        self.db.execute(
+            "update nodes set last_seen = ?, rounds = rounds + ? where node_key = ?",
+            [now_iso(), int(trained), node_key],
+        )
+        self.db.conn.commit()
+
+    def profile(self, node_key: str) -> HardwareProfile | None:
+        node = self.node(node_key)
+        if node is None:
+            return None
+        rows = list(self.db["profiles"].rows_where("profile_id = ?", [node["profile_id"]]))
+        return HardwareProfile.model_validate_json(rows[0]["profile_json"]) if rows else None
+
+    def profiles(self) -> dict[str, HardwareProfile]:
+        """The current profile of each node, by node name."""
+        out: dict[str, HardwareProfile] = {}
+        for node in self.nodes():
+            profile = self.profile(node["node_key"])
+            if profile is not None:
+                out[node["name"]] = profile
+        return out
+
+    # -- experts ------------------------------------------------------------------------
+
+    def put_expert(
+        self,
+        name: str,
+        node_key: str,
+        arrays: Mapping[str, np.ndarray],
+        *,
+        round_: int,
+        num_examples: int,
+    ) -> int:
+        """Store a node's expert; returns its new version (one per accepted update)."""
+        old = list(self.db["experts"].rows_where("name = ?", [name], limit=1))
+        if old and old[0]["node_key"] != node_key:
+            raise NameTakenError(f"expert {name!r} belongs to another node")
+        version = (old[0]["version"] + 1) if old else 1
+        with self.db.conn:
+            self.db["experts"].upsert(
+                {
+                    "name": name,
+                    "node_key": node_key,
+                    "version": version,
+                    "round": round_,
+                    "num_examples": num_examples,
+                    "weights": arrays_to_bytes(arrays),
+                    "updated_at": now_iso(),
+                },
+                pk="name",
+            )
+        return version
+
+    def expert(self, name: str) -> dict[str, np.ndarray] | None:
+        rows = list(self.db["experts"].rows_where("name = ?", [name], limit=1))
+        return arrays_from_bytes(rows[0]["weights"]) if rows else None
+
+    def expert_names(self) -> list[str]:
+        return [r["name"] for r in self.db["experts"].rows_where(order_by="name")]
+
+    def experts(self) -> list[ExpertInfo]:
+        out = []
+        for row in self.db.query(
+            "select e.name, e.node_key, e.version, e.round, e.num_examples, "
+            "length(e.weights) as bytes, n.device, n.simulated "
+            "from experts e left join nodes n on n.node_key = e.node_key order by e.name"
+        ):
+            out.append(
+                ExpertInfo(
+                    name=row["name"],
+                    node_key=row["node_key"],
+                    version=row["version"],
+                    round=row["round"],
+                    num_examples=row["num_examples"],
+                    device=row["device"] or "?",
+                    simulated=bool(row["simulated"]),
+                    bytes=row["bytes"],
+                )
+            )
+        return out
+
+    # -- rounds, metrics, traffic -------------------------------------------------------
+
+    def last_round(self) -> int:
+        row = self.db.execute("select max(round) from rounds").fetchone()
+        return int(row[0] or 0)
+
+    def start_round(self, run_id: int, sampled: int) -> int:
+        """Open the next round (numbers continue across runs and restarts)."""
+        number = self.last_round() + 1
+        with self.db.conn:
+            self.db["rounds"].insert(
+                {
+                    "round": number,
+                    "run_id": str(run_id),
+                    "started_at": now_iso(),
+                    "finished_at": None,
+                    "sampled": sampled,
+                    "replied": 0,
+                    "rejected": 0,
+                    "failed": 0,
+                    "global_version": self.global_version(),
+                    "status": "running",
+                }
+            )
+        return number
+
+    def finish_round(
+        self,
+        number: int,
+        *,
+        replied: int,
+        rejected: int,
+        failed: int,
+        global_version: int,
+        updated: bool,
+    ) -> None:
+        status = "done" if updated else "no-update"
+        with self.db.conn:
+            self.db["rounds"].update(
+                number,
+                {
+                    "finished_at": now_iso(),
+                    "replied": replied,
+                    "rejected": rejected,
+                    "failed": failed,
+                    "global_version": global_version,
+                    "status": status,
+                },
+            )
+
+    def rounds(self) -> list[RoundInfo]:
+        return [RoundInfo(**row) for row in self.db["rounds"].rows_where(order_by="round")]
+
+    def add_metrics(self, number: int, node_key: str, metrics: Mapping[str, float]) -> None:
+        with self.db.conn:
+            self.db["metrics"].upsert_all(
+                [
+                    {"round": number, "node_key": node_key, "key": k, "value": float(v)}
+                    for k, v in metrics.items()
+                ],
+                pk=("round", "node_key", "key"),
+            )
+
+    def metrics(self, number: int | None = None) -> list[dict[str, Any]]:
+        if number is None:
+            return list(self.db["metrics"].rows_where(order_by="round, node_key, key"))
+        return list(self.db["metrics"].rows_where("round = ?", [number], order_by="node_key"))
+
+    def add_traffic(self, number: int, node_key: str, *, bytes_down: int, bytes_up: int) -> None:
+        with self.db.conn:
+            self.db["traffic"].upsert(
+                {
+                    "round": number,
+                    "node_key": node_key,
+                    "bytes_down": bytes_down,
+                    "bytes_up": bytes_up,
+                },
+                pk=("round", "node_key"),
+            )
+
+    def traffic(self, number: int | None = None) -> list[dict[str, Any]]:
+        where, args = ("round = ?", [number]) if number is not None else (None, [])
+        return list(self.db["traffic"].rows_where(where, args, order_by="round, node_key"))
+
+    def add_rejection(self, number: int, node_key: str, reason: str) -> None:
+        with self.db.conn:
+            self.db["rejections"].insert(
+                {"round": number, "node_key": node_key, "reason": reason, "at": now_iso()}
+            )
+
+    def rejections(self) -> list[dict[str, Any]]:
+        return list(self.db["rejections"].rows_where(order_by="id"))
+
+    # -- global model versions ----------------------------------------------------------
+
+    def global_version(self) -> int:
+        row = self.db.execute("select max(version) from model_versions").fetchone()
+        return int(row[0] or 0)
+
+    def save_global(self, arrays: Mapping[str, np.ndarray], *, round_: int) -> int:
+        version = self.global_version() + 1
+        with self.db.conn:
+            self.db["model_versions"].insert(
+                {
+                    "version": version,
+                    "round": round_,
+                    "weights": arrays_to_bytes(arrays),
+                    "created_at": now_iso(),
+                }
+            )
+        return version
+
+    def latest_global(self) -> tuple[int, dict[str, np.ndarray]] | None:
+        rows = list(self.db["model_versions"].rows_where(order_by="version desc", limit=1))
+        if not rows:
+            return None
+        return rows[0]["version"], arrays_from_bytes(rows[0]["weights"])
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Registry:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,193 @@
+"""The ServerApp: continual federated rounds over whichever nodes are online.
+
+Each round: nodes not seen yet in this run are asked who they are (`query.hello`,
+which also hands them the current global model, so a node that joins late is served
+at its first round); then every known node gets the global shared arrays and the
+experts of its most similar hardware (`train`); the replies are checked, averaged
+over the shared keys and the experts go to the registry. Round numbers and the
+global model continue across runs and restarts (the registry keeps them).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.serverapp import Grid, ServerApp
+
+from schemas.messages import MSG_REFUSED, REC_CONFIG
+from server.registry import Registry
+from server.strategy import (
+    Arrays,
+    RobustConfig,
+    RoundOutcome,
+    SimilarityFn,
+    SiMoEStrategy,
+    arrays_to_record,
+    record_to_arrays,
+)
+
+log = logging.getLogger("simoe.server")
+
+
+def node_public_keys(grid: Grid) -> dict[int, bytes]:
+    """The registered public key of each connected node, where the SuperLink reports one."""
+    try:
+        return {n.node_id: bytes(n.public_key) for n in grid.get_nodes() if n.public_key}
+    except Exception:  # noqa: BLE001 - a Grid without node info (tests) has no keys
+        return {}
+
+
+def wait_for_nodes(
+    grid: Grid, minimum: int, deadline_s: float, stop: threading.Event | None
+) -> list[int]:
+    """Node ids online once at least `minimum` are (or when the deadline passes)."""
+    end = time.monotonic() + deadline_s
+    while True:
+        node_ids = list(grid.get_node_ids())
+        if len(node_ids) >= minimum or time.monotonic() >= end or (stop and stop.is_set()):
+            return node_ids
+        time.sleep(0.5)
+
+
+def run_rounds(
+    grid: Grid,
+    strategy: SiMoEStrategy,
+    initial_arrays: Arrays,
+    *,
+    num_rounds: int,
+    timeout: float = 120.0,
+    wait_nodes_s: float = 60.0,
+    stop: threading.Event | None = None,
+    on_round: Callable[[RoundOutcome], None] | None = None,
+) -> list[RoundOutcome]:
+    """Run `num_rounds` rounds (0: until `stop` is set); returns what each round did."""
+    registry = strategy.registry
+    latest = registry.latest_global()
+    if latest is None:
+        registry.save_global(initial_arrays, round_=registry.last_round())
+        arrays = dict(initial_arrays)
+    else:
+        arrays = latest[1]
+    outcomes: list[RoundOutcome] = []
+    done = 0
+    while num_rounds == 0 or done < num_rounds:
+        if stop is not None and stop.is_set():
+            break
+        node_ids = wait_for_nodes(grid, strategy.min_available_nodes, wait_nodes_s, stop)
+        unknown = [n for n in node_ids if n not in strategy.identity]
+        if unknown:
+            hellos = strategy.hello_messages(unknown, arrays)
+            strategy.handle_hellos(
+                grid.send_and_receive(hellos, timeout=timeout), node_public_keys(grid)
+            )
+            refuse_nodes(grid, {n: strategy.refused[n] for n in unknown if n in strategy.refused})
+        known = [n for n in node_ids if n in strategy.identity]
+        if not known:
+            if num_rounds != 0 and wait_nodes_s <= 0:
+                break
+            continue
+        number = registry.start_round(grid.run.run_id if _has_run(grid) else 0, len(known))
+        messages = list(
+            strategy.configure_train(number, arrays_to_record(arrays), ConfigRecord(), grid)
+        )
+        replies = list(grid.send_and_receive(messages, timeout=timeout))
+        answered = {r.metadata.src_node_id for r in replies}
+        missing = {m.metadata.dst_node_id for m in messages} - answered
+        for node_id in missing:
+            strategy.identity.pop(node_id, None)  # gone: ask again if it comes back
+        aggregated, _metrics = strategy.aggregate_train(number, replies)
+        strategy.outcome.failed += len(missing)
+        version = registry.global_version()
+        if aggregated is not None:
+            arrays = record_to_arrays(aggregated)
+            version = registry.save_global(arrays, round_=number)
+        outcome = strategy.outcome
+        outcome.global_version = version
+        registry.finish_round(
+            number,
+            replied=len(replies),
+            rejected=len(outcome.rejected),
+            failed=outcome.failed,
+            global_version=version,
+            updated=aggregated is not None,
+        )
+        log.info(
+            "round %d: %d accepted, %d rejected, %d failed, global v%d",
+            number,
+            len(outcome.accepted),
+            len(outcome.rejected),
+            outcome.failed,
+            version,
+        )
+        outcomes.append(outcome)
+        if on_round is not None:
+            on_round(outcome)
+        done += 1
+    return outcomes
+
+
+def refuse_nodes(grid: Grid, reasons: Mapping[int, str]) -> None:
+    """Tell refused nodes why (e.g. a name already taken), so `enroll` can say it."""
+    if not reasons:
+        return
+    messages = []
+    for node_id, reason in reasons.items():
+        content = RecordDict({REC_CONFIG: ConfigRecord({"reason": reason})})
+        messages.append(Message(content, dst_node_id=node_id, message_type=MSG_REFUSED))
+    grid.send_and_receive(messages, timeout=10.0)
+
+
+def _has_run(grid: Grid) -> bool:
+    try:
+        grid.run  # noqa: B018 - some test grids have no run
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+def default_similarity() -> SimilarityFn:
+    from server.similarity import model_similarity
+
+    return model_similarity
+
+
+def default_initial_arrays(seed: int = 0) -> Arrays:
+    from server.similarity import initial_shared_arrays
+
+    return initial_shared_arrays(seed)
+
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Entry point under a SuperLink: settings come from the run config."""
+    cfg = context.run_config
+    registry_path = Path(str(cfg.get("registry", "registry.sqlite"))).expanduser()
+    clip = float(cfg.get("robust-clip", 0.0))
+    trim = float(cfg.get("robust-trim", 0.0))
+    robust = RobustConfig(clip_norm=clip or None, trim_fraction=trim) if (clip or trim) else None
+    with Registry(registry_path) as registry:
+        strategy = SiMoEStrategy(
+            registry,
+            default_similarity(),
+            k_experts=int(cfg.get("k-experts", 3)),
+            robust=robust,
+            min_available_nodes=int(cfg.get("min-nodes", 1)),
+            epochs=int(cfg.get("epochs", 2)),
+            seed=int(cfg.get("seed", 0)),
+        )
+        run_rounds(
+            grid,
+            strategy,
+            default_initial_arrays(int(cfg.get("seed", 0))),
+            num_rounds=int(cfg.get("num-rounds", 0)),
+            timeout=float(cfg.get("round-timeout", 120.0)),
+            wait_nodes_s=float(cfg.get("wait-nodes", 3600.0)),
+        )

@@ -1,0 +1,142 @@
+"""Helpers shared by the federation tests: toy nodes, toy profiles, a toy similarity."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from schemas import AnalyticalSpecs, EmpiricalFingerprint, HardwareProfile
+from schemas.messages import (
+    REC_CONFIG,
+    REC_EXPERT_PREFIX,
+    REC_GLOBAL,
+    REC_METRICS,
+    REC_NODE,
+    REC_OWN_EXPERT,
+    REC_SHARED,
+    WEIGHT_METRIC,
+    NodeHello,
+    TrainInstruction,
+)
+from server.strategy import arrays_to_record, record_to_arrays
+
+SHARED_SHAPES = {"encoder.w": (3, 2), "gate.b": (4,)}
+
+
+def toy_profile(name: str, fp32_gflops: float) -> HardwareProfile:
+    specs = AnalyticalSpecs(
+        compute_units=40,
+        clock_mhz=1500,
+        fp32_gflops=fp32_gflops,
+        fp16_gflops=fp32_gflops * 2,
+        mem_bandwidth_gbs=fp32_gflops / 20,
+        l2_cache_kb=4096,
+        shared_mem_per_unit_kb=64,
+        registers_per_unit=65536,
+        max_threads_per_unit=1024,
+        max_blocks_per_unit=16,
+        warp_size=32,
+        compute_capability=7.5,
+    )
+    empirical = EmpiricalFingerprint(
+        probe_suite_version="toy", probe_latency_us={"p": 10.0}, bandwidth_gbs=100, fma_gflops=1000
+    )
+    return HardwareProfile(
+        device_kind="sim",
+        device=f"sim:{name}",
+        name=name,
+        analytical=specs,
+        empirical=empirical,
+        simulated=True,
+    )
+
+
+def toy_similarity(
+    _arrays: Mapping[str, np.ndarray],
+    target: HardwareProfile,
+    candidates: Mapping[str, HardwareProfile],
+) -> dict[str, float]:
+    """Closer peak FP32 rate = more similar (stands in for the learned encoder)."""
+    t = math.log(target.analytical.fp32_gflops)
+    return {name: -abs(math.log(p.analytical.fp32_gflops) - t) for name, p in candidates.items()}
+
+
+def initial_arrays() -> dict[str, np.ndarray]:
+    return {k: np.zeros(s, dtype=np.float32) for k, s in SHARED_SHAPES.items()}
+
+
+@dataclass
+class ToyNode:
+    """A node whose 'training' returns fixed shared arrays; it remembers what it got."""
+
+    name: str
+    fp32_gflops: float
+    weight: float = 1.0
+    value: float = 1.0  # the shared arrays it sends back are all this value
+    corrupt: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None
+    received_experts: list[list[str]] = field(default_factory=list)
+    hellos: int = 0
+    refused: list[str] = field(default_factory=list)
+    got_global: list[dict[str, np.ndarray]] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"key-{self.name}-0123456789"
+
+    def hello(self) -> NodeHello:
+        return NodeHello(
+            name=self.name,
+            key_fingerprint=self.key,
+            profile=toy_profile(self.name, self.fp32_gflops),
+        )
+
+    def app(self) -> ClientApp:
+        app = ClientApp()
+        node = self
+
+        @app.query("hello")
+        def _hello(message: Message, _context: Context) -> Message:
+            node.hellos += 1
+            node.got_global.append(record_to_arrays(message.content.array_records[REC_GLOBAL]))
+            content = RecordDict(
+                {REC_NODE: ConfigRecord({"hello": node.hello().model_dump_json()})}
+            )
+            return Message(content, reply_to=message)
+
+        @app.query("refused")
+        def _refused(message: Message, _context: Context) -> Message:
+            node.refused.append(str(message.content[REC_CONFIG]["reason"]))
+            return Message(RecordDict(), reply_to=message)
+
+        @app.train()
+        def _train(message: Message, _context: Context) -> Message:
+            instruction = TrainInstruction.model_validate_json(
+                str(message.content.config_records[REC_CONFIG]["instruction"])
+            )
+            delivered = [
+                k.removeprefix(REC_EXPERT_PREFIX)
+                for k in message.content.array_records
+                if k.startswith(REC_EXPERT_PREFIX)
+            ]
+            assert sorted(delivered) == sorted(instruction.experts)
+            node.received_experts.append(instruction.experts)
+            shared = {k: np.full(s, node.value, dtype=np.float32) for k, s in SHARED_SHAPES.items()}
+            if node.corrupt is not None:
+                shared = node.corrupt(shared)
+            own = {"head.w": np.full((2, 2), node.fp32_gflops, dtype=np.float32)}
+            content = RecordDict(
+                {
+                    REC_SHARED: arrays_to_record(shared),
+                    REC_OWN_EXPERT: arrays_to_record(own),
+                    REC_METRICS: MetricRecord({WEIGHT_METRIC: node.weight, "shared-loss": 0.5}),
+                    REC_NODE: ConfigRecord({"hello": node.hello().model_dump_json()}),
+                }
+            )
+            return Message(content, reply_to=message)
+
+        return app

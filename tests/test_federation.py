@@ -1,0 +1,190 @@
+"""The strategy and the registry, run through an in-process Grid with toy nodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from federation_helpers import ToyNode, initial_arrays, toy_similarity
+
+from server.inprocess import InProcessGrid
+from server.registry import Registry
+from server.server_app import run_rounds
+from server.strategy import RobustConfig, SiMoEStrategy, robust_average, weighted_average
+
+
+def make_fleet(
+    tmp_path: Path, nodes: list[ToyNode], **strategy_kwargs: object
+) -> tuple[InProcessGrid, SiMoEStrategy, Registry]:
+    registry = Registry(tmp_path / "registry.sqlite")
+    strategy = SiMoEStrategy(registry, toy_similarity, **strategy_kwargs)  # type: ignore[arg-type]
+    grid = InProcessGrid()
+    for i, node in enumerate(nodes):
+        grid.add_node(1000 + i, node.app(), {"state-dir": str(tmp_path / node.name)})
+    return grid, strategy, registry
+
+
+def run(grid: InProcessGrid, strategy: SiMoEStrategy, rounds: int = 1) -> list:
+    return run_rounds(grid, strategy, initial_arrays(), num_rounds=rounds, wait_nodes_s=0)
+
+
+def test_average_is_exactly_weighted_fedavg_over_shared_keys(tmp_path: Path) -> None:
+    nodes = [
+        ToyNode("a", 1000, weight=1, value=1.0),
+        ToyNode("b", 2000, weight=2, value=4.0),
+        ToyNode("c", 4000, weight=5, value=-2.0),
+    ]
+    grid, strategy, registry = make_fleet(tmp_path, nodes)
+    [outcome] = run(grid, strategy)
+    assert sorted(outcome.accepted) == sorted(n.key for n in nodes)
+    version, arrays = registry.latest_global()
+    expected = (1 * 1.0 + 2 * 4.0 + 5 * -2.0) / 8
+    assert set(arrays) == {"encoder.w", "gate.b"}  # experts are never averaged in
+    for value in arrays.values():
+        np.testing.assert_allclose(value, expected, rtol=0, atol=1e-7)
+    assert version == outcome.global_version == 2  # v1 = the initial model
+    assert {e.name for e in registry.experts()} == {"a", "b", "c"}
+    assert registry.expert("c")["head.w"][0, 0] == 4000  # each expert kept as sent
+
+
+def test_weighted_average_matches_numpy() -> None:
+    rng = np.random.default_rng(0)
+    updates = [{"x": rng.normal(size=(4, 3)).astype(np.float32)} for _ in range(3)]
+    weights = [3.0, 1.0, 6.0]
+    expected = np.average(np.stack([u["x"] for u in updates]), axis=0, weights=weights)
+    np.testing.assert_allclose(weighted_average(updates, weights)["x"], expected, rtol=1e-6)
+
+
+def test_experts_delivered_by_similarity(tmp_path: Path) -> None:
+    nodes = [
+        ToyNode("k80", 4000),
+        ToyNode("t4", 8000),
+        ToyNode("v100", 14000),
+        ToyNode("a100", 19500),
+    ]
+    grid, strategy, registry = make_fleet(tmp_path, nodes, k_experts=2)
+    first, second = run(grid, strategy, rounds=2)
+    assert first.delivered == {n.key: [] for n in nodes}  # no experts registered yet
+    by_name = {n.name: n for n in nodes}
+    assert by_name["k80"].received_experts[-1] == ["t4", "v100"]
+    assert by_name["a100"].received_experts[-1] == ["v100", "t4"]
+    assert by_name["v100"].received_experts[-1] == ["a100", "t4"]
+    assert second.delivered[by_name["t4"].key] == ["v100", "k80"]  # log-ratio 0.56 < 0.69
+
+
+def test_late_joiner_is_served_at_its_first_round(tmp_path: Path) -> None:
+    nodes = [ToyNode("a", 1000), ToyNode("b", 2000), ToyNode("c", 4000)]
+    grid, strategy, registry = make_fleet(tmp_path, nodes, k_experts=2)
+    run(grid, strategy, rounds=1)
+    late = ToyNode("late", 3500)
+    grid.add_node(2000, late.app(), {"state-dir": str(tmp_path / "late")})
+    [outcome] = run(grid, strategy, rounds=1)
+    assert late.hellos == 1 and late.got_global  # got the global model on first contact
+    assert late.received_experts == [["c", "b"]]  # and its nearest experts in that round
+    assert late.key in outcome.accepted
+    assert "late" in {e.name for e in registry.experts()}
+    assert registry.last_round() == 2
+
+
+def test_dead_node_does_not_stop_the_round(tmp_path: Path) -> None:
+    nodes = [ToyNode("a", 1000, value=1.0), ToyNode("b", 2000, value=3.0), ToyNode("dead", 4000)]
+    grid, strategy, registry = make_fleet(tmp_path, nodes)
+    run(grid, strategy, rounds=1)
+    grid.kill_node(1002)
+    [outcome] = run(grid, strategy, rounds=1)
+    assert outcome.failed == 1
+    assert sorted(outcome.accepted) == sorted([nodes[0].key, nodes[1].key])
+    _, arrays = registry.latest_global()
+    np.testing.assert_allclose(arrays["gate.b"], 2.0)
+    assert registry.rounds()[-1].status == "done"
+
+
+def test_crashing_client_is_a_failure_not_a_crash(tmp_path: Path) -> None:
+    def boom(_shared: dict) -> dict:
+        raise RuntimeError("disk full")
+
+    nodes = [ToyNode("a", 1000, value=1.0), ToyNode("b", 2000, corrupt=boom)]
+    grid, strategy, registry = make_fleet(tmp_path, nodes)
+    [outcome] = run(grid, strategy)
+    assert outcome.failed == 1 and outcome.accepted == [nodes[0].key]
+
+
+@pytest.mark.parametrize(
+    "corrupt, reason",
+    [
+        (lambda s: {**s, "gate.b": np.full(4, np.nan, np.float32)}, "NaN or Inf"),
+        (lambda s: {**s, "gate.b": np.full(4, np.inf, np.float32)}, "NaN or Inf"),
+        (lambda s: {**s, "gate.b": np.zeros(5, np.float32)}, "shape"),
+        (lambda s: {"encoder.w": s["encoder.w"]}, "keys differ"),
+        (lambda s: {**s, "extra": np.zeros(1, np.float32)}, "keys differ"),
+    ],
+)
+def test_bad_update_is_rejected_and_logged(tmp_path: Path, corrupt, reason: str) -> None:
+    bad = ToyNode("bad", 2000, value=100.0, corrupt=corrupt)
+    nodes = [ToyNode("good", 1000, value=1.0), bad]
+    grid, strategy, registry = make_fleet(tmp_path, nodes)
+    [outcome] = run(grid, strategy)
+    assert outcome.accepted == [nodes[0].key]
+    assert reason in outcome.rejected[bad.key]
+    _, arrays = registry.latest_global()
+    for value in arrays.values():
+        np.testing.assert_allclose(value, 1.0)  # the bad update never got averaged
+    assert [r["node_key"] for r in registry.rejections()] == [bad.key]
+    assert "bad" not in registry.expert_names()  # nor its expert stored
+
+
+def test_robust_trimmed_mean_ignores_an_outlier(tmp_path: Path) -> None:
+    nodes = [ToyNode(f"n{i}", 1000 * (i + 1), value=1.0) for i in range(4)]
+    nodes.append(ToyNode("evil", 9000, value=1e6, weight=100))
+    robust = RobustConfig(clip_norm=10.0, trim_fraction=0.2)
+    grid, strategy, registry = make_fleet(tmp_path, nodes, robust=robust)
+    run(grid, strategy)
+    _, arrays = registry.latest_global()
+    for value in arrays.values():
+        np.testing.assert_allclose(value, 1.0, atol=1e-6)
+
+
+def test_clipping_bounds_the_update_norm() -> None:
+    current = {"x": np.zeros(4, np.float32)}
+    updates = [{"x": np.full(4, 100.0, np.float32)}]
+    out = robust_average(updates, [1.0], current, RobustConfig(clip_norm=1.0))
+    assert np.linalg.norm(out["x"]) == pytest.approx(1.0, rel=1e-6)
+
+
+def test_registry_survives_restart_and_rounds_continue(tmp_path: Path) -> None:
+    nodes = [ToyNode("a", 1000, value=2.0), ToyNode("b", 2000, value=2.0)]
+    grid, strategy, registry = make_fleet(tmp_path, nodes)
+    run(grid, strategy, rounds=2)
+    registry.close()
+    grid2, strategy2, registry2 = make_fleet(tmp_path, nodes)
+    [outcome] = run(grid2, strategy2, rounds=1)
+    assert outcome.round == 3
+    assert [r.round for r in registry2.rounds()] == [1, 2, 3]
+    assert {n["name"] for n in registry2.nodes()} == {"a", "b"}
+    assert registry2.experts()[0].version == 3
+    traffic = registry2.traffic(3)
+    assert len(traffic) == 2 and all(t["bytes_up"] > 0 and t["bytes_down"] > 0 for t in traffic)
+
+
+def test_name_taken_by_another_key_is_refused(tmp_path: Path) -> None:
+    first = ToyNode("gpu", 1000)
+    grid, strategy, registry = make_fleet(tmp_path, [first])
+    run(grid, strategy)
+    impostor = ToyNode("gpu", 5000)
+    impostor_key = "another-key-abcdef"
+    impostor.__class__ = type("Impostor", (ToyNode,), {"key": property(lambda s: impostor_key)})
+    grid.add_node(3000, impostor.app(), {})
+    [outcome] = run(grid, strategy)
+    assert impostor.refused and "already taken" in impostor.refused[0]
+    assert outcome.accepted == [first.key]
+    assert registry.node_by_name("gpu")["node_key"] == first.key
+
+
+def test_not_sqlite_is_bad_input(tmp_path: Path) -> None:
+    from schemas import BadInputError
+
+    path = tmp_path / "x.sqlite"
+    path.write_text("not a database at all" * 100)
+    with pytest.raises(BadInputError, match="not a SQLite database"):
+        Registry(path)
