@@ -1,0 +1,187 @@
+"""`simoe-agent records`: list, best, export and import the node's tuning records."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import typer
+
+from agent.cli.app import (
+    JsonOption,
+    StateDirOption,
+    VerboseOption,
+    app,
+    err_console,
+    load_config,
+    print_json,
+    print_table,
+)
+from agent.store import RecordSummary, Store
+from schemas import BadInputError
+
+records_app = typer.Typer(
+    help="The node's tuning records (they never leave the node).", no_args_is_help=False
+)
+app.add_typer(records_app, name="records", invoke_without_command=True)
+
+_DEVICE_PATTERN = re.compile(r"^(cpu|cuda:\d+|sim:\S+)$")
+
+
+def _store_path(state_dir: Path | None) -> Path:
+    return load_config(state_dir).store_path
+
+
+def _read(state_dir: Path | None) -> Store | None:
+    """The store for reading, or None when the node has none yet (nothing is created)."""
+    path = _store_path(state_dir)
+    return Store(path) if path.exists() else None
+
+
+def _latency_us(summary: RecordSummary) -> float | None:
+    return None if summary.latency_s is None else summary.latency_s * 1e6
+
+
+def _as_json(summary: RecordSummary) -> dict[str, object]:
+    data = summary.model_dump(mode="json")
+    data["latency_us"] = _latency_us(summary)
+    return data
+
+
+def _when(summary: RecordSummary) -> str:
+    return summary.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _latency_cell(summary: RecordSummary) -> str:
+    latency = _latency_us(summary)
+    return "failed" if latency is None else f"{latency:.2f}"
+
+
+@records_app.callback(invoke_without_command=True)
+def records_list(
+    ctx: typer.Context,
+    workload: str | None = typer.Option(
+        None, "--workload", help="only this workload (its key or its task name)"
+    ),
+    device: str | None = typer.Option(None, "--device", help="only this device"),
+    limit: int = typer.Option(50, "--limit", min=1, help="at most this many, newest first"),
+    json_out: bool = JsonOption,
+    verbose: bool = VerboseOption,
+    state_dir: Path | None = StateDirOption,
+) -> None:
+    """List the records, newest first: task, device, latency, simulated or measured, when."""
+    if ctx.invoked_subcommand is not None:
+        return
+    store = _read(state_dir)
+    summaries = []
+    if store is not None:
+        with store:
+            summaries = store.summaries(workload=workload, device=device, limit=limit)
+    if json_out:
+        print_json([_as_json(s) for s in summaries])
+        return
+    print_table(
+        f"records ({len(summaries)} shown, newest first)",
+        ["candidate", "task", "device", "latency (us)", "simulated", "when"],
+        [
+            (
+                s.candidate_id,
+                s.task_name,
+                s.device,
+                _latency_cell(s),
+                "simulated" if s.simulated else "measured",
+                _when(s),
+            )
+            for s in summaries
+        ],
+    )
+
+
+@records_app.command("best")
+def records_best(
+    device: str | None = typer.Option(None, "--device", help="only this device"),
+    json_out: bool = JsonOption,
+    verbose: bool = VerboseOption,
+    state_dir: Path | None = StateDirOption,
+) -> None:
+    """The fastest successful record of each workload on each device."""
+    store = _read(state_dir)
+    best = []
+    if store is not None:
+        with store:
+            best = store.best_summaries(device=device)
+    if json_out:
+        print_json([_as_json(s) for s in best])
+        return
+    print_table(
+        "best record per workload and device",
+        ["task", "device", "best latency (us)", "records", "simulated", "candidate", "when"],
+        [
+            (
+                s.task_name,
+                s.device,
+                _latency_cell(s),
+                s.n_records,
+                "simulated" if s.simulated else "measured",
+                s.candidate_id,
+                _when(s),
+            )
+            for s in best
+        ],
+    )
+
+
+@records_app.command("export")
+def records_export(
+    directory: Path = typer.Argument(..., help="where to write the MetaSchedule JSON database"),
+    device: str | None = typer.Option(None, "--device", help="only this device's records"),
+    json_out: bool = JsonOption,
+    verbose: bool = VerboseOption,
+    state_dir: Path | None = StateDirOption,
+) -> None:
+    """Write the records as a MetaSchedule JSONDatabase (database_workload.json + records)."""
+    path = _store_path(state_dir)
+    if not path.exists():
+        raise BadInputError(f"{path}: no store yet (nothing tuned on this node)")
+    with Store(path) as store, err_console.status("exporting records", spinner="dots"):
+        count = store.export_ms_json(directory, device=device)
+    result = {"directory": str(directory), "records": count, "device": device}
+    if json_out:
+        print_json(result)
+    else:
+        print_table("exported", ["directory", "device", "records"], [(directory, device, count)])
+
+
+@records_app.command("import")
+def records_import(
+    directory: Path = typer.Argument(..., help="a MetaSchedule JSON database directory"),
+    device: str = typer.Option(..., "--device", help="the device the records were measured on"),
+    json_out: bool = JsonOption,
+    verbose: bool = VerboseOption,
+    state_dir: Path | None = StateDirOption,
+) -> None:
+    """Read a MetaSchedule JSONDatabase into the store; records of `sim:` devices are simulated."""
+    if not _DEVICE_PATTERN.match(device):
+        raise BadInputError(f"device {device!r}: use cpu, cuda:N or sim:<gpu>")
+    simulated = device.startswith("sim:")
+    with (
+        Store(_store_path(state_dir)) as store,
+        err_console.status("importing records", spinner="dots"),
+    ):
+        added = store.import_ms_json(directory, device=device, simulated=simulated)
+        total = store.count_records(device=device)
+    result = {
+        "directory": str(directory),
+        "device": device,
+        "simulated": simulated,
+        "added": added,
+        "records_on_device": total,
+    }
+    if json_out:
+        print_json(result)
+    else:
+        print_table(
+            "imported",
+            ["directory", "device", "simulated", "new records", "records on device"],
+            [(directory, device, simulated, added, total)],
+        )

@@ -1,0 +1,145 @@
+"""`simoe-agent status`: where the node keeps its state and what it holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from agent.cli.app import (
+    JsonOption,
+    StateDirOption,
+    VerboseOption,
+    app,
+    console,
+    load_config,
+    print_json,
+    print_table,
+)
+from agent.store import Store, StoreSummary
+from schemas import HardwareProfile
+
+
+class CachedProfile(BaseModel):
+    """A profile file the profiler cached under `state_dir/profiles/`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: str
+    device: str | None = None
+    name: str | None = None
+    simulated: bool | None = None
+    created_at: str | None = None
+    error: str | None = None  # set when the file is not a valid profile
+
+
+class AgentStatus(BaseModel):
+    """What `simoe-agent status --json` prints."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state_dir: str
+    config_file: str | None  # None: no agent.json yet, defaults in use
+    config: dict[str, Any]
+    store_path: str
+    store_exists: bool
+    store_bytes: int  # the database file plus its WAL and shared-memory files
+    store: StoreSummary | None
+    cached_profiles: list[CachedProfile]
+    # Federation state (enrolment, server, last round, expert version): filled in by the
+    # federation work; None until this node has any.
+    federation: dict[str, Any] | None = None
+
+
+def _store_bytes(path: Path) -> int:
+    suffixes = ["", "-wal", "-shm"]
+    return sum(p.stat().st_size for p in (Path(f"{path}{s}") for s in suffixes) if p.exists())
+
+
+def _cached_profiles(state_dir: Path) -> list[CachedProfile]:
+    found = []
+    for file in sorted((state_dir / "profiles").glob("*.json")):
+        try:
+            profile = HardwareProfile.model_validate_json(file.read_text())
+        except (OSError, ValidationError, ValueError) as exc:
+            found.append(CachedProfile(file=file.name, error=type(exc).__name__))
+            continue
+        found.append(
+            CachedProfile(
+                file=file.name,
+                device=profile.device,
+                name=profile.name,
+                simulated=profile.simulated,
+                created_at=profile.created_at.isoformat(),
+            )
+        )
+    return found
+
+
+def collect_status(state_dir: Path | None) -> AgentStatus:
+    """The node's status; reads the store but never creates it."""
+    config = load_config(state_dir)
+    path = config.store_path
+    summary = None
+    if path.exists():
+        with Store(path) as store:
+            summary = store.summary()
+    return AgentStatus(
+        state_dir=str(config.state_dir),
+        config_file=str(config.config_path) if config.config_path.exists() else None,
+        config=config.model_dump(mode="json"),
+        store_path=str(path),
+        store_exists=path.exists(),
+        store_bytes=_store_bytes(path),
+        store=summary,
+        cached_profiles=_cached_profiles(config.state_dir),
+    )
+
+
+@app.command("status")
+def status(
+    json_out: bool = JsonOption,
+    verbose: bool = VerboseOption,
+    state_dir: Path | None = StateDirOption,
+) -> None:
+    """Where the node keeps its state, its config, and what its store holds."""
+    result = collect_status(state_dir)
+    if json_out:
+        print_json(result.model_dump(mode="json"))
+        return
+    config = result.config
+    print_table(
+        "node",
+        ["", ""],
+        [
+            ("state dir", result.state_dir),
+            ("config", result.config_file or "defaults (no agent.json yet)"),
+            ("device", config["device"]),
+            ("server", config["server"] or "not set"),
+            ("cost model", config["cost_model"]),
+            ("trials per task", config["trials_per_task"]),
+            ("store", result.store_path if result.store_exists else "none yet"),
+            ("store size", f"{result.store_bytes / 1e6:.2f} MB"),
+            ("federation", "not enrolled" if result.federation is None else result.federation),
+        ],
+    )
+    if result.store is not None:
+        print_table(
+            f"store: {result.store.workloads} workloads, {result.store.records} records, "
+            f"{result.store.features} cached feature sets",
+            ["device", "workloads", "records", "failed", "simulated"],
+            [
+                (d.device, d.workloads, d.records, d.failed, "yes" if d.simulated else "no")
+                for d in result.store.devices
+            ],
+        )
+    profiles = result.cached_profiles
+    if profiles:
+        print_table(
+            "cached profiles",
+            ["file", "device", "hardware", "simulated", "taken"],
+            [(p.file, p.device, p.name, p.simulated, p.error or p.created_at) for p in profiles],
+        )
+    else:
+        console.print("no cached hardware profile (run `simoe-agent profile`)")

@@ -1,0 +1,847 @@
+"""The node's SQLite store: workloads, tuning records, hardware profiles, feature cache.
+
+One SQLite file per node, through sqlite-utils, in WAL mode with `synchronous=FULL`:
+every write is one explicit transaction, so a SIGKILL (or a power cut) at any
+moment loses no committed record and never corrupts the file. The store is also
+a MetaSchedule database (`Store.ms_database`): every tuning record MetaSchedule
+commits is written through to SQLite at once, and `compile_tir` / `compile_relax`
+read the best schedules straight from it.
+
+Nothing in here ever leaves the node: records, features and workload
+descriptions stay local; only the federation's aggregate payloads are sent.
+
+TVM is imported lazily (only by the MetaSchedule parts), so reading the store
+from the CLI stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import sqlite_utils
+from pydantic import BaseModel, ConfigDict
+
+from schemas import BadInputError, HardwareProfile, RunFailure, TuningRecord
+
+if TYPE_CHECKING:
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+# Bump with a migration in `_migrate` whenever the tables change.
+SCHEMA_VERSION = 1
+# Per-store program features of MetaSchedule's PerStoreFeature: [n_stores, 164].
+FEATURE_WIDTH = 164
+SQLITE_MAGIC = b"SQLite format 3\x00"
+MS_WORKLOAD_FILE = "database_workload.json"
+MS_RECORD_FILE = "database_tuning_record.json"
+_OUR_TABLES = {"workloads", "records", "profiles", "features"}
+# SQLite's bound-parameter limit is 32766 on recent builds; stay far below it.
+_IN_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class LabelledCandidate:
+    """One measured candidate as training reads it: its label and its cached features."""
+
+    workload_key: str
+    task_name: str
+    candidate_id: str
+    device: str
+    latency_s: float | None  # None: the build or run failed
+    features: np.ndarray | None  # float32 [n_stores, 164]; None: not extracted yet
+
+
+class RecordSummary(BaseModel):
+    """A record without its trace: what `simoe-agent records` lists."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    candidate_id: str
+    workload_key: str
+    task_name: str
+    device: str
+    latency_s: float | None
+    failed: bool
+    simulated: bool
+    profile_id: str | None
+    created_at: datetime
+    n_records: int = 1  # how many records of this workload and device (set by `best_summaries`)
+
+
+class DeviceCounts(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    device: str
+    workloads: int
+    records: int
+    failed: int
+    simulated: bool
+
+
+class StoreSummary(BaseModel):
+    """Counts for `simoe-agent status`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int
+    workloads: int
+    records: int
+    features: int
+    devices: list[DeviceCounts]
+    profiles: list[dict[str, Any]]
+
+
+def canonical_json(obj: Any) -> str:
+    """One spelling of a JSON value, so equal traces hash equally."""
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True)
+
+
+def workload_key_of(mod: tvm.IRModule) -> str:
+    """An IRModule's workload key: its structural hash, as MetaSchedule's JSONDatabase writes it."""
+    import tvm_ffi
+
+    return str(tvm_ffi.structural_hash(mod))
+
+
+def _utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _check_is_sqlite(path: Path) -> None:
+    """Refuse anything that is not a SQLite file before SQLite ever opens it."""
+    if path.is_dir():
+        raise BadInputError(f"{path}: is a directory, not a SQLite database")
+    if path.exists() and path.stat().st_size > 0:
+        with path.open("rb") as fh:
+            if fh.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
+                raise BadInputError(f"{path}: not a SQLite database")
+
+
+class Store:
+    """The node's SQLite database. Usable as a context manager; thread-safe (one lock)."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        _check_is_sqlite(self.path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Autocommit mode (isolation_level=None): transactions are explicit, see `_transaction`.
+        conn = sqlite3.connect(
+            str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False
+        )
+        self._lock = threading.RLock()
+        self.db = sqlite_utils.Database(conn)
+        try:
+            self._conn.execute("PRAGMA busy_timeout=30000")
+            # WAL: readers (the CLI) never block the tuner; FULL: a commit is on disk when
+            # it returns, so neither a SIGKILL nor a power cut loses a committed record.
+            mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise RunFailure(f"{self.path}: cannot switch SQLite to WAL mode (got {mode})")
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise BadInputError(f"{self.path}: not a usable SQLite database ({exc})") from None
+        except BaseException:
+            conn.close()
+            raise
+
+    # -- plumbing ---------------------------------------------------------------
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        return self.db.conn
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; taken IMMEDIATE so concurrent writers queue, never deadlock."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[dict]:
+        with self._lock:
+            return list(self.db.query(sql, params))
+
+    def _migrate(self) -> None:
+        """Create the tables of a new store; refuse a foreign or a newer database."""
+        with self._transaction():
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise BadInputError(
+                    f"{self.path}: store schema v{version} is newer than this agent's "
+                    f"v{SCHEMA_VERSION}; upgrade simoe"
+                )
+            tables = set(self.db.table_names())
+            if version == 0 and tables - _OUR_TABLES:
+                raise BadInputError(f"{self.path}: a SQLite database, but not a SiMoE store")
+            if version == SCHEMA_VERSION:
+                return
+            self._create_v1()
+            self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def _create_v1(self) -> None:
+        db = self.db
+        db["workloads"].create(
+            {
+                "workload_key": str,
+                "task_name": str,
+                "spec": str,
+                "mod_json": str,
+                "created_at": str,
+            },
+            pk="workload_key",
+            not_null={"task_name", "mod_json", "created_at"},
+            if_not_exists=True,
+        )
+        db["records"].create(
+            {
+                "candidate_id": str,
+                "device": str,
+                "workload_key": str,
+                "task_name": str,
+                "trace": str,
+                "run_secs": str,
+                "latency_s": float,
+                "failed": int,
+                "target": str,
+                "args_info": str,
+                "profile_id": str,
+                "simulated": int,
+                "created_at": str,
+            },
+            pk=("candidate_id", "device"),
+            not_null={"workload_key", "task_name", "trace", "run_secs", "failed", "target"},
+            if_not_exists=True,
+        )
+        db["profiles"].create(
+            {
+                "profile_id": str,
+                "device": str,
+                "simulated": int,
+                "json": str,
+                "created_at": str,
+            },
+            pk="profile_id",
+            not_null={"device", "json", "created_at"},
+            if_not_exists=True,
+        )
+        db["features"].create(
+            {"candidate_id": str, "n_rows": int, "n_cols": int, "blob": bytes},
+            pk="candidate_id",
+            not_null={"n_rows", "n_cols", "blob"},
+            if_not_exists=True,
+        )
+        db["records"].create_index(
+            ["workload_key", "device", "failed", "latency_s"], if_not_exists=True
+        )
+        db["records"].create_index(["device"], if_not_exists=True)
+        db["records"].create_index(["task_name"], if_not_exists=True)
+        db["profiles"].create_index(["device", "created_at"], if_not_exists=True)
+
+    def close(self) -> None:
+        with self._lock:
+            self.db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- workloads ----------------------------------------------------------------
+
+    def add_workload(
+        self, workload_key: str, task_name: str, mod_json: str, spec: str | None = None
+    ) -> None:
+        """Insert a workload, or rename it (task name, spec) if its key is already there."""
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO workloads (workload_key, task_name, spec, mod_json, created_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(workload_key) DO UPDATE SET "
+                "task_name = excluded.task_name, spec = COALESCE(excluded.spec, spec)",
+                (workload_key, task_name, spec, mod_json, _utc_now().isoformat()),
+            )
+
+    def workload(self, workload_key: str) -> dict[str, Any] | None:
+        """The row of one workload (workload_key, task_name, spec, mod_json, created_at)."""
+        rows = self._query("SELECT * FROM workloads WHERE workload_key = ?", [workload_key])
+        return rows[0] if rows else None
+
+    def workloads(self) -> list[dict[str, Any]]:
+        return self._query("SELECT * FROM workloads ORDER BY rowid")
+
+    # -- records ------------------------------------------------------------------
+
+    @staticmethod
+    def candidate_id(workload_key: str, trace_json: str | Any) -> str:
+        """A candidate's id: sha256 prefix of its workload and trace (whitespace-insensitive).
+
+        `trace_json` may be the trace's JSON text or the JSON value itself.
+        """
+        trace = json.loads(trace_json) if isinstance(trace_json, str) else trace_json
+        body = f"{workload_key}\n{canonical_json(trace)}"
+        return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+    def add_records(self, records: Sequence[TuningRecord]) -> list[str]:
+        """Add measured candidates in one transaction; returns their candidate ids.
+
+        A candidate already recorded for the same device is kept as it is (idempotent
+        imports), and its id is still returned.
+        """
+        rows = []
+        ids = []
+        for record in records:
+            cid = self.candidate_id(record.workload_key, record.trace)
+            ids.append(cid)
+            rows.append(
+                (
+                    cid,
+                    record.device,
+                    record.workload_key,
+                    record.task_name,
+                    canonical_json(record.trace),
+                    json.dumps(record.run_secs),
+                    record.latency_s,
+                    int(record.failed),
+                    canonical_json(record.target),
+                    canonical_json(record.args_info),
+                    record.profile_id,
+                    int(record.simulated),
+                    record.created_at.isoformat(),
+                )
+            )
+        with self._transaction() as conn:
+            conn.executemany(
+                "INSERT INTO records (candidate_id, device, workload_key, task_name, trace, "
+                "run_secs, latency_s, failed, target, args_info, profile_id, simulated, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT(candidate_id, device) DO NOTHING",
+                rows,
+            )
+        return ids
+
+    @staticmethod
+    def _where(**filters: Any) -> tuple[str, list[Any]]:
+        clauses, params = [], []
+        for column, value in filters.items():
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+    @staticmethod
+    def _to_record(row: Mapping[str, Any]) -> TuningRecord:
+        return TuningRecord(
+            workload_key=row["workload_key"],
+            task_name=row["task_name"],
+            trace=json.loads(row["trace"]),
+            run_secs=json.loads(row["run_secs"]),
+            target=json.loads(row["target"]),
+            args_info=json.loads(row["args_info"] or "[]"),
+            device=row["device"],
+            profile_id=row["profile_id"],
+            simulated=bool(row["simulated"]),
+            created_at=datetime.fromisoformat(row["created_at"]),
+        )
+
+    def records(
+        self,
+        *,
+        workload_key: str | None = None,
+        task_name: str | None = None,
+        device: str | None = None,
+    ) -> list[TuningRecord]:
+        """All records matching the filters, in the order they were added."""
+        where, params = self._where(workload_key=workload_key, task_name=task_name, device=device)
+        rows = self._query(f"SELECT * FROM records{where} ORDER BY rowid", params)
+        return [self._to_record(row) for row in rows]
+
+    _BEST_SQL = (
+        "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY workload_key, device "
+        "ORDER BY latency_s, rowid) AS rank_, COUNT(*) OVER (PARTITION BY workload_key, device) "
+        "AS n_ FROM records WHERE failed = 0{device}) WHERE rank_ = 1 ORDER BY task_name, device"
+    )
+
+    def best_records(self, *, device: str | None = None) -> list[TuningRecord]:
+        """The fastest successful record of each workload on each device."""
+        rows = self._query(
+            self._BEST_SQL.format(device=" AND device = ?" if device else ""),
+            [device] if device else [],
+        )
+        return [self._to_record(row) for row in rows]
+
+    def count_records(self, *, device: str | None = None) -> int:
+        where, params = self._where(device=device)
+        return self._query(f"SELECT COUNT(*) AS n FROM records{where}", params)[0]["n"]
+
+    def candidate_ids(self, *, device: str | None = None) -> set[str]:
+        where, params = self._where(device=device)
+        return {
+            r["candidate_id"]
+            for r in self._query(f"SELECT candidate_id FROM records{where}", params)
+        }
+
+    @staticmethod
+    def _to_summary(row: Mapping[str, Any]) -> RecordSummary:
+        return RecordSummary(
+            candidate_id=row["candidate_id"],
+            workload_key=row["workload_key"],
+            task_name=row["task_name"],
+            device=row["device"],
+            latency_s=row["latency_s"],
+            failed=bool(row["failed"]),
+            simulated=bool(row["simulated"]),
+            profile_id=row["profile_id"],
+            created_at=datetime.fromisoformat(row["created_at"]),
+            n_records=row.get("n_", 1),
+        )
+
+    def summaries(
+        self,
+        *,
+        workload: str | None = None,
+        device: str | None = None,
+        limit: int | None = None,
+    ) -> list[RecordSummary]:
+        """The newest records first, without traces; `workload` is a key or a task name."""
+        clauses, params = [], []
+        if workload is not None:
+            clauses.append("(workload_key = ? OR task_name = ?)")
+            params += [workload, workload]
+        if device is not None:
+            clauses.append("device = ?")
+            params.append(device)
+        where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        sql = (
+            "SELECT candidate_id, workload_key, task_name, device, latency_s, failed, simulated, "
+            f"profile_id, created_at FROM records{where} ORDER BY rowid DESC"
+        )
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [self._to_summary(row) for row in self._query(sql, params)]
+
+    def best_summaries(self, *, device: str | None = None) -> list[RecordSummary]:
+        """`best_records` without traces, with the number of records behind each."""
+        rows = self._query(
+            self._BEST_SQL.format(device=" AND device = ?" if device else ""),
+            [device] if device else [],
+        )
+        return [self._to_summary(row) for row in rows]
+
+    # -- profiles -----------------------------------------------------------------
+
+    def save_profile(self, profile: HardwareProfile) -> None:
+        """Keep a profile; the same content taken again only moves its time forward."""
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO profiles (profile_id, device, simulated, json, created_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(profile_id) DO UPDATE SET "
+                "json = excluded.json, created_at = excluded.created_at",
+                (
+                    profile.profile_id,
+                    profile.device,
+                    int(profile.simulated),
+                    profile.model_dump_json(),
+                    profile.created_at.isoformat(),
+                ),
+            )
+
+    def latest_profile(self, device: str) -> HardwareProfile | None:
+        rows = self._query(
+            "SELECT json FROM profiles WHERE device = ? ORDER BY created_at DESC, rowid DESC "
+            "LIMIT 1",
+            [device],
+        )
+        return HardwareProfile.model_validate_json(rows[0]["json"]) if rows else None
+
+    # -- features -----------------------------------------------------------------
+
+    def put_features(self, items: Mapping[str, np.ndarray]) -> None:
+        """Cache program features by candidate id (one transaction); replaces older ones."""
+        rows = []
+        for cid, features in items.items():
+            array = np.asarray(features)
+            if array.ndim != 2 or array.shape[1] != FEATURE_WIDTH:
+                raise BadInputError(
+                    f"features of {cid}: expected shape [n_stores, {FEATURE_WIDTH}], "
+                    f"got {list(array.shape)}"
+                )
+            array = np.ascontiguousarray(array, dtype=np.float32)
+            if not np.isfinite(array).all():
+                raise BadInputError(f"features of {cid}: contain NaN or Inf")
+            rows.append((cid, array.shape[0], array.shape[1], array.tobytes()))
+        with self._transaction() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO features (candidate_id, n_rows, n_cols, blob) "
+                "VALUES (?, ?, ?, ?)",
+                rows,
+            )
+
+    @staticmethod
+    def _features_of(row: Mapping[str, Any]) -> np.ndarray:
+        return np.frombuffer(row["blob"], dtype=np.float32).reshape(row["n_rows"], row["n_cols"])
+
+    def get_features(self, candidate_ids: Iterable[str]) -> dict[str, np.ndarray]:
+        """The cached features of those candidates that have them."""
+        ids = list(dict.fromkeys(candidate_ids))
+        found: dict[str, np.ndarray] = {}
+        for start in range(0, len(ids), _IN_CHUNK):
+            chunk = ids[start : start + _IN_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            for row in self._query(
+                f"SELECT * FROM features WHERE candidate_id IN ({marks})", chunk
+            ):
+                found[row["candidate_id"]] = self._features_of(row)
+        return found
+
+    def labelled_candidates(self, *, device: str | None = None) -> list[LabelledCandidate]:
+        """Every record with its label and cached features: what training reads."""
+        where, params = self._where(**{"r.device": device})
+        rows = self._query(
+            "SELECT r.workload_key, r.task_name, r.candidate_id, r.device, r.latency_s, "
+            "f.n_rows, f.n_cols, f.blob FROM records r "
+            f"LEFT JOIN features f ON f.candidate_id = r.candidate_id{where} "
+            "ORDER BY r.workload_key, r.device, r.rowid",
+            params,
+        )
+        return [
+            LabelledCandidate(
+                workload_key=row["workload_key"],
+                task_name=row["task_name"],
+                candidate_id=row["candidate_id"],
+                device=row["device"],
+                latency_s=row["latency_s"],
+                features=None if row["blob"] is None else self._features_of(row),
+            )
+            for row in rows
+        ]
+
+    # -- status -------------------------------------------------------------------
+
+    def summary(self) -> StoreSummary:
+        """Counts per device and the cached profiles, for `simoe-agent status`."""
+        devices = [
+            DeviceCounts(
+                device=row["device"],
+                workloads=row["workloads"],
+                records=row["records"],
+                failed=row["failed"] or 0,
+                simulated=bool(row["simulated"]),
+            )
+            for row in self._query(
+                "SELECT device, COUNT(DISTINCT workload_key) AS workloads, COUNT(*) AS records, "
+                "SUM(failed) AS failed, MAX(simulated) AS simulated FROM records "
+                "GROUP BY device ORDER BY device"
+            )
+        ]
+        profiles = self._query(
+            "SELECT profile_id, device, simulated, created_at FROM profiles ORDER BY created_at"
+        )
+        for profile in profiles:
+            profile["simulated"] = bool(profile["simulated"])
+        return StoreSummary(
+            schema_version=SCHEMA_VERSION,
+            workloads=self._query("SELECT COUNT(*) AS n FROM workloads")[0]["n"],
+            records=self.count_records(),
+            features=self._query("SELECT COUNT(*) AS n FROM features")[0]["n"],
+            devices=devices,
+            profiles=profiles,
+        )
+
+    def integrity_check(self) -> str:
+        """SQLite's own verdict on the file: "ok" when sound."""
+        return str(self._query("PRAGMA integrity_check")[0]["integrity_check"])
+
+    # -- MetaSchedule ---------------------------------------------------------------
+
+    def ms_database(
+        self,
+        *,
+        device: str,
+        profile_id: str | None = None,
+        simulated: bool = False,
+        task_name: str | None = None,
+    ) -> ms.database.Database:
+        """A MetaSchedule database over this store, for one device.
+
+        Records committed through it are written to SQLite at once, labelled with
+        `device`, `profile_id` and `simulated`; queries see only this device's
+        records. `task_name` names workloads it commits that the store does not know
+        yet (default: the function's name and the key).
+        """
+        cls = _ms_database_class()
+        return cls(
+            self, device=device, profile_id=profile_id, simulated=simulated, task_name=task_name
+        )
+
+    def export_ms_json(self, directory: Path | str, *, device: str | None = None) -> int:
+        """Write records (all, or one device's) as a MetaSchedule JSONDatabase; returns how many."""
+        from tvm.s_tir import meta_schedule as ms
+
+        directory = Path(directory)
+        paths = [directory / MS_WORKLOAD_FILE, directory / MS_RECORD_FILE]
+        if any(p.exists() for p in paths):
+            raise BadInputError(f"{directory}: already holds a MetaSchedule database")
+        directory.mkdir(parents=True, exist_ok=True)
+        target_db = ms.database.JSONDatabase(work_dir=str(directory))
+        loader = _WorkloadLoader(self)
+        count = 0
+        for record in self.records(device=device):
+            workload = loader.workload(record.workload_key)
+            if workload is None:
+                continue  # a record without its workload cannot be replayed anywhere
+            workload = target_db.commit_workload(workload.mod)
+            target_db.commit_tuning_record(_to_ms_record(record, workload))
+            count += 1
+        return count
+
+    def import_ms_json(self, directory: Path | str, *, device: str, simulated: bool = False) -> int:
+        """Read a MetaSchedule JSONDatabase into this store for `device`; returns new records."""
+        from tvm.s_tir import meta_schedule as ms
+
+        directory = Path(directory)
+        for path in (directory / MS_WORKLOAD_FILE, directory / MS_RECORD_FILE):
+            if not path.is_file():
+                raise BadInputError(f"{path}: no such file (not a MetaSchedule JSON database)")
+        try:
+            source = ms.database.JSONDatabase(work_dir=str(directory), allow_missing=False)
+            ms_records = list(source.get_all_tuning_records())
+        except Exception as exc:  # noqa: BLE001 - TVM raises its own error types for bad files
+            lines = str(exc).strip().splitlines()
+            reason = lines[-1] if lines else type(exc).__name__
+            raise BadInputError(
+                f"{directory}: not a valid MetaSchedule JSON database ({reason})"
+            ) from None
+        before = self.count_records(device=device)
+        keys: dict[int, str] = {}
+        records = []
+        for ms_record in ms_records:
+            mod = ms_record.workload.mod
+            key = workload_key_of(mod)
+            if id(ms_record.workload) not in keys and self.workload(key) is None:
+                self.add_workload(key, _default_task_name(mod, key), _save_json(mod))
+            keys[id(ms_record.workload)] = key
+            task = self.workload(key)
+            records.append(
+                _from_ms_record(
+                    ms_record,
+                    workload_key=key,
+                    task_name=task["task_name"] if task else key,
+                    device=device,
+                    profile_id=None,
+                    simulated=simulated,
+                )
+            )
+        self.add_records(records)
+        return self.count_records(device=device) - before
+
+
+# -- MetaSchedule glue (TVM imported lazily) ---------------------------------------------
+
+
+def _save_json(mod: tvm.IRModule) -> str:
+    import tvm
+
+    return tvm.ir.save_json(mod)
+
+
+def _default_task_name(mod: tvm.IRModule, key: str) -> str:
+    names = [gv.name_hint for gv in mod.get_global_vars()]
+    return f"{names[0] if len(names) == 1 else 'module'}-{key[:8]}"
+
+
+def _to_ms_record(record: TuningRecord, workload: ms.database.Workload) -> ms.database.TuningRecord:
+    from tvm.s_tir import meta_schedule as ms
+
+    args_info = record.args_info or None
+    return ms.database.TuningRecord.from_json(
+        [record.trace, record.run_secs, record.target, args_info], workload
+    )
+
+
+def _from_ms_record(
+    ms_record: ms.database.TuningRecord,
+    *,
+    workload_key: str,
+    task_name: str,
+    device: str,
+    profile_id: str | None,
+    simulated: bool,
+) -> TuningRecord:
+    trace, run_secs, target, args_info = ms_record.as_json()
+    return TuningRecord(
+        workload_key=workload_key,
+        task_name=task_name,
+        trace=trace,
+        run_secs=[float(s) for s in (run_secs or [])],
+        target=target or {},
+        args_info=args_info or [],
+        device=device,
+        profile_id=profile_id,
+        simulated=simulated,
+    )
+
+
+class _WorkloadLoader:
+    """MetaSchedule Workload objects of a store, one object per structurally equal module."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._by_key: dict[str, list[ms.database.Workload]] = {}
+
+    def find(self, mod: tvm.IRModule, key: str | None = None) -> ms.database.Workload | None:
+        """The Workload of an equal module: from memory, else from SQLite, else None."""
+        import tvm_ffi
+
+        key = key or workload_key_of(mod)
+        for workload in self._by_key.get(key, []):
+            if tvm_ffi.structural_equal(workload.mod, mod):
+                return workload
+        stored = self.workload(key)
+        if stored is not None and tvm_ffi.structural_equal(stored.mod, mod):
+            return stored
+        return None
+
+    def workload(self, key: str) -> ms.database.Workload | None:
+        """The stored workload of a key (its module as saved), cached."""
+        import tvm
+        from tvm.s_tir import meta_schedule as ms
+
+        if key in self._by_key:
+            return self._by_key[key][0]
+        row = self.store.workload(key)
+        if row is None:
+            return None
+        workload = ms.database.Workload(tvm.ir.load_json(row["mod_json"]))
+        self._by_key[key] = [workload]
+        return workload
+
+    def remember(self, key: str, workload: ms.database.Workload) -> None:
+        self._by_key.setdefault(key, []).append(workload)
+
+
+@functools.cache
+def _ms_database_class() -> type:
+    """Define the PyDatabase subclass on first use (it needs TVM, which is slow to import)."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
+
+    @derived_object
+    class StoreDatabase(ms.database.PyDatabase):
+        """MetaSchedule's view of a Store, for one device: writes go through to SQLite."""
+
+        def __init__(
+            self,
+            store: Store,
+            *,
+            device: str,
+            profile_id: str | None,
+            simulated: bool,
+            task_name: str | None,
+        ) -> None:
+            super().__init__()
+            self.store = store
+            self.device = device
+            self.profile_id = profile_id
+            self.simulated = simulated
+            self.task_name = task_name
+            self.loader = _WorkloadLoader(store)
+
+        def has_workload(self, mod: tvm.IRModule) -> bool:
+            return self.loader.find(mod) is not None
+
+        def commit_workload(self, mod: tvm.IRModule) -> ms.database.Workload:
+            key = workload_key_of(mod)
+            workload = self.loader.find(mod, key)
+            if workload is not None:
+                return workload
+            workload = ms.database.Workload(mod)
+            if self.store.workload(key) is None:
+                name = self.task_name or _default_task_name(mod, key)
+                self.store.add_workload(key, name, _save_json(mod))
+            self.loader.remember(key, workload)
+            return workload
+
+        def commit_tuning_record(self, record: ms.database.TuningRecord) -> None:
+            mod = record.workload.mod
+            key = workload_key_of(mod)
+            row = self.store.workload(key)
+            if row is None:  # a record whose workload was never committed here
+                self.commit_workload(mod)
+                row = self.store.workload(key)
+            task_name = row["task_name"] if row else key
+            self.store.add_records(
+                [
+                    _from_ms_record(
+                        record,
+                        workload_key=key,
+                        task_name=task_name,
+                        device=self.device,
+                        profile_id=self.profile_id,
+                        simulated=self.simulated,
+                    )
+                ]
+            )
+
+        def get_top_k(
+            self, workload: ms.database.Workload, top_k: int
+        ) -> list[ms.database.TuningRecord]:
+            if top_k <= 0:
+                return []
+            rows = self.store._query(
+                "SELECT trace, run_secs, target, args_info FROM records WHERE workload_key = ? "
+                "AND device = ? AND failed = 0 ORDER BY latency_s, rowid LIMIT ?",
+                [workload_key_of(workload.mod), self.device, top_k],
+            )
+            return [self._ms_record(row, workload) for row in rows]
+
+        def get_all_tuning_records(self) -> list[ms.database.TuningRecord]:
+            rows = self.store._query(
+                "SELECT workload_key, trace, run_secs, target, args_info FROM records "
+                "WHERE device = ? ORDER BY rowid",
+                [self.device],
+            )
+            result = []
+            for row in rows:
+                workload = self.loader.workload(row["workload_key"])
+                if workload is not None:
+                    result.append(self._ms_record(row, workload))
+            return result
+
+        def __len__(self) -> int:
+            return self.store.count_records(device=self.device)
+
+        @staticmethod
+        def _ms_record(
+            row: Mapping[str, Any], workload: ms.database.Workload
+        ) -> ms.database.TuningRecord:
+            args_info = json.loads(row["args_info"] or "[]") or None
+            return ms.database.TuningRecord.from_json(
+                [
+                    json.loads(row["trace"]),
+                    json.loads(row["run_secs"]),
+                    json.loads(row["target"]),
+                    args_info,
+                ],
+                workload,
+            )
+
+    return StoreDatabase
