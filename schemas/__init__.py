@@ -3,6 +3,7 @@
 from schemas.config import AgentConfig, CostModelName
 from schemas.errors import BadInputError, RunFailure, SimoeError
 from schemas.hardware import AnalyticalSpecs, DeviceKind, EmpiricalFingerprint, HardwareProfile
+from schemas.messages import NodeFederationState, NodeHello, TrainInstruction
 from schemas.records import FAILED_RUN_SECS, TuningRecord
 from schemas.workload import OPERATOR_DIMS, WorkloadSpec
 
@@ -16,8 +17,11 @@ __all__ = [
     "DeviceKind",
     "EmpiricalFingerprint",
     "HardwareProfile",
+    "NodeFederationState",
+    "NodeHello",
     "RunFailure",
     "SimoeError",
+    "TrainInstruction",
     "TuningRecord",
     "WorkloadSpec",
 ]

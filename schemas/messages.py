@@ -146,3 +146,16 @@ def key_fingerprint(public_key_pem: bytes) -> str:
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     )
     return hashlib.sha256(der).hexdigest()[:32]
+
+
+class NodeFederationState(BaseModel):
+    """What a node remembers of the federation (`federation/state.json` in its state dir)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    global_version: int = 0
+    last_round: int = 0
+    rounds_trained: int = 0
+    experts: list[str] = Field(default_factory=list, description="bank experts it holds")
+    refused: str | None = Field(default=None, description="why the server refused it, if so")
+    last_metrics: dict[str, float] = Field(default_factory=dict)

@@ -167,6 +167,7 @@ class RoundOutcome:
     round: int
     sampled: list[int] = field(default_factory=list)
     accepted: list[str] = field(default_factory=list)
+    served: list[str] = field(default_factory=list)  # answered without data to train on
     rejected: dict[str, str] = field(default_factory=dict)
     failed: int = 0
     delivered: dict[str, list[str]] = field(default_factory=dict)
@@ -345,12 +346,6 @@ class SiMoEStrategy(FedAvg):
                 self.registry.add_rejection(server_round, who, str(exc))
                 log.warning("round %d: rejected the update of %s: %s", server_round, who, exc)
                 continue
-            node = self.registry.node(who)
-            own = record_to_arrays(reply.content.array_records[REC_OWN_EXPERT])
-            if node is not None:
-                self.registry.put_expert(
-                    node["name"], who, own, round_=server_round, num_examples=int(weight)
-                )
             self.registry.add_metrics(server_round, who, metrics)
             self.registry.add_traffic(
                 server_round,
@@ -358,7 +353,16 @@ class SiMoEStrategy(FedAvg):
                 bytes_down=self._bytes_down.get(node_id, 0),
                 bytes_up=payload_bytes(reply.content),
             )
-            self.registry.touch_node(who, trained=True)
+            self.registry.touch_node(who, trained=update is not None)
+            if update is None:
+                self.outcome.served.append(who)
+                continue
+            node = self.registry.node(who)
+            own = record_to_arrays(reply.content.array_records[REC_OWN_EXPERT])
+            if node is not None:
+                self.registry.put_expert(
+                    node["name"], who, own, round_=server_round, num_examples=int(weight)
+                )
             updates.append(update)
             weights.append(weight)
             self.outcome.accepted.append(who)
@@ -377,18 +381,12 @@ class SiMoEStrategy(FedAvg):
         metrics_out[WEIGHT_METRIC] = float(total)
         return arrays_to_record(averaged), metrics_out
 
-    def _check_reply(self, reply: Message) -> tuple[Arrays, float, dict[str, float]]:
+    def _check_reply(self, reply: Message) -> tuple[Arrays | None, float, dict[str, float]]:
+        """(shared update or None for a node without data yet, weight, metrics)."""
         content = reply.content
-        if REC_SHARED not in content.array_records:
-            raise UpdateRejected("no shared arrays in the reply")
-        if REC_OWN_EXPERT not in content.array_records:
-            raise UpdateRejected("no own expert in the reply")
         extra = set(content.keys()) - {REC_SHARED, REC_OWN_EXPERT, REC_METRICS, REC_NODE}
         if extra:
             raise UpdateRejected(f"unexpected records {sorted(extra)}")
-        update = record_to_arrays(content.array_records[REC_SHARED])
-        check_update(update, self.current)
-        check_finite(record_to_arrays(content.array_records[REC_OWN_EXPERT]), "expert")
         metric_record = content.metric_records.get(REC_METRICS)
         if metric_record is None or WEIGHT_METRIC not in metric_record:
             raise UpdateRejected(f"no {WEIGHT_METRIC} metric")
@@ -400,6 +398,17 @@ class SiMoEStrategy(FedAvg):
                 raise UpdateRejected(f"metric {key!r} is not finite")
             metrics[key] = float(value)
         weight = metrics[WEIGHT_METRIC]
-        if weight <= 0:
-            raise UpdateRejected(f"{WEIGHT_METRIC} must be positive, got {weight}")
+        if weight < 0:
+            raise UpdateRejected(f"{WEIGHT_METRIC} must not be negative, got {weight}")
+        if weight == 0:  # a node with no measurements yet: served, nothing to average
+            if REC_SHARED in content or REC_OWN_EXPERT in content:
+                raise UpdateRejected(f"arrays sent with {WEIGHT_METRIC} = 0")
+            return None, 0.0, metrics
+        if REC_SHARED not in content.array_records:
+            raise UpdateRejected("no shared arrays in the reply")
+        if REC_OWN_EXPERT not in content.array_records:
+            raise UpdateRejected("no own expert in the reply")
+        update = record_to_arrays(content.array_records[REC_SHARED])
+        check_update(update, self.current)
+        check_finite(record_to_arrays(content.array_records[REC_OWN_EXPERT]), "expert")
         return update, weight, metrics

@@ -140,3 +140,38 @@ class ToyNode:
             return Message(content, reply_to=message)
 
         return app
+
+
+def seed_node(state_dir, name: str, device, tasks) -> None:  # noqa: ANN001
+    """A node's state directory as enroll + tuning would leave it, with synthetic data.
+
+    `device` is a simoe_model.synthetic.SyntheticDevice, `tasks` SyntheticTasks; the
+    records go through the real Store (traces are placeholders: nothing is tuned).
+    """
+    from agent.client_app import NodeState
+    from agent.enroll import create_node_key
+    from agent.store import Store
+    from schemas import AgentConfig, TuningRecord
+    from simoe_model.synthetic import device_dataset
+
+    config = AgentConfig(state_dir=state_dir, name=name, device=f"sim:{name}")
+    config.save()
+    create_node_key(state_dir)
+    NodeState(state_dir).save_profile(device.profile())
+    dataset = device_dataset(device, tasks)
+    with Store(state_dir / "store.sqlite") as store:
+        for task in dataset.tasks:
+            records = [
+                TuningRecord(
+                    workload_key=f"wk-{task.task_name}",
+                    task_name=task.task_name,
+                    trace={"candidate": cid},
+                    run_secs=[float(lat)],
+                    target={"kind": "cuda"},
+                    device=config.device,
+                    simulated=True,
+                )
+                for cid, lat in zip(task.candidate_ids, task.latencies, strict=True)
+            ]
+            ids = store.add_records(records)
+            store.put_features(dict(zip(ids, task.features, strict=True)))

@@ -1,0 +1,283 @@
+"""The node's Flower ClientApp: a thin adapter over the agent's state directory.
+
+Flower starts a fresh process per message, so nothing lives here between messages:
+the state directory (node config `state-dir`) holds the model, the store and what
+the node knows of the federation. Replies carry only the shared arrays, the node's
+own expert, its hardware profile (in NodeHello) and aggregate metrics.
+
+State directory layout used here:
+  agent.json                 the AgentConfig (name, device, server)
+  keys/node.key, node.pub    the node's ECDSA key (written by `enroll`)
+  federation/profile.json    the hardware profile sent to the server
+  federation/model.pt        the current SiMoE (global shared parts, bank, own expert)
+  federation/state.json      NodeFederationState
+  store.sqlite               the measurements (agent.store.Store); never sent
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from schemas import AgentConfig, BadInputError, HardwareProfile
+from schemas.messages import (
+    REC_CONFIG,
+    REC_EXPERT_PREFIX,
+    REC_GLOBAL,
+    REC_METRICS,
+    REC_NODE,
+    REC_OWN_EXPERT,
+    REC_SHARED,
+    WEIGHT_METRIC,
+    NodeFederationState,
+    NodeHello,
+    TrainInstruction,
+    key_fingerprint,
+)
+
+log = logging.getLogger("simoe.agent")
+
+
+class NodeState:
+    """The federation's part of a node's state directory."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = Path(state_dir)
+        self.dir = self.state_dir / "federation"
+
+    @property
+    def config(self) -> AgentConfig:
+        return AgentConfig.load(self.state_dir)
+
+    @property
+    def key_path(self) -> Path:
+        return self.state_dir / "keys" / "node.key"
+
+    @property
+    def public_key_path(self) -> Path:
+        return self.state_dir / "keys" / "node.pub"
+
+    @property
+    def profile_path(self) -> Path:
+        return self.dir / "profile.json"
+
+    @property
+    def model_path(self) -> Path:
+        return self.dir / "model.pt"
+
+    @property
+    def state_path(self) -> Path:
+        return self.dir / "state.json"
+
+    def name(self) -> str:
+        name = self.config.name
+        if not name:
+            raise BadInputError(f"{self.state_dir}: not enrolled (no node name); run enroll")
+        return name
+
+    def fingerprint(self) -> str:
+        if not self.public_key_path.exists():
+            raise BadInputError(f"{self.state_dir}: no node key; run `simoe-agent enroll`")
+        return key_fingerprint(self.public_key_path.read_bytes())
+
+    def profile(self) -> HardwareProfile:
+        """The saved profile; profiles the device once (and saves it) if there is none."""
+        if self.profile_path.exists():
+            return HardwareProfile.model_validate_json(self.profile_path.read_text())
+        from agent.devices import get_device
+        from agent.profiler import load_or_profile
+
+        profile = load_or_profile(get_device(self.config.device), self.state_dir)
+        self.save_profile(profile)
+        return profile
+
+    def save_profile(self, profile: HardwareProfile) -> None:
+        write_atomic(self.profile_path, profile.model_dump_json(indent=2))
+
+    def load(self) -> NodeFederationState:
+        if not self.state_path.exists():
+            return NodeFederationState()
+        try:
+            return NodeFederationState.model_validate_json(self.state_path.read_text())
+        except ValueError:
+            return NodeFederationState()  # a torn file: start over, the server resends
+
+    def save(self, state: NodeFederationState) -> None:
+        write_atomic(self.state_path, state.model_dump_json(indent=2))
+
+    def hello(self) -> NodeHello:
+        state = self.load()
+        return NodeHello(
+            name=self.name(),
+            key_fingerprint=self.fingerprint(),
+            profile=self.profile(),
+            has_model=self.model_path.exists(),
+            expert_version=state.rounds_trained,
+        )
+
+    def load_model(self):  # noqa: ANN201 - SiMoE, imported lazily (torch is slow to import)
+        from simoe_model.model import SiMoE, load_model
+
+        return load_model(self.model_path) if self.model_path.exists() else SiMoE()
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def local_dataset(state_dir: Path, device: str, profile: HardwareProfile):  # noqa: ANN201
+    """The node's measurements as a DeviceDataset (features cached in its store)."""
+    from simoe_model.data import DeviceDataset, TaskData
+    from simoe_model.hardware import hardware_vector
+
+    dataset = DeviceDataset(device, hardware_vector(profile), [])
+    store_path = state_dir / "store.sqlite"
+    if not store_path.exists():
+        return dataset
+    from agent.store import Store
+
+    by_task: dict[str, tuple[list[np.ndarray], list[float]]] = defaultdict(lambda: ([], []))
+    with Store(store_path) as store:
+        for item in store.labelled_candidates(device=device):
+            if item.latency_s is None or item.features is None:
+                continue
+            feats, lats = by_task[item.task_name]
+            feats.append(item.features)
+            lats.append(item.latency_s)
+    for task_name, (feats, lats) in sorted(by_task.items()):
+        if len(feats) >= 2:  # a ranking needs two candidates
+            dataset.tasks.append(TaskData(task_name, feats, np.asarray(lats)))
+    return dataset
+
+
+def _arrays(record: ArrayRecord) -> dict[str, np.ndarray]:
+    return {k: v.numpy() for k, v in record.items()}
+
+
+def _record(arrays: dict[str, np.ndarray]) -> ArrayRecord:
+    from flwr.app import Array
+
+    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+
+
+def _state_dir(context: Context) -> Path:
+    value = context.node_config.get("state-dir")
+    if not value:
+        raise BadInputError("node config has no 'state-dir' (start the SuperNode with it)")
+    return Path(str(value)).expanduser()
+
+
+def _hello_record(node: NodeState) -> ConfigRecord:
+    return ConfigRecord({"hello": node.hello().model_dump_json()})
+
+
+app = ClientApp()
+
+
+@app.query("hello")
+def hello(message: Message, context: Context) -> Message:
+    """Say who this node is; keep the global model it came with if it is newer."""
+    node = NodeState(_state_dir(context))
+    state = node.load()
+    version = int(message.content.config_records[REC_CONFIG].get("global-version", 0))
+    if REC_GLOBAL in message.content.array_records and (
+        version > state.global_version or not node.model_path.exists()
+    ):
+        from simoe_model.model import load_shared_arrays, save_model
+
+        model = node.load_model()
+        load_shared_arrays(model, _arrays(message.content.array_records[REC_GLOBAL]))
+        save_model(model, node.model_path)
+        state.global_version = version
+        state.refused = None
+        node.save(state)
+    return Message(RecordDict({REC_NODE: _hello_record(node)}), reply_to=message)
+
+
+@app.query("refused")
+def refused(message: Message, context: Context) -> Message:
+    """Remember why the server refused this node (enroll reports it)."""
+    node = NodeState(_state_dir(context))
+    state = node.load()
+    state.refused = str(message.content.config_records[REC_CONFIG].get("reason", "refused"))
+    node.save(state)
+    return Message(RecordDict(), reply_to=message)
+
+
+@app.train()
+def train(message: Message, context: Context) -> Message:
+    """Adopt the global shared parts and delivered experts; train on local data; reply."""
+    from simoe_model.model import (
+        add_expert,
+        expert_arrays,
+        load_shared_arrays,
+        remove_expert,
+        save_model,
+        shared_arrays,
+    )
+    from simoe_model.train import train_expert, train_shared
+
+    started = time.perf_counter()
+    node = NodeState(_state_dir(context))
+    name = node.name()
+    instruction = TrainInstruction.model_validate_json(
+        str(message.content.config_records[REC_CONFIG]["instruction"])
+    )
+    model = node.load_model()
+    load_shared_arrays(model, _arrays(message.content.array_records[REC_GLOBAL]))
+    delivered = []
+    for key, record in message.content.array_records.items():
+        if key.startswith(REC_EXPERT_PREFIX):
+            expert = key.removeprefix(REC_EXPERT_PREFIX)
+            if expert != name:
+                add_expert(model, expert, _arrays(record))
+                delivered.append(expert)
+    for stale in set(model.expert_names) - set(delivered) - {name}:
+        remove_expert(model, stale)  # the bank is what the server chose this round
+
+    profile = node.profile()
+    dataset = local_dataset(node.state_dir, node.config.device, profile)
+    state = node.load()
+    metrics: dict[str, float] = {WEIGHT_METRIC: 0.0, "num-tasks": float(len(dataset.tasks))}
+    content = RecordDict()
+    if dataset.tasks and instruction.train:
+        if delivered and instruction.epochs > 0:
+            shared = train_shared(
+                model,
+                [dataset],
+                epochs=instruction.epochs,
+                seed=instruction.seed,
+                frozen_experts=True,
+                expert_of={dataset.device: name},
+            )
+            metrics["shared-loss"] = float(shared.get("loss", float("nan")))
+        model.ensure_expert(name, dataset.hardware_vector)
+        own = train_expert(
+            model, name, dataset, epochs=max(instruction.epochs, 1), seed=instruction.seed
+        )
+        metrics["expert-loss"] = float(own.get("loss", float("nan")))
+        metrics[WEIGHT_METRIC] = float(dataset.num_candidates)
+        state.rounds_trained += 1
+        content[REC_SHARED] = _record(shared_arrays(model))
+        content[REC_OWN_EXPERT] = _record(expert_arrays(model, name))
+    save_model(model, node.model_path)
+    metrics = {k: v for k, v in metrics.items() if np.isfinite(v)}
+    metrics["train-seconds"] = time.perf_counter() - started
+    state.global_version = instruction.global_version
+    state.last_round = instruction.server_round
+    state.experts = sorted(delivered)
+    state.refused = None
+    state.last_metrics = metrics
+    node.save(state)
+    content[REC_METRICS] = MetricRecord(metrics)
+    content[REC_NODE] = _hello_record(node)
+    return Message(content, reply_to=message)

@@ -1,0 +1,283 @@
+"""Enrolment: a node key, a hardware profile, registration with the SuperLink, a first model.
+
+`simoe-agent enroll --server HOST:PORT --ca CERT --name NAME [--device D]`:
+
+1. creates the node's ECDSA key (P-384, as Flower's SuperNode auth expects) unless
+   the state directory already has one (idempotent);
+2. profiles the hardware (cached: agent.profiler.load_or_profile) and keeps the
+   profile the federation will see;
+3. registers the public key with the SuperLink over TLS (`flwr supernode register`),
+   after checking the server is reachable and the CA certificate is one;
+4. connects once as a SuperNode until the server has sent the global model and the
+   experts of the most similar hardware, so the node can tune zero-shot at once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from schemas import AgentConfig, BadInputError, RunFailure
+from schemas.messages import check_node_name, key_fingerprint
+
+FEDERATION = "simoe"
+
+
+def create_node_key(state_dir: Path) -> tuple[Path, Path, bool]:
+    """(private key path, public key path, created) - an existing key is kept."""
+    keys = state_dir / "keys"
+    private, public = keys / "node.key", keys / "node.pub"
+    if private.exists() and public.exists():
+        return private, public, False
+    keys.mkdir(parents=True, exist_ok=True)
+    os.chmod(keys, 0o700)
+    key = ec.generate_private_key(ec.SECP384R1())
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(pem)
+    public.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return private, public, True
+
+
+def parse_address(server: str) -> tuple[str, int]:
+    host, sep, port = server.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise BadInputError(f"server {server!r}: expected HOST:PORT, e.g. 127.0.0.1:9093")
+    return host, int(port)
+
+
+def check_ca(ca: Path) -> bytes:
+    """The CA certificate's bytes; BadInputError if it is not a PEM certificate."""
+    try:
+        data = ca.read_bytes()
+    except OSError as exc:
+        raise BadInputError(f"{ca}: cannot read the CA certificate ({exc.strerror})") from None
+    try:
+        x509.load_pem_x509_certificate(data)
+    except ValueError:
+        raise BadInputError(f"{ca}: not a PEM certificate") from None
+    return data
+
+
+def check_server(server: str, ca: Path, timeout: float = 5.0) -> None:
+    """One-line errors for an unreachable server and a certificate that does not verify."""
+    host, port = parse_address(server)
+    context = ssl.create_default_context(cafile=str(ca))
+    context.check_hostname = False  # the dev certificate names 127.0.0.1/localhost only
+    try:
+        with (
+            socket.create_connection((host, port), timeout=timeout) as sock,
+            context.wrap_socket(sock, server_hostname=host),
+        ):
+            return
+    except ssl.SSLCertVerificationError as exc:
+        raise BadInputError(
+            f"server {server}: its certificate does not verify against {ca} ({exc.verify_message})"
+        ) from None
+    except ssl.SSLError as exc:
+        raise RunFailure(f"server {server}: TLS handshake failed ({exc.reason})") from None
+    except OSError as exc:
+        raise RunFailure(f"server {server}: unreachable ({exc.strerror or exc})") from None
+
+
+def flwr_home(state_dir: Path) -> Path:
+    """A private FLWR_HOME with the federation's connection settings (flwr CLI reads it)."""
+    return state_dir / "flwr"
+
+
+def write_flwr_config(state_dir: Path, server: str, ca: Path) -> Path:
+    home = flwr_home(state_dir)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(
+        "[superlink]\n"
+        f'default = "{FEDERATION}"\n\n'
+        f"[superlink.{FEDERATION}]\n"
+        f'address = "{server}"\n'
+        f'root-certificates = "{ca.resolve()}"\n'
+    )
+    return home
+
+
+def flwr_env(home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {"FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
+    )
+    return env
+
+
+def flwr_bin(name: str) -> str:
+    """A Flower executable next to this interpreter (the venv), else from PATH."""
+    candidate = Path(sys.executable).with_name(name)
+    return str(candidate) if candidate.exists() else name
+
+
+def register_key(state_dir: Path, server: str, ca: Path, public_key: Path) -> str:
+    """`flwr supernode register`; an already registered key counts as success."""
+    home = write_flwr_config(state_dir, server, ca)
+    result = subprocess.run(
+        [flwr_bin("flwr"), "supernode", "register", str(public_key), FEDERATION],
+        capture_output=True,
+        text=True,
+        env=flwr_env(home),
+        timeout=60,
+    )
+    text = (result.stdout + result.stderr).strip()
+    if result.returncode == 0:
+        return "registered"
+    if "already" in text.lower():
+        return "already registered"
+    last = text.splitlines()[-1] if text else f"exit code {result.returncode}"
+    raise RunFailure(f"registering the node key with {server} failed: {last}")
+
+
+@dataclass
+class EnrollResult:
+    name: str
+    device: str
+    state_dir: str
+    key_fingerprint: str
+    key_created: bool
+    registration: str
+    global_version: int
+    experts: list[str]
+    model_path: str | None
+
+
+def enroll(
+    *,
+    state_dir: Path,
+    server: str,
+    ca: Path,
+    name: str,
+    device: str,
+    download: bool = True,
+    download_timeout: float = 180.0,
+    supernode_port: int | None = None,
+) -> EnrollResult:
+    """Enrol this node (idempotent: running it again keeps the key and the registration)."""
+    try:
+        check_node_name(name)
+    except ValueError as exc:
+        raise BadInputError(str(exc)) from None
+    parse_address(server)
+    check_ca(ca)
+    config = AgentConfig.load(state_dir)
+    if config.name and config.name != name:
+        raise BadInputError(
+            f"{state_dir}: already enrolled as {config.name!r}; use another --state-dir"
+        )
+    check_server(server, ca)
+    from agent.client_app import NodeState
+
+    node = NodeState(state_dir)
+    _, public, created = create_node_key(state_dir)
+    config = config.model_copy(
+        update={"name": name, "device": device, "server": server, "ca_cert": ca.resolve()}
+    )
+    config.state_dir = state_dir
+    config.save()
+    if not node.profile_path.exists() or node.profile().device != device:
+        from agent.devices import get_device
+        from agent.profiler import load_or_profile
+
+        node.save_profile(load_or_profile(get_device(device), state_dir))
+    registration = register_key(state_dir, server, ca, public)
+    if download:
+        fetch_model(state_dir, timeout=download_timeout, port=supernode_port)
+    state = node.load()
+    return EnrollResult(
+        name=name,
+        device=device,
+        state_dir=str(state_dir),
+        key_fingerprint=key_fingerprint(public.read_bytes()),
+        key_created=created,
+        registration=registration,
+        global_version=state.global_version,
+        experts=state.experts,
+        model_path=str(node.model_path) if node.model_path.exists() else None,
+    )
+
+
+def supernode_command(state_dir: Path, port: int | None = None) -> list[str]:
+    """The flower-supernode command line of this node (TLS + node key auth)."""
+    config = AgentConfig.load(state_dir)
+    if not config.server or not config.ca_cert:
+        raise BadInputError(f"{state_dir}: not enrolled (no server); run enroll")
+    command = [
+        flwr_bin("flower-supernode"),
+        "--superlink",
+        config.server,
+        "--root-certificates",
+        str(config.ca_cert),
+        "--auth-supernode-private-key",
+        str(state_dir / "keys" / "node.key"),
+        "--node-config",
+        f'state-dir="{state_dir.resolve()}"',
+        "--max-retries",
+        "0",
+    ]
+    if port is not None:
+        command += ["--clientappio-api-address", f"127.0.0.1:{port}"]
+    return command
+
+
+def fetch_model(state_dir: Path, *, timeout: float, port: int | None = None) -> None:
+    """Run the SuperNode until the server has delivered a model and a bank (or refused us)."""
+    from agent.client_app import NodeState
+
+    node = NodeState(state_dir)
+    before = node.load()
+    log_path = state_dir / "logs" / "enroll-supernode.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            supernode_command(state_dir, port),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=flwr_env(flwr_home(state_dir)),
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = node.load()
+            if state.refused:
+                raise BadInputError(f"the server refused this node: {state.refused}")
+            if state.last_round > before.last_round and node.model_path.exists():
+                return
+            if process.poll() is not None:
+                raise RunFailure(
+                    f"the SuperNode exited with code {process.returncode} "
+                    f"(key not registered, or server gone); see {log_path}"
+                )
+            time.sleep(0.5)
+        raise RunFailure(
+            f"no model from the server within {timeout:.0f} s (is a run going?); see {log_path}"
+        )
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
