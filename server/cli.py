@@ -1,9 +1,22 @@
-"""`simoe-server`: start the federation and watch it."""
+"""`simoe-server`: start the federation and watch it.
+
+Monitoring commands read the registry (`STATE_DIR/registry.sqlite`) only, so they
+work while the server runs (WAL) and after it stopped.
+"""
 
 from __future__ import annotations
 
-import typer
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from schemas import BadInputError
 from schemas.errors import run_cli
 
 app = typer.Typer(
@@ -13,11 +26,273 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+console = Console()
+err_console = Console(stderr=True)
+
+StateDirOption = typer.Option(
+    None, "--state-dir", help="the server's state directory (default $SIMOE_HOME/server)"
+)
+JsonOption = typer.Option(False, "--json", help="print JSON for scripts instead of a table")
+VerboseOption = typer.Option(False, "--verbose", "-v", help="show tracebacks on errors")
+
+
+def default_state_dir() -> Path:
+    home = os.environ.get("SIMOE_HOME")
+    return (Path(home) if home else Path.home() / ".simoe") / "server"
+
+
+def registry_path(state_dir: Path | None) -> Path:
+    return (state_dir or default_state_dir()) / "registry.sqlite"
+
+
+def open_registry(state_dir: Path | None):  # noqa: ANN201 - server.registry.Registry
+    from server.registry import Registry
+
+    path = registry_path(state_dir)
+    if not path.exists():
+        raise BadInputError(f"{path}: no registry (start the server or pass --state-dir)")
+    return Registry(path)
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row))
+    console.print(table)
+
+
+def _fmt_bytes(n: int | None) -> str:
+    if not n:
+        return "0"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
 
 
 @app.callback()
 def _root() -> None:
     """The SiMoE federation server."""
+
+
+@app.command()
+def status(
+    state_dir: Path | None = StateDirOption,
+    as_json: bool = JsonOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """One line per fact: nodes, experts, rounds, the global model version."""
+    with open_registry(state_dir) as registry:
+        rounds = registry.rounds()
+        last = rounds[-1] if rounds else None
+        traffic = registry.traffic(last.round) if last else []
+        data = {
+            "registry": str(registry.path),
+            "nodes": len(registry.nodes()),
+            "experts": len(registry.experts()),
+            "rounds": len(rounds),
+            "last_round": last.model_dump() if last else None,
+            "global_version": registry.global_version(),
+            "rejections": len(registry.rejections()),
+            "last_round_bytes_per_node": (
+                sum(t["bytes_down"] + t["bytes_up"] for t in traffic) / len(traffic)
+                if traffic
+                else 0
+            ),
+        }
+    if as_json:
+        print_json(data)
+        return
+    rows = [
+        ("registry", data["registry"]),
+        ("nodes", data["nodes"]),
+        ("experts", data["experts"]),
+        ("rounds", data["rounds"]),
+        ("global model version", data["global_version"]),
+        ("rejected updates", data["rejections"]),
+    ]
+    if last:
+        rows.append(("last round", f"{last.round} ({last.status}, {last.finished_at or '...'})"))
+        rows.append(
+            ("bytes per node, last round", _fmt_bytes(int(data["last_round_bytes_per_node"])))
+        )
+    print_table("SiMoE server", ["", "value"], rows)
+
+
+@app.command()
+def nodes(
+    state_dir: Path | None = StateDirOption,
+    as_json: bool = JsonOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """The enrolled nodes: name, device, key fingerprint, rounds trained, last seen."""
+    with open_registry(state_dir) as registry:
+        rows = registry.nodes()
+    if as_json:
+        print_json(rows)
+        return
+    print_table(
+        "nodes",
+        ["name", "device", "simulated", "key", "flower node id", "rounds", "last seen"],
+        [
+            (
+                r["name"],
+                r["device"],
+                "yes" if r["simulated"] else "no",
+                r["node_key"][:12],
+                r["flower_node_id"],
+                r["rounds"],
+                r["last_seen"],
+            )
+            for r in rows
+        ],
+    )
+
+
+@app.command()
+def rounds(
+    state_dir: Path | None = StateDirOption,
+    as_json: bool = JsonOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """Every round: who took part, rejections, failures, bytes moved, the model version."""
+    with open_registry(state_dir) as registry:
+        data = []
+        for info in registry.rounds():
+            traffic = registry.traffic(info.round)
+            metrics = registry.metrics(info.round)
+            losses = [m["value"] for m in metrics if m["key"] == "expert-loss"]
+            data.append(
+                info.model_dump()
+                | {
+                    "bytes_down": sum(t["bytes_down"] for t in traffic),
+                    "bytes_up": sum(t["bytes_up"] for t in traffic),
+                    "mean_expert_loss": sum(losses) / len(losses) if losses else None,
+                }
+            )
+    if as_json:
+        print_json(data)
+        return
+    print_table(
+        "rounds",
+        [
+            "round",
+            "status",
+            "sampled",
+            "replied",
+            "rejected",
+            "failed",
+            "down",
+            "up",
+            "loss",
+            "model",
+        ],
+        [
+            (
+                d["round"],
+                d["status"],
+                d["sampled"],
+                d["replied"],
+                d["rejected"],
+                d["failed"],
+                _fmt_bytes(d["bytes_down"]),
+                _fmt_bytes(d["bytes_up"]),
+                f"{d['mean_expert_loss']:.4f}" if d["mean_expert_loss"] is not None else "",
+                f"v{d['global_version']}",
+            )
+            for d in data
+        ],
+    )
+
+
+@app.command()
+def experts(
+    state_dir: Path | None = StateDirOption,
+    as_json: bool = JsonOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """The expert registry: one expert per node, its version and size."""
+    with open_registry(state_dir) as registry:
+        infos = registry.experts()
+    if as_json:
+        print_json([i.model_dump() for i in infos])
+        return
+    print_table(
+        "experts",
+        ["name", "device", "simulated", "version", "round", "examples", "size"],
+        [
+            (
+                i.name,
+                i.device,
+                "yes" if i.simulated else "no",
+                i.version,
+                i.round,
+                i.num_examples,
+                _fmt_bytes(i.bytes),
+            )
+            for i in infos
+        ],
+    )
+
+
+@app.command()
+def similarity(
+    state_dir: Path | None = StateDirOption,
+    plot: Path | None = typer.Option(None, "--plot", help="write a heatmap PNG here"),
+    as_json: bool = JsonOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """cos(z_i, z_j) between the nodes' hardware, by the current global encoder."""
+    from server.similarity import similarity_matrix
+
+    with open_registry(state_dir) as registry:
+        latest = registry.latest_global()
+        profiles = registry.profiles()
+    if latest is None or not profiles:
+        raise BadInputError("no global model or no node profiles in the registry yet")
+    version, arrays = latest
+    names, matrix = similarity_matrix(arrays, profiles)
+    if plot is not None:
+        write_heatmap(plot, names, matrix, f"hardware similarity (global model v{version})")
+    if as_json:
+        print_json({"version": version, "names": names, "matrix": matrix.round(4).tolist()})
+        return
+    print_table(
+        f"similarity, global model v{version}",
+        ["", *names],
+        [(n, *(f"{v:+.2f}" for v in row)) for n, row in zip(names, matrix, strict=True)],
+    )
+    if plot is not None:
+        console.print(f"heatmap written to {plot}")
+
+
+def write_heatmap(path: Path, names: list[str], matrix: Any, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    size = max(4.0, 0.6 * len(names) + 2)
+    fig, ax = plt.subplots(figsize=(size, size * 0.85))
+    image = ax.imshow(matrix, vmin=-1, vmax=1, cmap="RdBu_r")
+    ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
+    ax.set_yticks(range(len(names)), names)
+    for i in range(len(names)):
+        for j in range(len(names)):
+            ax.text(j, i, f"{matrix[i][j]:.2f}", ha="center", va="center", fontsize=8)
+    fig.colorbar(image, ax=ax, label="cos(z_i, z_j)")
+    ax.set_title(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def main() -> None:
