@@ -1,0 +1,163 @@
+"""`simoe-agent tune`: tune one operator or a whole network on a device, into the store."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from agent.cli.app import (
+    JsonOption,
+    StateDirOption,
+    VerboseOption,
+    app,
+    console,
+    err_console,
+    load_config,
+    print_json,
+    print_table,
+)
+from schemas import BadInputError
+from schemas.tuning import TuneResult
+
+
+class _TaskBars:
+    """One rich progress bar per task, created when its first batch is measured."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.bars: dict[str, int] = {}
+
+    def __call__(self, task_name: str, measured: int, budget: int) -> None:
+        if task_name not in self.bars:
+            self.bars[task_name] = self.progress.add_task(task_name[:40], total=budget)
+        self.progress.update(self.bars[task_name], completed=min(measured, budget))
+
+
+def _us(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e6:.1f}"
+
+
+def _print_result(result: TuneResult) -> None:
+    label = "simulated" if result.simulated else "measured"
+    rows = [
+        (
+            t.task_name,
+            f"{t.weight:g}",
+            t.trials,
+            _us(t.best_latency_s),
+            _us(t.untuned_latency_s),
+            "-" if t.speedup is None else f"{t.speedup:.1f}x",
+            "-" if t.gflops is None else f"{t.gflops:.1f}",
+        )
+        for t in result.tasks
+    ]
+    print_table(
+        f"{result.subject} on {result.device} ({label}, cost model {result.cost_model}, "
+        f"{result.trials} trials, search {result.search_wall_s:.0f} s)",
+        ["task", "weight", "trials", "best (us)", "untuned (us)", "speedup", "GFLOP/s"],
+        rows,
+    )
+    check = result.network
+    if check is None:
+        return
+    if not check.compiled:
+        console.print(f"network not run: {check.reason}")
+        return
+    verdict = "matches PyTorch" if check.matches else "DOES NOT match the reference"
+    console.print(
+        f"end-to-end latency {_us(check.latency_s)} us; {verdict} "
+        f"(max abs error {check.max_abs_error:.2e}, output scale {check.reference_scale:.2e})"
+    )
+
+
+@app.command("tune")
+def tune(
+    workload: str | None = typer.Option(
+        None,
+        "--workload",
+        "-w",
+        help="an operator: OP:D1,D2,... (e.g. matmul:512,512,512) "
+        "or te:<family>:<index> (MetaSchedule's workloads, e.g. te:C2D:0)",
+    ),
+    model: str | None = typer.Option(
+        None,
+        "--model",
+        "-m",
+        help="a network: an .onnx file or a suite name "
+        "(resnet50, mobilenet_v2, bert_layer, tiny_cnn, tiny_mlp)",
+    ),
+    device_name: str | None = typer.Option(
+        None, "--device", "-d", help="cpu, cuda:N or sim:<gpu> (default: the node's device)"
+    ),
+    trials: int | None = typer.Option(
+        None, "--trials", "-n", help="candidates to measure, per task (default: the config's)"
+    ),
+    cost_model: str | None = typer.Option(
+        None, "--cost-model", help="xgb, mlp, random or simoe (default: the config's)"
+    ),
+    seed: int = typer.Option(0, "--seed", help="seed of the search"),
+    baseline: bool = typer.Option(
+        True, "--baseline/--no-baseline", help="also measure the untuned default schedule"
+    ),
+    json_out: bool = JsonOption,
+    verbose: bool = VerboseOption,
+    state_dir: Path | None = StateDirOption,
+) -> None:
+    """Tune an operator or a network with MetaSchedule; every measurement goes to the store."""
+    from agent.devices import get_device
+    from agent.networks import NETWORK_SUITE
+    from agent.store import Store
+    from agent.tuner import check_cost_model, tune_network, tune_workload
+    from agent.workloads import parse_workload
+
+    if (workload is None) == (model is None):
+        raise BadInputError("give exactly one of --workload SPEC or --model FILE|NAME")
+    config = load_config(state_dir)
+    parsed = parse_workload(workload) if workload is not None else None
+    if model is not None and model not in NETWORK_SUITE and not Path(model).is_file():
+        known = ", ".join(NETWORK_SUITE)
+        raise BadInputError(f"--model {model!r}: no such file, and not a network ({known})")
+    trials = config.trials_per_task if trials is None else trials
+    if trials < 1:
+        raise BadInputError(f"--trials must be at least 1, got {trials}")
+    cost_model = cost_model or config.cost_model
+    check_cost_model(cost_model)
+    device = get_device(device_name or config.device)
+
+    log_level = logging.INFO if verbose else logging.WARNING
+    with (
+        Store(config.store_path) as store,
+        Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=json_out,
+        ) as progress,
+    ):
+        profile = store.latest_profile(device.name)
+        profile_id = profile.profile_id if profile is not None else None
+        bars = _TaskBars(progress)
+        if parsed is not None:
+            result = tune_workload(
+                parsed, device, store, trials=trials, cost_model=cost_model, progress=bars,
+                seed=seed, baseline=baseline, profile_id=profile_id, log_level=log_level,
+            )  # fmt: skip
+        else:
+            assert model is not None
+            status = progress.add_task(f"importing {model} and extracting tasks", total=None)
+            result = tune_network(
+                model, device, store, trials_per_task=trials, cost_model=cost_model,
+                progress=bars, seed=seed, baseline=baseline, profile_id=profile_id,
+                log_level=log_level,
+                on_stage=lambda text: progress.update(status, description=text),
+            )  # fmt: skip
+            progress.update(status, visible=False)
+    if json_out:
+        print_json(result.model_dump(mode="json"))
+    else:
+        _print_result(result)

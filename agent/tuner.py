@@ -1,0 +1,482 @@
+"""Tune operators and whole networks with MetaSchedule on a device, into the node's store.
+
+Every candidate MetaSchedule measures goes through the store's `PyDatabase`, so it lands in
+SQLite at once. The cost model that guides the search is pluggable: MetaSchedule's own
+("xgb", "mlp", "random") or any factory registered in `COST_MODELS` ("simoe" looks up
+`simoe_model.cost_model.SiMoECostModel` when asked for). After tuning, `compile_tir` /
+`compile_relax` read the best schedules back from the same database, and the tuned result is
+measured against the untuned default schedule (and, for a network, checked against PyTorch).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+import simoe_model.tvm_compat  # noqa: F401  (patch inspect before tvm is imported)
+from agent.networks import Network, extract_network_tasks, load_network, one_line_of
+from agent.store import workload_key_of
+from agent.workloads import Workload, flops, prim_func
+from schemas import BadInputError, RunFailure
+from schemas.tuning import NetworkCheck, TaskResult, TuneResult
+
+if TYPE_CHECKING:
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from agent.devices.base import Device
+    from agent.store import Store
+
+# A cost model factory gets the device and the store (for models that learn from the node's
+# own records) and returns a MetaSchedule CostModel or one of MetaSchedule's names.
+CostModelFactory = Callable[["Device", "Store"], "ms.cost_model.CostModel | str"]
+
+# (task name, candidates measured so far in this task, trial budget of this task)
+ProgressHook = Callable[[str, int, int], None]
+
+
+def _builtin(name: str) -> CostModelFactory:
+    return lambda _device, _store: name
+
+
+def _simoe_class() -> type:
+    """SiMoE's MetaSchedule adapter, looked up only when asked for (it may not exist yet)."""
+    try:
+        return importlib.import_module("simoe_model.cost_model").SiMoECostModel
+    except (ImportError, AttributeError):
+        raise BadInputError(
+            "cost model 'simoe' is not available yet "
+            "(simoe_model.cost_model.SiMoECostModel is missing); use xgb, mlp or random"
+        ) from None
+
+
+def _simoe_cost_model(device: Device, store: Store) -> ms.cost_model.CostModel:
+    """`SiMoECostModel.for_node(device, store)` if it has one, else `(device=, store=)`."""
+    cls = _simoe_class()
+    if hasattr(cls, "for_node"):
+        return cls.for_node(device, store)
+    return cls(device=device, store=store)
+
+
+COST_MODELS: dict[str, CostModelFactory] = {
+    "xgb": _builtin("xgb"),
+    "mlp": _builtin("mlp"),
+    "random": _builtin("random"),
+    "simoe": _simoe_cost_model,
+}
+
+
+def register_cost_model(name: str, factory: CostModelFactory) -> None:
+    """Make `--cost-model NAME` available (e.g. a SiMoE variant from another module)."""
+    COST_MODELS[name] = factory
+
+
+def check_cost_model(name: str) -> None:
+    """Fail early, with one line, for a cost model that is unknown or not installed."""
+    if name not in COST_MODELS:
+        raise BadInputError(f"unknown cost model {name!r} (known: {', '.join(COST_MODELS)})")
+    if name == "simoe" and COST_MODELS[name] is _simoe_cost_model:
+        _simoe_class()
+
+
+def make_cost_model(name: str, device: Device, store: Store) -> ms.cost_model.CostModel | str:
+    if name not in COST_MODELS:
+        known = ", ".join(COST_MODELS)
+        raise BadInputError(f"unknown cost model {name!r} (known: {known})")
+    return COST_MODELS[name](device, store)
+
+
+def _progress_callback(
+    task_names: list[str], budgets: list[int], hook: ProgressHook | None, counts: list[int]
+) -> ms.measure_callback.MeasureCallback:
+    """A MeasureCallback that counts measured candidates per task and reports them."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+    @derived_object
+    class _Progress(PyMeasureCallback):
+        def apply(
+            self,
+            task_scheduler: Any,
+            task_id: int,
+            measure_candidates: list[Any],
+            builder_results: list[Any],
+            runner_results: list[Any],
+        ) -> None:
+            counts[task_id] += len(runner_results)
+            if hook is not None:
+                hook(task_names[task_id], counts[task_id], budgets[task_id])
+
+    return _Progress()
+
+
+def _task_loggers(work_dir: str, task_names: list[str], console_level: int) -> list[Any]:
+    """MetaSchedule's per-task loggers, with its console output on stderr at `console_level`.
+
+    MetaSchedule logs to stdout by default, which would break `--json`; its full logs still go
+    to files under `work_dir/logs`.
+    """
+    from tvm.s_tir.meta_schedule import logging as ms_logging
+
+    log_dir = Path(work_dir) / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    width = len(str(len(task_names) - 1))
+    names = [
+        f"{ms_logging.__name__}.task_{i:0{width}d}_{name[:100]}"
+        for i, name in enumerate(task_names)
+    ]
+    console = {
+        "class": "logging.StreamHandler",
+        "stream": "ext://sys.stderr",
+        "formatter": "tvm.s_tir.meta_schedule.standard_formatter",
+        "level": logging.getLevelName(console_level),
+    }
+    ms_logging.create_loggers(
+        log_dir=str(log_dir),
+        params=[{"log_dir": str(log_dir), "logger_name": name} for name in names],
+        logger_config={"handlers": {"tvm.s_tir.meta_schedule.console": console}},
+    )
+    return [logging.getLogger(name) for name in names]
+
+
+def _measure_callbacks(device: Device, progress: ms.measure_callback.MeasureCallback) -> list[Any]:
+    from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback, RemoveBuildArtifact
+
+    callbacks = list(MeasureCallback.create("default"))
+    if device.simulated:  # its "artifacts" are keys, not files
+        callbacks = [c for c in callbacks if not isinstance(c, RemoveBuildArtifact)]
+    return [*callbacks, progress]
+
+
+@dataclass
+class _Task:
+    name: str
+    mod: tvm.IRModule  # the TIR module MetaSchedule tunes (as the database sees it)
+    weight: float
+    flops: float
+    spec: str | None
+
+
+def _default_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """The untuned baseline: as is on a CPU; DLight's default GPU rules on a GPU target."""
+    if target.kind.name != "cuda":
+        return mod
+    import tvm
+    from tvm.s_tir import dlight as dl
+
+    rules = dl.ApplyDefaultSchedule(
+        dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
+        dl.gpu.Fallback(),
+    )  # fmt: skip
+    with target, tvm.transform.PassContext(opt_level=3):
+        return rules(mod)
+
+
+def _median_measure(device: Device, mod: tvm.IRModule, repeat: int) -> float | None:
+    try:
+        return statistics.median(device.measure(mod, repeat=repeat))
+    except Exception:  # noqa: BLE001 - a baseline that cannot be built is reported as missing
+        return None
+
+
+def _task_flops(mod: tvm.IRModule) -> float:
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    try:
+        return float(estimate_tir_flops(mod))
+    except Exception:  # noqa: BLE001
+        return 0.0
+
+
+def _run_search(
+    tasks: list[_Task],
+    device: Device,
+    store: Store,
+    *,
+    trials_per_task: int,
+    cost_model: str,
+    progress: ProgressHook | None,
+    seed: int | None,
+    work_dir: Path | None,
+    profile_id: str | None,
+    log_level: int,
+) -> tuple[ms.database.Database, list[int], float]:
+    """Run MetaSchedule over `tasks`; return the database, trials per task and wall seconds."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.utils import fork_seed
+
+    for task in tasks:
+        store.add_workload(
+            workload_key_of(task.mod), task.name, tvm.ir.save_json(task.mod), task.spec
+        )
+    database = store.ms_database(
+        device=device.name, profile_id=profile_id, simulated=device.simulated
+    )
+    model = make_cost_model(cost_model, device, store)
+    target = device.target()
+    counts = [0] * len(tasks)
+    budgets = [trials_per_task] * len(tasks)
+    callback = _progress_callback([t.name for t in tasks], budgets, progress, counts)
+    with tempfile.TemporaryDirectory(prefix="simoe-tune-") as tmp:
+        logs = str(work_dir or tmp)
+        loggers = _task_loggers(logs, [t.name for t in tasks], log_level)
+        contexts = [
+            ms.TuneContext(
+                mod=task.mod,
+                target=target,
+                space_generator="post-order-apply",
+                search_strategy="evolutionary",
+                task_name=task.name,
+                logger=logger,
+                rand_state=rand_state,
+                num_threads="physical",
+            ).clone()
+            for task, logger, rand_state in zip(
+                tasks, loggers, fork_seed(seed, n=len(tasks)), strict=True
+            )
+        ]
+        started = time.perf_counter()
+        try:
+            ms.tune_tasks(
+                tasks=contexts,
+                task_weights=[t.weight for t in tasks],
+                work_dir=logs,
+                max_trials_global=trials_per_task * len(tasks),
+                max_trials_per_task=trials_per_task,
+                num_trials_per_iter=min(64, trials_per_task),
+                builder=device.builder(),
+                runner=device.runner(),
+                database=database,
+                cost_model=model,
+                measure_callbacks=_measure_callbacks(device, callback),
+                task_scheduler="gradient" if len(tasks) > 1 else "round-robin",
+            )
+        except Exception as exc:  # noqa: BLE001 - MetaSchedule raises TVMError and friends
+            raise RunFailure(f"tuning failed: {one_line_of(exc)}") from exc
+        wall = time.perf_counter() - started
+    return database, counts, wall
+
+
+def _task_result(
+    task: _Task,
+    database: ms.database.Database,
+    device: Device,
+    trials: int,
+    *,
+    baseline: bool,
+    repeat: int,
+) -> TaskResult:
+    """Best schedule from the database, re-measured the same way as the untuned baseline."""
+    from tvm.s_tir import meta_schedule as ms
+
+    target = device.target()
+    best_db: float | None = None
+    workload = database.commit_workload(task.mod)
+    top = database.get_top_k(workload, 1)
+    if top:
+        secs = [float(s) for s in top[0].run_secs]
+        if secs and all(math.isfinite(s) and s < 1e9 for s in secs):
+            best_db = sum(secs) / len(secs)
+    tuned: float | None = None
+    if best_db is not None:
+        schedule = ms.tir_integration.compile_tir(database, task.mod, target)
+        if schedule is not None:
+            tuned = _median_measure(device, schedule.mod, repeat)
+    best = tuned if tuned is not None else best_db
+    untuned = (
+        _median_measure(device, _default_schedule(task.mod, target), repeat) if baseline else None
+    )
+    return TaskResult(
+        task_name=task.name,
+        workload_key=workload_key_of(task.mod),
+        weight=task.weight,
+        trials=trials,
+        flops=task.flops,
+        best_latency_s=best,
+        best_measured_during_tuning_s=best_db,
+        untuned_latency_s=untuned,
+        gflops=(task.flops / best / 1e9) if best and task.flops else None,
+        speedup=(untuned / best) if best and untuned else None,
+    )
+
+
+def tune_workload(
+    workload: Workload,
+    device: Device,
+    store: Store,
+    *,
+    trials: int,
+    cost_model: str = "xgb",
+    progress: ProgressHook | None = None,
+    seed: int | None = 0,
+    baseline: bool = True,
+    repeat: int = 5,
+    work_dir: Path | None = None,
+    profile_id: str | None = None,
+    log_level: int = logging.WARNING,
+) -> TuneResult:
+    """Tune one operator for `trials` candidates; every measurement goes to `store`."""
+    from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
+
+    if trials < 1:
+        raise BadInputError(f"--trials must be at least 1, got {trials}")
+    mod = _normalize_mod(prim_func(workload))
+    task = _Task(name=str(workload), mod=mod, weight=1.0, flops=flops(workload), spec=str(workload))
+    database, counts, wall = _run_search(
+        [task], device, store, trials_per_task=trials, cost_model=cost_model,
+        progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
+        log_level=log_level,
+    )  # fmt: skip
+    result = _task_result(task, database, device, counts[0], baseline=baseline, repeat=repeat)
+    return TuneResult(
+        subject=str(workload),
+        kind="workload",
+        device=device.name,
+        simulated=device.simulated,
+        cost_model=cost_model,
+        trials=counts[0],
+        search_wall_s=wall,
+        tasks=[result],
+    )
+
+
+def tune_network(
+    name_or_path: str | Network,
+    device: Device,
+    store: Store,
+    *,
+    trials_per_task: int,
+    cost_model: str = "xgb",
+    progress: ProgressHook | None = None,
+    seed: int | None = 0,
+    baseline: bool = True,
+    verify: bool = True,
+    repeat: int = 5,
+    work_dir: Path | None = None,
+    profile_id: str | None = None,
+    log_level: int = logging.WARNING,
+    on_stage: Callable[[str], None] | None = None,
+) -> TuneResult:
+    """Tune every task of a network, compile it from the store's best schedules and check it."""
+    if trials_per_task < 1:
+        raise BadInputError(f"--trials must be at least 1, got {trials_per_task}")
+    stage = on_stage or (lambda _text: None)
+    network = name_or_path if isinstance(name_or_path, Network) else load_network(name_or_path)
+    stage(f"{network.name}: extracting tasks")
+    target = device.target()
+    extracted = extract_network_tasks(network, target)
+    stage(f"{network.name}: tuning {len(extracted)} tasks")
+    tasks = [
+        _Task(
+            name=t.task_name,
+            mod=t.dispatched[0],
+            weight=float(t.weight),
+            flops=_task_flops(t.dispatched[0]),
+            spec=None,
+        )
+        for t in extracted
+    ]
+    database, counts, wall = _run_search(
+        tasks, device, store, trials_per_task=trials_per_task, cost_model=cost_model,
+        progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
+        log_level=log_level,
+    )  # fmt: skip
+    stage(f"{network.name}: measuring the best and the untuned schedules")
+    results = [
+        _task_result(t, database, device, n, baseline=baseline, repeat=repeat)
+        for t, n in zip(tasks, counts, strict=True)
+    ]
+    stage(f"{network.name}: compiling and checking against the reference")
+    check = verify_network(network, database, device, repeat=repeat) if verify else None
+    return TuneResult(
+        subject=network.name,
+        kind="network",
+        device=device.name,
+        simulated=device.simulated,
+        cost_model=cost_model,
+        trials=sum(counts),
+        search_wall_s=wall,
+        tasks=results,
+        network=check,
+    )
+
+
+def compile_network(
+    network: Network, database: ms.database.Database, target: tvm.target.Target
+) -> Any:
+    """The network as a Relax VM executable, with the database's best schedules applied."""
+    from tvm.s_tir import meta_schedule as ms
+
+    try:
+        return ms.relax_integration.compile_relax(
+            database, network.mod, target, network.params or None
+        )
+    except Exception as exc:  # noqa: BLE001
+        raise RunFailure(f"compiling {network.name} failed: {one_line_of(exc)}") from exc
+
+
+def _outputs(value: Any) -> list[np.ndarray]:
+    import tvm
+
+    if isinstance(value, tvm.runtime.Tensor):
+        return [value.numpy()]
+    if isinstance(value, (list, tuple)) or hasattr(value, "__len__"):
+        return [o for v in value for o in _outputs(v)]
+    return [np.asarray(value)]
+
+
+def verify_network(
+    network: Network,
+    database: ms.database.Database,
+    device: Device,
+    *,
+    rtol: float = 1e-4,
+    atol: float = 1e-4,
+    repeat: int = 5,
+) -> NetworkCheck:
+    """Compile from the database, run on the example inputs, compare with the reference.
+
+    `atol` is scaled by the largest reference magnitude (a deep network's outputs may be
+    large). A simulated GPU cannot run anything: the check says so instead of passing.
+    """
+    import tvm
+    from tvm import relax
+
+    if device.simulated:
+        return NetworkCheck(compiled=False, reason="simulated device: nothing can run")
+    executable = compile_network(network, database, device.target())
+    dev = tvm.cuda(int(device.name.split(":")[1])) if device.kind == "cuda" else tvm.cpu()
+    vm = relax.VirtualMachine(executable, dev)
+    args = [tvm.runtime.tensor(x, dev) for x in network.inputs]
+    got = _outputs(vm["main"](*args))
+    expected = network.reference(network.inputs)
+    if len(got) != len(expected):
+        return NetworkCheck(
+            compiled=True, matches=False, reason=f"{len(got)} outputs, expected {len(expected)}"
+        )
+    scale = max(float(np.max(np.abs(e))) for e in expected) if expected else 1.0
+    max_err = max(float(np.max(np.abs(g - e))) for g, e in zip(got, expected, strict=True))
+    matches = all(
+        g.shape == e.shape and np.allclose(g, e, rtol=rtol, atol=atol * max(1.0, scale))
+        for g, e in zip(got, expected, strict=True)
+    )
+    timer = vm.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=5)
+    latency = statistics.median(timer(*args).results)
+    return NetworkCheck(
+        compiled=True,
+        matches=matches,
+        max_abs_error=max_err,
+        reference_scale=scale,
+        latency_s=float(latency),
+    )

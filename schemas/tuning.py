@@ -1,0 +1,55 @@
+"""What `simoe-agent tune` reports: per task and, for a network, the compiled whole."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TaskResult(BaseModel):
+    """One tuned task (an operator, or one fused function of a network)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_name: str
+    workload_key: str
+    weight: float = Field(description="how often the network runs this task")
+    trials: int = Field(description="candidates measured in this run")
+    flops: float
+    best_latency_s: float | None = Field(
+        description="the best schedule, re-measured like the untuned one; None if all failed"
+    )
+    best_measured_during_tuning_s: float | None
+    untuned_latency_s: float | None = Field(description="the default schedule; None if unknown")
+    gflops: float | None
+    speedup: float | None = Field(description="untuned / best")
+
+
+class NetworkCheck(BaseModel):
+    """The network compiled from the store's best schedules, run and compared with PyTorch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    compiled: bool
+    matches: bool | None = None
+    max_abs_error: float | None = None
+    reference_scale: float | None = Field(default=None, description="max |reference output|")
+    latency_s: float | None = Field(default=None, description="end-to-end, one inference")
+    reason: str | None = None
+
+
+class TuneResult(BaseModel):
+    """The whole run; with a simulated device every latency is modelled, not measured."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    subject: str = Field(description="the workload spec, network name or model file name")
+    kind: Literal["workload", "network"]
+    device: str
+    simulated: bool
+    cost_model: str
+    trials: int
+    search_wall_s: float = Field(description="wall time of the search (build + measure + model)")
+    tasks: list[TaskResult]
+    network: NetworkCheck | None = None
