@@ -114,6 +114,27 @@ def workload_key_of(mod: tvm.IRModule) -> str:
     return str(tvm_ffi.structural_hash(mod))
 
 
+def plain_json(obj: Any) -> Any:
+    """A JSON value of plain Python types from one holding TVM containers and immediates."""
+    if isinstance(obj, (list, tuple)):
+        return [plain_json(item) for item in obj]
+    if isinstance(obj, dict):
+        return {str(key): plain_json(value) for key, value in obj.items()}
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    from tvm.s_tir.meta_schedule.utils import _json_de_tvm
+
+    return plain_json(_json_de_tvm(obj))
+
+
+def trace_json(trace: Any) -> str:
+    """The canonical JSON text of a MetaSchedule `Trace` (e.g. `candidate.sch.trace`).
+
+    `Store.candidate_id(workload_key, trace_json(trace))` is the id its record gets.
+    """
+    return canonical_json(plain_json(trace.as_json()))
+
+
 def _utc_now() -> datetime:
     return datetime.now(timezone.utc)
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.store import FEATURE_WIDTH, Store, workload_key_of
+from agent.store import FEATURE_WIDTH, Store, trace_json, workload_key_of
 from schemas import (
     FAILED_RUN_SECS,
     AnalyticalSpecs,
@@ -259,6 +259,9 @@ def test_cli_records_and_status_json(tmp_path: Path) -> None:
 # -- MetaSchedule: a real tiny tune into the store ---------------------------------------------
 
 
+_MATMUL_KEY: list[str] = []
+
+
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory: pytest.TempPathFactory):
     """A 32x32x32 matmul tuned for 4 trials on this CPU, straight into a store."""
@@ -289,6 +292,7 @@ def tuned(tmp_path_factory: pytest.TempPathFactory):
         cost_model="random",
         seed=0,
     )
+    _MATMUL_KEY[:] = [workload_key_of(ms.tune_context._normalize_mod(func))]
     yield store, db, func, device.target(), tmp
     store.close()
     del tvm
@@ -310,7 +314,7 @@ def test_tune_writes_through_and_compile_tir_reads_the_best(tuned) -> None:
     fresh = fresh_store.ms_database(device="cpu")
     sch = ms.tir_integration.compile_tir(fresh, func, target)
     assert sch is not None
-    assert json.dumps(sch.trace.as_json()) == json.dumps(best.trace)
+    assert _cid(sch) == Store.candidate_id(best.workload_key, best.trace)
     record = fresh.query_tuning_record(
         ms.tune_context._normalize_mod(func), target, workload_name="main"
     )
@@ -337,6 +341,11 @@ def test_commit_workload_returns_the_same_object(tuned) -> None:
     )
 
 
+def _cid(sch) -> str:
+    """The candidate id of the schedule compile_tir gave back (a matmul-32 schedule)."""
+    return Store.candidate_id(_MATMUL_KEY[0], trace_json(sch.trace))
+
+
 def ms_normalize(func):
     from tvm.s_tir import meta_schedule as ms
 
@@ -356,7 +365,7 @@ def test_ms_json_export_import_round_trip(tuned, tmp_path: Path) -> None:
     assert len(json_db) == 4
     best = store.best_records(device="cpu")[0]
     sch = ms.tir_integration.compile_tir(json_db, func, target)
-    assert json.dumps(sch.trace.as_json()) == json.dumps(best.trace)
+    assert _cid(sch) == Store.candidate_id(best.workload_key, best.trace)
 
     with Store(tmp_path / "other.sqlite") as other:
         assert other.import_ms_json(out, device="sim:t4", simulated=True) == 4
@@ -370,7 +379,7 @@ def test_ms_json_export_import_round_trip(tuned, tmp_path: Path) -> None:
             sorted(r.latency_s or 0 for r in store.records(device="cpu"))
         )
         sch2 = ms.tir_integration.compile_tir(other.ms_database(device="sim:t4"), func, target)
-        assert json.dumps(sch2.trace.as_json()) == json.dumps(best.trace)
+        assert _cid(sch2) == Store.candidate_id(best.workload_key, best.trace)
 
 
 def test_import_refuses_a_non_database_directory(tmp_path: Path) -> None:
