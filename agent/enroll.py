@@ -42,9 +42,10 @@ def create_node_key(state_dir: Path) -> tuple[Path, Path, bool]:
     keys.mkdir(parents=True, exist_ok=True)
     os.chmod(keys, 0o700)
     key = ec.generate_private_key(ec.SECP384R1())
+    # OpenSSH formats: what flower-supernode and `flwr supernode register` read
     pem = key.private_bytes(
         serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
+        serialization.PrivateFormat.OpenSSH,
         serialization.NoEncryption(),
     )
     fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -52,7 +53,7 @@ def create_node_key(state_dir: Path) -> tuple[Path, Path, bool]:
         handle.write(pem)
     public.write_bytes(
         key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
         )
     )
     return private, public, True
@@ -233,11 +234,9 @@ def supernode_command(state_dir: Path, port: int | None = None) -> list[str]:
         str(state_dir / "keys" / "node.key"),
         "--node-config",
         f'state-dir="{state_dir.resolve()}"',
-        "--max-retries",
-        "0",
     ]
-    if port is not None:
-        command += ["--clientappio-api-address", f"127.0.0.1:{port}"]
+    if port is not None:  # its local runtime API; several nodes on one host need distinct ports
+        command += ["--host", "127.0.0.1", "--port", str(port)]
     return command
 
 

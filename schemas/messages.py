@@ -128,20 +128,24 @@ class RoundInfo(BaseModel):
     status: Literal["running", "done", "no-update"]
 
 
-def key_fingerprint(public_key_pem: bytes) -> str:
+def key_fingerprint(public_key: bytes) -> str:
     """A node's identity: sha256 of its public key's DER form, first 32 hex digits.
 
-    Both sides compute it the same way: the node from its key file, the server from
-    the key the SuperLink holds for the node (Flower keeps it as PEM).
+    Both sides compute it the same way: the node from its key file (OpenSSH format,
+    as Flower's SuperNode auth wants), the server from the key the SuperLink holds
+    for the node (PEM).
     """
     import hashlib
 
     from cryptography.hazmat.primitives import serialization
 
     try:
-        key = serialization.load_pem_public_key(public_key_pem)
+        if public_key.lstrip().startswith(b"-----BEGIN"):
+            key = serialization.load_pem_public_key(public_key)
+        else:
+            key = serialization.load_ssh_public_key(public_key)
     except ValueError as exc:
-        raise ValueError(f"not a PEM public key ({exc})") from None
+        raise ValueError(f"not a public key ({exc})") from None
     der = key.public_bytes(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     )

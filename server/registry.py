@@ -74,6 +74,7 @@ class Registry:
                 "first_seen": str,
                 "last_seen": str,
                 "rounds": int,
+                "key_verified": int,
             },
             pk="node_key",
             if_not_exists=True,
@@ -136,8 +137,14 @@ class Registry:
 
     # -- nodes and profiles -------------------------------------------------------------
 
-    def upsert_node(self, hello: NodeHello, flower_node_id: int) -> str:
-        """Record who a node is; a name held by another key raises NameTakenError."""
+    def upsert_node(
+        self, hello: NodeHello, flower_node_id: int, *, key_verified: bool = False
+    ) -> str:
+        """Record who a node is; a name held by another key raises NameTakenError.
+
+        `key_verified`: the SuperLink vouched that this node_id holds the key whose
+        fingerprint the node claims (SuperNode authentication).
+        """
         key = hello.key_fingerprint
         owner = list(self.db["nodes"].rows_where("name = ?", [hello.name], limit=1))
         if owner and owner[0]["node_key"] != key:
@@ -155,6 +162,7 @@ class Registry:
                 "simulated": int(profile.simulated),
                 "profile_id": profile.profile_id,
                 "last_seen": stamp,
+                "key_verified": int(key_verified),
             }
             if existing:
                 self.db["nodes"].update(key, row)

@@ -79,12 +79,11 @@ def run_rounds(
         if stop is not None and stop.is_set():
             break
         node_ids = wait_for_nodes(grid, strategy.min_available_nodes, wait_nodes_s, stop)
+        strategy.public_keys = node_public_keys(grid)
         unknown = [n for n in node_ids if n not in strategy.identity]
         if unknown:
             hellos = strategy.hello_messages(unknown, arrays)
-            strategy.handle_hellos(
-                grid.send_and_receive(hellos, timeout=timeout), node_public_keys(grid)
-            )
+            strategy.handle_hellos(grid.send_and_receive(hellos, timeout=timeout))
             refuse_nodes(grid, {n: strategy.refused[n] for n in unknown if n in strategy.refused})
         known = [n for n in node_ids if n in strategy.identity]
         if not known:

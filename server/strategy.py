@@ -206,6 +206,8 @@ class SiMoEStrategy(FedAvg):
         self.seed = seed
         self.identity: dict[int, str] = {}  # Flower node_id -> node key, this run only
         self.refused: dict[int, str] = {}  # node_id -> why it was refused
+        # node_id -> the public key (PEM) the SuperLink authenticated it with, if any
+        self.public_keys: dict[int, bytes] = {}
         self.current: Arrays = {}
         self.outcome = RoundOutcome(round=0)
         self._bytes_down: dict[int, int] = {}
@@ -227,7 +229,7 @@ class SiMoEStrategy(FedAvg):
             messages.append(Message(content, dst_node_id=node_id, message_type=MSG_HELLO))
         return messages
 
-    def read_hello(self, reply: Message, public_keys: Mapping[int, bytes]) -> str:
+    def read_hello(self, reply: Message) -> str:
         """Validate a reply's NodeHello, register the node; returns its node key."""
         node_id = reply.metadata.src_node_id
         record = reply.content.config_records.get(REC_NODE)
@@ -237,11 +239,11 @@ class SiMoEStrategy(FedAvg):
             hello = NodeHello.model_validate_json(str(record["hello"]))
         except ValidationError as exc:
             raise UpdateRejected(f"bad node identity: {exc.errors()[0]['msg']}") from None
-        pem = public_keys.get(node_id)
+        pem = self.public_keys.get(node_id)
         if pem and key_fingerprint(pem) != hello.key_fingerprint:
             raise UpdateRejected("key fingerprint does not match the node's registered key")
         try:
-            node_key = self.registry.upsert_node(hello, node_id)
+            node_key = self.registry.upsert_node(hello, node_id, key_verified=bool(pem))
         except NameTakenError as exc:
             self.refused[node_id] = str(exc)
             raise UpdateRejected(str(exc)) from None
@@ -249,13 +251,13 @@ class SiMoEStrategy(FedAvg):
         self.refused.pop(node_id, None)
         return node_key
 
-    def handle_hellos(self, replies: Iterable[Message], public_keys: Mapping[int, bytes]) -> None:
+    def handle_hellos(self, replies: Iterable[Message]) -> None:
         for reply in replies:
             if reply.has_error():
                 log.warning("node %s: hello failed: %s", reply.metadata.src_node_id, reply.error)
                 continue
             try:
-                self.read_hello(reply, public_keys)
+                self.read_hello(reply)
             except UpdateRejected as exc:
                 log.warning("node %s: refused: %s", reply.metadata.src_node_id, exc)
                 self.registry.add_rejection(
@@ -339,7 +341,7 @@ class SiMoEStrategy(FedAvg):
                 continue
             who = self.identity.get(node_id, f"node_id:{node_id}")
             try:
-                who = self.read_hello(reply, {})
+                who = self.read_hello(reply)
                 update, weight, metrics = self._check_reply(reply)
             except UpdateRejected as exc:
                 self.outcome.rejected[who] = str(exc)

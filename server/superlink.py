@@ -1,0 +1,284 @@
+"""Running the federation with real Flower processes: certificates, SuperLink, the app run.
+
+- `init_certs(DIR)`: a development CA and a server certificate for 127.0.0.1/localhost
+  (ECDSA P-256, `cryptography`); real deployments pass their own.
+- `SuperLink`: `flower-superlink` with TLS, SuperNode authentication, a persistent
+  database, no runtime dependency installation, telemetry off.
+- `submit_run`: `flwr run` of a small generated Flower app whose components are
+  `server.server_app:app` and `agent.client_app:app` (installed packages, so the
+  FAB carries only its pyproject), with the registry path and round settings as
+  run config.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from schemas import BadInputError, RunFailure
+
+CONNECTION = "simoe"  # the connection name in FLWR_HOME/config.toml (agent uses the same)
+RUN_CONFIG_DEFAULTS: dict[str, str | int | float] = {
+    "registry": "",
+    "num-rounds": 0,
+    "k-experts": 3,
+    "epochs": 2,
+    "seed": 0,
+    "min-nodes": 1,
+    "round-timeout": 120.0,
+    "wait-nodes": 3600.0,
+    "robust-clip": 0.0,
+    "robust-trim": 0.0,
+}
+
+
+@dataclass(frozen=True)
+class Certs:
+    ca: Path
+    cert: Path
+    key: Path
+
+
+def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
+    data = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
+def init_certs(directory: Path, *, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> Certs:
+    """A dev CA and a server certificate signed by it; existing files are kept."""
+    certs = Certs(directory / "ca.pem", directory / "server.pem", directory / "server.key")
+    if certs.ca.exists() and certs.cert.exists() and certs.key.exists():
+        return certs
+    directory.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "SiMoE dev CA")])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=365))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    names: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    server_cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+        .issuer_name(ca_name)
+        .public_key(server_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=365))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    _write_key(certs.key, server_key)
+    certs.cert.write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
+    certs.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    return certs
+
+
+def flwr_bin(name: str) -> str:
+    candidate = Path(sys.executable).with_name(name)
+    return str(candidate) if candidate.exists() else name
+
+
+def flwr_env(flwr_home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "FLWR_HOME": str(flwr_home),
+            "FLWR_TELEMETRY_ENABLED": "0",
+            "FLWR_DISABLE_UPDATE_CHECK": "1",
+        }
+    )
+    return env
+
+
+def write_connection(flwr_home: Path, address: str, ca: Path) -> None:
+    """The flwr CLI's connection settings live in FLWR_HOME/config.toml."""
+    flwr_home.mkdir(parents=True, exist_ok=True)
+    (flwr_home / "config.toml").write_text(
+        f'[superlink]\ndefault = "{CONNECTION}"\n\n'
+        f'[superlink.{CONNECTION}]\naddress = "{address}"\n'
+        f'root-certificates = "{ca.resolve()}"\n'
+    )
+
+
+def wait_port(host: str, port: int, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                return True
+        except OSError:
+            time.sleep(0.3)
+    return False
+
+
+class SuperLink:
+    """A flower-superlink process with TLS, node auth and a persistent database."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 9093,
+        certs: Certs | None = None,
+    ) -> None:
+        self.state_dir = state_dir
+        self.host = host
+        self.port = port
+        self.certs = certs or init_certs(state_dir / "certs")
+        self.flwr_home = state_dir / "flwr"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            flwr_bin("flower-superlink"),
+            "--ssl-ca-certfile", str(self.certs.ca),
+            "--ssl-certfile", str(self.certs.cert),
+            "--ssl-keyfile", str(self.certs.key),
+            "--enable-supernode-auth",
+            "--database", str(self.state_dir / "superlink.sqlite"),
+            "--disable-runtime-dependency-installation",
+            "--host", self.host,
+            "--port", str(self.port),
+        ]  # fmt: skip
+
+    def start(self, timeout: float = 60.0) -> SuperLink:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        write_connection(self.flwr_home, self.address, self.certs.ca)
+        log_path = self.state_dir / "logs" / "superlink.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=flwr_env(self.flwr_home),
+                start_new_session=True,
+            )
+        if not wait_port(self.host, self.port, timeout) or self.process.poll() is not None:
+            self.stop()
+            raise RunFailure(f"the SuperLink did not come up on {self.address}; see {log_path}")
+        return self
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def write_app(directory: Path) -> Path:
+    """The Flower app the SuperLink runs: only a pyproject naming installed components."""
+    directory.mkdir(parents=True, exist_ok=True)
+    config_lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in RUN_CONFIG_DEFAULTS.items())
+    (directory / "pyproject.toml").write_text(
+        "[build-system]\n"
+        'requires = ["hatchling"]\n'
+        'build-backend = "hatchling.build"\n\n'
+        "[project]\n"
+        'name = "simoeapp"\n'
+        'version = "1.0.0"\n'
+        'description = "SiMoE federation: shared parts averaged, experts in a registry"\n'
+        'license = "Apache-2.0"\n'
+        "dependencies = []\n\n"
+        "[tool.flwr.app]\n"
+        'publisher = "simoe"\n\n'
+        "[tool.flwr.app.components]\n"
+        'serverapp = "server.server_app:app"\n'
+        'clientapp = "agent.client_app:app"\n\n'
+        "[tool.flwr.app.config]\n"
+        f"{config_lines}\n"
+    )
+    return directory
+
+
+def submit_run(
+    state_dir: Path, address: str, ca: Path, run_config: dict[str, str | int | float]
+) -> str:
+    """`flwr run` the SiMoE app; returns the run id (as text: it is a 64-bit number)."""
+    unknown = set(run_config) - set(RUN_CONFIG_DEFAULTS)
+    if unknown:
+        raise BadInputError(f"unknown run settings {sorted(unknown)}")
+    flwr_home = state_dir / "flwr"
+    write_connection(flwr_home, address, ca)
+    app_dir = write_app(state_dir / "simoeapp")
+    overrides = " ".join(f"{k}={json.dumps(v)}" for k, v in run_config.items())
+    command = [flwr_bin("flwr"), "run", str(app_dir), CONNECTION, "--format", "json"]
+    if overrides:
+        command += ["--run-config", overrides]
+    result = subprocess.run(
+        command, capture_output=True, text=True, env=flwr_env(flwr_home), timeout=120
+    )
+    try:
+        data = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        data = {}
+    if result.returncode != 0 or not data.get("success", False):
+        text = (result.stdout + result.stderr).strip().splitlines()
+        raise RunFailure(f"flwr run failed: {text[-1] if text else result.returncode}")
+    return str(data.get("run-id", data.get("run_id", "")))
