@@ -1,0 +1,107 @@
+"""`simoe-agent enroll | run | submit`: joining the federation and working in it."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+import typer
+
+from agent.cli.app import (
+    JsonOption,
+    StateDirOption,
+    VerboseOption,
+    app,
+    console,
+    print_json,
+    print_table,
+)
+from schemas import AgentConfig
+from schemas.config import default_state_dir
+
+
+def _state_dir(state_dir: Path | None) -> Path:
+    return (state_dir or default_state_dir()).expanduser().resolve()
+
+
+@app.command()
+def enroll(
+    server: str = typer.Option(..., "--server", help="the SuperLink's HOST:PORT"),
+    ca: Path = typer.Option(..., "--ca", help="the federation's CA certificate (PEM)"),
+    name: str = typer.Option(..., "--name", help="this node's name in the federation"),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda:N or sim:<gpu>"),
+    no_download: bool = typer.Option(
+        False, "--no-download", help="only register; the model comes with the first round"
+    ),
+    timeout: float = typer.Option(180.0, "--timeout", help="seconds to wait for the model"),
+    port: int = typer.Option(9094, "--port", help="local port of the node's SuperNode API"),
+    state_dir: Path | None = StateDirOption,
+    as_json: bool = JsonOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """Create the node key, profile the hardware, register, fetch the model (idempotent)."""
+    from agent.enroll import enroll as do_enroll
+
+    with console.status("enrolling: key, profile, registration, first model", spinner="dots"):
+        result = do_enroll(
+            state_dir=_state_dir(state_dir),
+            server=server,
+            ca=ca,
+            name=name,
+            device=device,
+            download=not no_download,
+            download_timeout=timeout,
+            supernode_port=port,
+        )
+    if as_json:
+        print_json(dataclasses.asdict(result))
+        return
+    print_table(
+        f"enrolled {result.name}",
+        ["", "value"],
+        [(k.replace("_", " "), v) for k, v in dataclasses.asdict(result).items()],
+    )
+
+
+@app.command()
+def run(
+    port: int = typer.Option(9094, "--port", help="local port of the node's SuperNode API"),
+    no_tune: bool = typer.Option(False, "--no-tune", help="federate only; leave the queue"),
+    state_dir: Path | None = StateDirOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """Run the node: keep its SuperNode connected and tune queued work between rounds."""
+    from agent.daemon import AgentDaemon
+
+    directory = _state_dir(state_dir)
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    daemon = AgentDaemon(directory, port=port, tune=not no_tune)
+    daemon.install_signal_handlers()
+    raise typer.Exit(daemon.run())
+
+
+@app.command()
+def submit(
+    subject: str = typer.Argument(..., help="an operator (matmul:512,512,512) or a network"),
+    trials: int | None = typer.Option(None, "--trials", help="trials per task"),
+    state_dir: Path | None = StateDirOption,
+    as_json: bool = JsonOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """Queue tuning work for the daemon (`simoe-agent run`)."""
+    from agent.daemon import Queue, make_job
+
+    directory = _state_dir(state_dir)
+    config = AgentConfig.load(directory)
+    job = make_job(subject, trials or config.trials_per_task)
+    path = Queue(directory).put(job)
+    if as_json:
+        print_json(job.model_dump(mode="json") | {"path": str(path)})
+        return
+    print_table(
+        "queued", ["id", "kind", "subject", "trials"], [(job.id, job.kind, job.subject, job.trials)]
+    )

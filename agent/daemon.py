@@ -1,0 +1,315 @@
+"""`simoe-agent run`: the node's long-running daemon.
+
+It keeps the node's SuperNode up (a `flower-supernode` subprocess with the node's key;
+restarted with backoff if it dies), and between rounds tunes the work queued with
+`simoe-agent submit` using the current federated model. Each tuning job runs in its
+own child process, so SIGTERM stops the daemon promptly: the SuperNode and a running
+job are terminated, the job goes back to the queue, and everything resumes at the next
+start. Measurements are safe in the store (SQLite WAL, one transaction per batch).
+
+Queue layout in the state directory:
+  queue/pending/<stamp>-<id>.json   waiting (oldest first)
+  queue/running/<...>.json          being tuned (moved back to pending on restart)
+  queue/done/<...>.json             finished, with the result
+  queue/failed/<...>.json           failed, with the one-line error
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas import AgentConfig, BadInputError
+
+log = logging.getLogger("simoe.agent.daemon")
+QUEUE_STATES = ("pending", "running", "done", "failed")
+
+
+class Job(BaseModel):
+    """One piece of queued work: an operator spec or a network to tune."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
+    kind: Literal["workload", "network"]
+    subject: str
+    trials: int = Field(gt=0)
+    submitted_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    attempts: int = 0
+    cost_model: str | None = None
+    result: dict[str, Any] | None = None
+    error: str | None = None
+
+    @property
+    def filename(self) -> str:
+        return f"{self.submitted_at.strftime('%Y%m%dT%H%M%S%f')}-{self.id}.json"
+
+
+class Queue:
+    """Jobs as files: a crash at any point leaves each job in exactly one state."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.root = state_dir / "queue"
+        for state in QUEUE_STATES:
+            (self.root / state).mkdir(parents=True, exist_ok=True)
+
+    def put(self, job: Job, state: str = "pending") -> Path:
+        path = self.root / state / job.filename
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(job.model_dump_json(indent=2))
+        tmp.replace(path)
+        return path
+
+    def move(self, job: Job, src: str, dst: str) -> Path:
+        target = self.put(job, dst)
+        (self.root / src / job.filename).unlink(missing_ok=True)
+        return target
+
+    def jobs(self, state: str) -> list[Job]:
+        return [
+            Job.model_validate_json(p.read_text())
+            for p in sorted((self.root / state).glob("*.json"))
+        ]
+
+    def recover(self) -> int:
+        """Jobs left running by a crash or a stop go back to pending."""
+        jobs = self.jobs("running")
+        for job in jobs:
+            self.move(job, "running", "pending")
+        return len(jobs)
+
+    def next_pending(self) -> Job | None:
+        pending = self.jobs("pending")
+        return pending[0] if pending else None
+
+
+def make_job(subject: str, trials: int) -> Job:
+    """A job for `subject`: an operator spec (matmul:..., te:...) or a network / .onnx file."""
+    from agent.networks import NETWORK_SUITE
+    from agent.workloads import parse_workload
+
+    if subject in NETWORK_SUITE or subject.lower().endswith(".onnx"):
+        if subject.lower().endswith(".onnx") and not Path(subject).is_file():
+            raise BadInputError(f"{subject}: no such model file")
+        path = str(Path(subject).resolve()) if subject.lower().endswith(".onnx") else subject
+        return Job(kind="network", subject=path, trials=trials)
+    try:
+        parse_workload(subject)
+    except BadInputError as exc:
+        known = ", ".join(NETWORK_SUITE)
+        raise BadInputError(f"{exc} (or give a network: {known}, or an .onnx file)") from None
+    return Job(kind="workload", subject=subject, trials=trials)
+
+
+def cost_model_for(state_dir: Path, config: AgentConfig) -> str:
+    """'simoe' once the node holds a federated model and the adapter exists, else the config's."""
+    if not (state_dir / "federation" / "model.pt").exists():
+        return config.cost_model
+    try:
+        from agent.tuner import check_cost_model
+
+        check_cost_model("simoe")
+    except BadInputError:
+        return config.cost_model
+    return "simoe"
+
+
+def run_job(state_dir: Path, job_path: Path) -> int:
+    """Child process: tune one job into the store; the result goes back into the job file."""
+    from agent.devices import get_device
+    from agent.store import Store
+    from agent.tuner import tune_network, tune_workload
+    from agent.workloads import parse_workload
+
+    job = Job.model_validate_json(job_path.read_text())
+    config = AgentConfig.load(state_dir)
+    device = get_device(config.device)
+    cost_model = job.cost_model or cost_model_for(state_dir, config)
+    with Store(config.store_path) as store:
+        if job.kind == "workload":
+            result = tune_workload(
+                parse_workload(job.subject), device, store, trials=job.trials, cost_model=cost_model
+            )
+        else:
+            result = tune_network(
+                job.subject, device, store, trials_per_task=job.trials, cost_model=cost_model
+            )
+    job.result = json.loads(result.model_dump_json())
+    job.cost_model = cost_model
+    job_path.write_text(job.model_dump_json(indent=2))
+    return 0
+
+
+class AgentDaemon:
+    """Keeps the SuperNode up and works through the queue until told to stop."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        port: int = 9094,
+        poll_s: float = 2.0,
+        supernode: bool = True,
+        tune: bool = True,
+        max_restart_backoff_s: float = 60.0,
+    ) -> None:
+        self.state_dir = state_dir
+        self.port = port
+        self.poll_s = poll_s
+        self.use_supernode = supernode
+        self.tune = tune
+        self.max_backoff = max_restart_backoff_s
+        self.queue = Queue(state_dir)
+        self.stop = threading.Event()
+        self.supernode: subprocess.Popen[bytes] | None = None
+        self.job_process: subprocess.Popen[bytes] | None = None
+        self.logs = state_dir / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self._backoff = 1.0
+        self._next_start = 0.0
+
+    # -- the SuperNode ------------------------------------------------------------------
+
+    def _start_supernode(self) -> None:
+        from agent.enroll import flwr_env, flwr_home, supernode_command
+
+        with open(self.logs / "supernode.log", "ab") as out:
+            self.supernode = subprocess.Popen(
+                supernode_command(self.state_dir, self.port),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=flwr_env(flwr_home(self.state_dir)),
+                start_new_session=True,  # its own group: we stop it and its children together
+            )
+        log.info("SuperNode started (pid %d)", self.supernode.pid)
+
+    def _keep_supernode(self) -> None:
+        if not self.use_supernode:
+            return
+        if self.supernode is not None and self.supernode.poll() is None:
+            self._backoff = 1.0
+            return
+        if self.supernode is not None:
+            log.warning("SuperNode exited with %s; restarting", self.supernode.returncode)
+            self.supernode = None
+            self._next_start = time.monotonic() + self._backoff
+            self._backoff = min(self._backoff * 2, self.max_backoff)
+        if time.monotonic() >= self._next_start:
+            self._start_supernode()
+
+    @staticmethod
+    def _terminate(process: subprocess.Popen[bytes] | None, timeout: float = 15.0) -> None:
+        if process is None or process.poll() is not None:
+            return
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+    # -- tuning jobs --------------------------------------------------------------------
+
+    def _run_next_job(self) -> bool:
+        job = self.queue.next_pending()
+        if job is None:
+            return False
+        job.attempts += 1
+        path = self.queue.move(job, "pending", "running")
+        log.info("tuning %s %s (%d trials)", job.kind, job.subject, job.trials)
+        with open(self.logs / "jobs.log", "ab") as out:
+            self.job_process = subprocess.Popen(
+                [sys.executable, "-m", "agent.daemon", "job", str(self.state_dir), str(path)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        while self.job_process.poll() is None:
+            if self.stop.wait(0.5):
+                self._terminate(self.job_process)
+                self.queue.move(job, "running", "pending")  # resumes at the next start
+                return True
+            self._keep_supernode()
+        code = self.job_process.returncode
+        self.job_process = None
+        job = Job.model_validate_json(path.read_text())
+        if code == 0:
+            self.queue.move(job, "running", "done")
+        else:
+            tail = (self.logs / "jobs.log").read_text(errors="replace").strip().splitlines()
+            job.error = tail[-1] if tail else f"exit code {code}"
+            self.queue.move(job, "running", "failed")
+        return True
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def write_status(self, state: str) -> None:
+        status = {
+            "state": state,
+            "pid": os.getpid(),
+            "supernode_pid": self.supernode.pid if self.supernode else None,
+            "updated_at": datetime.now(timezone.utc).isoformat(),
+            "pending": len(self.queue.jobs("pending")),
+            "done": len(self.queue.jobs("done")),
+            "failed": len(self.queue.jobs("failed")),
+        }
+        tmp = self.state_dir / "daemon.json.tmp"
+        tmp.write_text(json.dumps(status, indent=2))
+        tmp.replace(self.state_dir / "daemon.json")
+
+    def install_signal_handlers(self) -> None:
+        def _stop(signum: int, _frame: object) -> None:
+            log.info("signal %d: stopping", signum)
+            self.stop.set()
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+
+    def run(self) -> int:
+        recovered = self.queue.recover()
+        if recovered:
+            log.info("%d interrupted job(s) back in the queue", recovered)
+        self.write_status("running")
+        try:
+            while not self.stop.is_set():
+                self._keep_supernode()
+                if not (self.tune and self._run_next_job()):
+                    self.stop.wait(self.poll_s)
+                self.write_status("running")
+        finally:
+            self._terminate(self.job_process)
+            self._terminate(self.supernode)
+            self.write_status("stopped")
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m agent.daemon job STATE_DIR JOB_FILE`: the child that runs one job."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) == 3 and args[0] == "job":
+        from schemas.errors import run_cli
+
+        return run_cli(lambda: run_job(Path(args[1]), Path(args[2])), "simoe-agent job")
+    print("usage: python -m agent.daemon job STATE_DIR JOB_FILE", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    import agent  # noqa: F401  (tvm_compat and Flower env before anything else)
+
+    raise SystemExit(main())
