@@ -2,6 +2,7 @@
 
 from schemas.config import AgentConfig, CostModelName
 from schemas.errors import BadInputError, RunFailure, SimoeError
+from schemas.gpu import GpuSpec
 from schemas.hardware import AnalyticalSpecs, DeviceKind, EmpiricalFingerprint, HardwareProfile
 from schemas.messages import NodeFederationState, NodeHello, TrainInstruction
 from schemas.records import FAILED_RUN_SECS, TuningRecord
@@ -16,6 +17,7 @@ __all__ = [
     "CostModelName",
     "DeviceKind",
     "EmpiricalFingerprint",
+    "GpuSpec",
     "HardwareProfile",
     "NodeFederationState",
     "NodeHello",

@@ -1,0 +1,89 @@
+"""The simulated fleet's GPU catalog (catalog.json, validated by `schemas.GpuSpec`)."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from schemas import BadInputError
+from schemas.errors import one_line
+from schemas.gpu import GpuSpec
+
+CATALOG_PATH = Path(__file__).with_name("catalog.json")
+
+
+class GpuCatalog(BaseModel):
+    """The catalog file: a list of spec sheets."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = 1
+    gpus: list[GpuSpec]
+
+
+@lru_cache(maxsize=1)
+def _load(path: str) -> dict[str, GpuSpec]:
+    catalog = GpuCatalog.model_validate_json(Path(path).read_text())
+    specs: dict[str, GpuSpec] = {}
+    for spec in catalog.gpus:
+        if spec.key in specs:
+            raise ValueError(f"catalog: duplicate key {spec.key!r}")
+        specs[spec.key] = spec
+    return specs
+
+
+def load_catalog() -> dict[str, GpuSpec]:
+    """Every GPU of the catalog, by key, in catalog order (Kepler first)."""
+    return dict(_load(str(CATALOG_PATH)))
+
+
+def _normalise(name: str) -> str:
+    return name.strip().lower().replace(" ", "-").replace("_", "-")
+
+
+def _index() -> dict[str, str]:
+    """Lower-case names and aliases -> catalog key."""
+    index: dict[str, str] = {}
+    for key, spec in load_catalog().items():
+        for name in [key, spec.name, *spec.aliases]:
+            index[_normalise(name)] = key
+            index[_normalise(name).replace("-", "")] = key
+    return index
+
+
+def lookup(name: str) -> GpuSpec:
+    """A catalog GPU by key, alias or full name, case-insensitive."""
+    wanted = _normalise(name)
+    index = _index()
+    key = index.get(wanted) or index.get(wanted.replace("-", ""))
+    if key is None:
+        known = ", ".join(load_catalog())
+        raise BadInputError(f"unknown GPU {name!r}: use a catalog name ({known}) or a spec.json")
+    return load_catalog()[key]
+
+
+def load_spec_file(path: Path) -> GpuSpec:
+    """A user's own spec file, validated like a catalog entry; errors name the field."""
+    if not path.is_file():
+        raise BadInputError(f"{path}: no such spec file")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadInputError(f"{path}: not JSON ({exc})") from None
+    try:
+        return GpuSpec.model_validate(data)
+    except ValidationError as exc:
+        raise BadInputError(f"{path}: {one_line(exc)}") from None
+
+
+def resolve(name_or_path: str) -> GpuSpec:
+    """`sim:<name>` or `sim:<path to spec.json>`."""
+    text = name_or_path.strip()
+    if not text:
+        raise BadInputError("sim: needs a GPU name or a spec.json path, e.g. sim:t4")
+    if text.endswith(".json") or "/" in text or Path(text).is_file():
+        return load_spec_file(Path(text))
+    return lookup(text)

@@ -1,0 +1,92 @@
+"""GPU spec sheets: one entry of the simulated fleet's catalog, or a user's own spec file."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+
+from schemas.hardware import AnalyticalSpecs
+
+Architecture = Literal["kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper"]
+FormFactor = Literal["datacenter", "desktop", "embedded"]
+
+
+class GpuSpec(BaseModel):
+    """What NVIDIA's datasheets, whitepapers and the CUDA occupancy table say about one GPU.
+
+    Only public spec-sheet numbers live here; behaviour a spec sheet does not show
+    (L1 caching of global loads, instruction latencies, ...) is a per-architecture
+    parameter of the latency model, keyed by `architecture`.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, description="marketing name, e.g. 'Tesla T4'")
+    key: str = Field(pattern=r"^[a-z0-9][a-z0-9_\-]*$", description="catalog key, e.g. 't4'")
+    aliases: list[str] = Field(default_factory=list, description="other names for `sim:<name>`")
+    architecture: Architecture
+    form_factor: FormFactor
+    compute_capability: float = Field(ge=3.0, le=10.0)
+    sms: PositiveInt = Field(description="streaming multiprocessors")
+    boost_clock_mhz: PositiveFloat
+    fp32_gflops: PositiveFloat = Field(description="peak FP32, FMA = 2 FLOPs")
+    fp16_gflops: PositiveFloat = Field(description="peak FP16 without tensor cores")
+    mem_bandwidth_gbs: PositiveFloat
+    memory_type: str = Field(min_length=1, description="GDDR5, HBM2, LPDDR4, ...")
+    l2_cache_kb: PositiveFloat
+    shared_mem_per_sm_kb: PositiveFloat
+    shared_mem_per_block_kb: PositiveFloat = Field(description="static limit a kernel may use")
+    registers_per_sm: PositiveInt = Field(description="32-bit registers per SM")
+    max_registers_per_thread: PositiveInt = 255
+    max_threads_per_sm: PositiveInt
+    max_threads_per_block: PositiveInt = 1024
+    max_blocks_per_sm: PositiveInt
+    max_warps_per_sm: PositiveInt
+    warp_schedulers_per_sm: PositiveInt
+    warp_size: PositiveInt = 32
+    source: str = Field(min_length=8, description="the public documents the numbers come from")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GpuSpec:
+        if self.max_warps_per_sm * self.warp_size != self.max_threads_per_sm:
+            raise ValueError("max_warps_per_sm * warp_size must equal max_threads_per_sm")
+        if self.shared_mem_per_block_kb > self.shared_mem_per_sm_kb:
+            raise ValueError("shared_mem_per_block_kb exceeds shared_mem_per_sm_kb")
+        if self.max_threads_per_block > self.max_threads_per_sm:
+            raise ValueError("max_threads_per_block exceeds max_threads_per_sm")
+        cores_per_sm = self.fp32_cores_per_sm
+        if not 16 <= cores_per_sm <= 256:
+            raise ValueError(
+                f"fp32_gflops implies {cores_per_sm:.0f} FP32 lanes per SM "
+                "(expected 16..256): check fp32_gflops, sms and boost_clock_mhz"
+            )
+        return self
+
+    @property
+    def fp32_cores_per_sm(self) -> float:
+        """FP32 lanes per SM implied by the peak: GFLOPS / (2 * SMs * GHz)."""
+        return self.fp32_gflops / (2.0 * self.sms * self.boost_clock_mhz / 1000.0)
+
+    def analytical_specs(self) -> AnalyticalSpecs:
+        """The spec-sheet half of a hardware profile."""
+        return AnalyticalSpecs(
+            compute_units=self.sms,
+            clock_mhz=self.boost_clock_mhz,
+            fp32_gflops=self.fp32_gflops,
+            fp16_gflops=self.fp16_gflops,
+            mem_bandwidth_gbs=self.mem_bandwidth_gbs,
+            l2_cache_kb=self.l2_cache_kb,
+            shared_mem_per_unit_kb=self.shared_mem_per_sm_kb,
+            registers_per_unit=self.registers_per_sm,
+            max_threads_per_unit=self.max_threads_per_sm,
+            max_blocks_per_unit=self.max_blocks_per_sm,
+            warp_size=self.warp_size,
+            compute_capability=self.compute_capability,
+        )
+
+    @property
+    def cuda_arch(self) -> str:
+        """`sm_XY` for TVM's cuda target."""
+        major, minor = divmod(round(self.compute_capability * 10), 10)
+        return f"sm_{major}{minor}"
