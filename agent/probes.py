@@ -539,7 +539,7 @@ PROBES: tuple[Probe, ...] = (
         name="exp_sqrt",
         category="compute",
         variants={
-            "llvm": _exp_variant(384, _cpu_flat(parallel=False, lanes=8)),
+            "llvm": _exp_variant(256, _cpu_flat(parallel=False, lanes=8)),
             "cuda": _exp_variant(1 << 22, _gpu_flat(threads=256)),
         },
     ),
@@ -555,7 +555,7 @@ PROBES: tuple[Probe, ...] = (
         name="column_sum",
         category="memory",
         variants={
-            "llvm": _column_sum_variant(64, 1024, _cpu_column_sum),
+            "llvm": _column_sum_variant(48, 1024, _cpu_column_sum),
             "cuda": _column_sum_variant(4096, 4096, _gpu_column_sum),
         },
     ),
@@ -563,7 +563,7 @@ PROBES: tuple[Probe, ...] = (
         name="stencil5",
         category="cache",
         variants={
-            "llvm": _stencil_variant(208, _cpu_stencil),
+            "llvm": _stencil_variant(144, _cpu_stencil),
             "cuda": _stencil_variant(2048, _gpu_stencil),
         },
     ),
@@ -591,7 +591,7 @@ PROBES: tuple[Probe, ...] = (
         name="strided_copy",
         category="memory",
         variants={
-            "llvm": _strided_variant(3 << 16, 16, _cpu_flat(parallel=True, lanes=8, chunk=256)),
+            "llvm": _strided_variant(1 << 17, 16, _cpu_flat(parallel=True, lanes=8, chunk=256)),
             "cuda": _strided_variant(1 << 20, 16, _gpu_flat(threads=256)),
         },
     ),
@@ -608,7 +608,7 @@ PROBES: tuple[Probe, ...] = (
         category="compute",
         variants={
             "llvm": _matmul_variant(
-                64, 64, 64, _cpu_matmul(8, 32, 64, parallel=False), dtype="float16"
+                80, 80, 80, _cpu_matmul(8, 16, 16, parallel=False), dtype="float16"
             ),
             "cuda": _matmul_variant(
                 1024, 1024, 1024, _gpu_matmul(tile=64, thread_tile=4, tile_k=16), "float16"
