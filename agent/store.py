@@ -107,11 +107,16 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), sort_keys=True)
 
 
-def workload_key_of(mod: tvm.IRModule) -> str:
-    """An IRModule's workload key: its structural hash, as MetaSchedule's JSONDatabase writes it."""
-    import tvm_ffi
+def workload_key_of(mod: tvm.IRModule | tvm.tirx.PrimFunc) -> str:
+    """A workload's key: the structural hash, as MetaSchedule's JSONDatabase writes it.
 
-    return str(tvm_ffi.structural_hash(mod))
+    The module is first normalized as MetaSchedule does (a PrimFunc or a one-function
+    module becomes `{"main": func}`), so the key is the one its records get.
+    """
+    import tvm_ffi
+    from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
+
+    return str(tvm_ffi.structural_hash(_normalize_mod(mod)))
 
 
 def plain_json(obj: Any) -> Any:
@@ -202,6 +207,8 @@ class Store:
 
     def _migrate(self) -> None:
         """Create the tables of a new store; refuse a foreign or a newer database."""
+        if self._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+            return  # the common case: no write lock taken just to open the store
         with self._transaction():
             version = self._conn.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
@@ -298,6 +305,12 @@ class Store:
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT(workload_key) DO UPDATE SET "
                 "task_name = excluded.task_name, spec = COALESCE(excluded.spec, spec)",
                 (workload_key, task_name, spec, mod_json, _utc_now().isoformat()),
+            )
+
+    def _replace_mod_json(self, workload_key: str, mod_json: str) -> None:
+        with self._transaction() as conn:
+            conn.execute(
+                "UPDATE workloads SET mod_json = ? WHERE workload_key = ?", (mod_json, workload_key)
             )
 
     def workload(self, workload_key: str) -> dict[str, Any] | None:
@@ -722,41 +735,51 @@ def _from_ms_record(
 
 
 class _WorkloadLoader:
-    """MetaSchedule Workload objects of a store, one object per structurally equal module."""
+    """MetaSchedule Workload objects of a store, one object per structurally equal module.
+
+    A key's module as saved in SQLite is loaded once; modules committed in this
+    process are kept too, so `commit_workload` returns the same object every time.
+    """
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._by_key: dict[str, list[ms.database.Workload]] = {}
+        self._stored: dict[str, ms.database.Workload | None] = {}
+        self._committed: dict[str, list[ms.database.Workload]] = {}
 
     def find(self, mod: tvm.IRModule, key: str | None = None) -> ms.database.Workload | None:
         """The Workload of an equal module: from memory, else from SQLite, else None."""
         import tvm_ffi
 
         key = key or workload_key_of(mod)
-        for workload in self._by_key.get(key, []):
+        for workload in self._committed.get(key, []):
             if tvm_ffi.structural_equal(workload.mod, mod):
                 return workload
-        stored = self.workload(key)
+        stored = self.stored(key)
         if stored is not None and tvm_ffi.structural_equal(stored.mod, mod):
             return stored
         return None
 
-    def workload(self, key: str) -> ms.database.Workload | None:
-        """The stored workload of a key (its module as saved), cached."""
+    def stored(self, key: str) -> ms.database.Workload | None:
+        """The workload of a key as SQLite holds it, loaded once."""
         import tvm
         from tvm.s_tir import meta_schedule as ms
 
-        if key in self._by_key:
-            return self._by_key[key][0]
-        row = self.store.workload(key)
-        if row is None:
-            return None
-        workload = ms.database.Workload(tvm.ir.load_json(row["mod_json"]))
-        self._by_key[key] = [workload]
-        return workload
+        if key not in self._stored:
+            row = self.store.workload(key)
+            self._stored[key] = (
+                None if row is None else ms.database.Workload(tvm.ir.load_json(row["mod_json"]))
+            )
+        return self._stored[key]
 
-    def remember(self, key: str, workload: ms.database.Workload) -> None:
-        self._by_key.setdefault(key, []).append(workload)
+    def workload(self, key: str) -> ms.database.Workload | None:
+        """The Workload records of this key are replayed on."""
+        return self.stored(key)
+
+    def remember(self, key: str, workload: ms.database.Workload, *, saved: bool) -> None:
+        """Keep a committed Workload; `saved`: SQLite now holds its module for the key."""
+        self._committed.setdefault(key, []).append(workload)
+        if saved:
+            self._stored[key] = workload
 
 
 @functools.cache
@@ -785,6 +808,7 @@ def _ms_database_class() -> type:
             self.simulated = simulated
             self.task_name = task_name
             self.loader = _WorkloadLoader(store)
+            self.task_names: dict[str, str] = {}  # by workload key
 
         def has_workload(self, mod: tvm.IRModule) -> bool:
             return self.loader.find(mod) is not None
@@ -795,20 +819,30 @@ def _ms_database_class() -> type:
             if workload is not None:
                 return workload
             workload = ms.database.Workload(mod)
-            if self.store.workload(key) is None:
+            row = self.store.workload(key)
+            if row is None:
                 name = self.task_name or _default_task_name(mod, key)
                 self.store.add_workload(key, name, _save_json(mod))
-            self.loader.remember(key, workload)
+            else:
+                # Same hash, module not structurally equal (e.g. saved before MetaSchedule
+                # normalized it): keep the module MetaSchedule tunes, which queries will use.
+                self.store._replace_mod_json(key, _save_json(mod))
+            self.loader.remember(key, workload, saved=True)
             return workload
+
+        def _task_name(self, key: str, mod: tvm.IRModule) -> str:
+            if key not in self.task_names:
+                row = self.store.workload(key)
+                if row is None:  # a record whose workload was never committed here
+                    self.commit_workload(mod)
+                    row = self.store.workload(key)
+                self.task_names[key] = row["task_name"] if row else key
+            return self.task_names[key]
 
         def commit_tuning_record(self, record: ms.database.TuningRecord) -> None:
             mod = record.workload.mod
             key = workload_key_of(mod)
-            row = self.store.workload(key)
-            if row is None:  # a record whose workload was never committed here
-                self.commit_workload(mod)
-                row = self.store.workload(key)
-            task_name = row["task_name"] if row else key
+            task_name = self._task_name(key, mod)
             self.store.add_records(
                 [
                     _from_ms_record(

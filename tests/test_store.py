@@ -336,6 +336,9 @@ def test_commit_workload_returns_the_same_object(tuned) -> None:
     again = db.commit_workload(tvm.ir.load_json(tvm.ir.save_json(mod)))
     assert first.same_as(again)
     assert db.has_workload(mod)
+    # The key is that of the module MetaSchedule tunes, however the caller spells it.
+    key = store.records()[0].workload_key
+    assert workload_key_of(func) == workload_key_of(tvm.IRModule({"mm": func})) == key
     assert len(store.workloads()) == 1 and store.workloads()[0]["workload_key"] == workload_key_of(
         mod
     )

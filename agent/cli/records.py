@@ -42,14 +42,14 @@ def _latency_us(summary: RecordSummary) -> float | None:
     return None if summary.latency_s is None else summary.latency_s * 1e6
 
 
-def _as_json(summary: RecordSummary) -> dict[str, object]:
-    data = summary.model_dump(mode="json")
+def _as_json(summary: RecordSummary, *, best: bool = False) -> dict[str, object]:
+    data = summary.model_dump(mode="json", exclude=None if best else {"n_records"})
     data["latency_us"] = _latency_us(summary)
     return data
 
 
 def _when(summary: RecordSummary) -> str:
-    return summary.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    return summary.created_at.astimezone().strftime("%m-%d %H:%M:%S")
 
 
 def _latency_cell(summary: RecordSummary) -> str:
@@ -85,7 +85,7 @@ def records_list(
         ["candidate", "task", "device", "latency (us)", "simulated", "when"],
         [
             (
-                s.candidate_id,
+                s.candidate_id[:10],
                 s.task_name,
                 s.device,
                 _latency_cell(s),
@@ -111,11 +111,11 @@ def records_best(
         with store:
             best = store.best_summaries(device=device)
     if json_out:
-        print_json([_as_json(s) for s in best])
+        print_json([_as_json(s, best=True) for s in best])
         return
     print_table(
         "best record per workload and device",
-        ["task", "device", "best latency (us)", "records", "simulated", "candidate", "when"],
+        ["task", "device", "best (us)", "ok records", "simulated", "candidate", "when"],
         [
             (
                 s.task_name,
@@ -123,7 +123,7 @@ def records_best(
                 _latency_cell(s),
                 s.n_records,
                 "simulated" if s.simulated else "measured",
-                s.candidate_id,
+                s.candidate_id[:10],
                 _when(s),
             )
             for s in best
