@@ -164,6 +164,7 @@ class AgentDaemon:
         supernode: bool = True,
         tune: bool = True,
         max_restart_backoff_s: float = 60.0,
+        job_command: list[str] | None = None,
     ) -> None:
         self.state_dir = state_dir
         self.port = port
@@ -171,6 +172,8 @@ class AgentDaemon:
         self.use_supernode = supernode
         self.tune = tune
         self.max_backoff = max_restart_backoff_s
+        # how a job is run: this + [STATE_DIR, JOB_FILE] (tests swap in a stand-in)
+        self.job_command = job_command or [sys.executable, "-m", "agent.daemon", "job"]
         self.queue = Queue(state_dir)
         self.stop = threading.Event()
         self.supernode: subprocess.Popen[bytes] | None = None
@@ -234,7 +237,7 @@ class AgentDaemon:
         log.info("tuning %s %s (%d trials)", job.kind, job.subject, job.trials)
         with open(self.logs / "jobs.log", "ab") as out:
             self.job_process = subprocess.Popen(
-                [sys.executable, "-m", "agent.daemon", "job", str(self.state_dir), str(path)],
+                [*self.job_command, str(self.state_dir), str(path)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
