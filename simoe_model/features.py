@@ -1,0 +1,59 @@
+"""Program features: MetaSchedule's PerStoreFeature rows, log-transformed and packed.
+
+A candidate is a variable number of 164-wide rows (one per buffer store). The
+model encodes each row and sums per candidate, so a batch is packed as one
+[total_rows, 164] array plus the row offsets of each candidate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from tvm.s_tir import meta_schedule as ms
+
+FEATURE_DIM = 164
+
+
+def log_transform(rows: np.ndarray) -> np.ndarray:
+    """sign(x) log1p(|x|): the features span many decades (bytes, loop extents)."""
+    return (np.sign(rows) * np.log1p(np.abs(rows))).astype(np.float32, copy=False)
+
+
+def pack_rows(features: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Transformed rows of all candidates stacked, and the row offsets [n + 1].
+
+    A candidate without rows (nothing stored) keeps an all-zero row, so every
+    candidate has an embedding.
+    """
+    fixed = []
+    for feat in features:
+        feat = np.asarray(feat, dtype=np.float32)
+        if feat.ndim != 2 or feat.shape[1] != FEATURE_DIM:
+            if feat.size == 0:
+                feat = np.zeros((1, FEATURE_DIM), dtype=np.float32)
+            else:
+                raise ValueError(f"expected [n_stores, {FEATURE_DIM}] features, got {feat.shape}")
+        if feat.shape[0] == 0:
+            feat = np.zeros((1, FEATURE_DIM), dtype=np.float32)
+        fixed.append(feat)
+    counts = np.fromiter((f.shape[0] for f in fixed), dtype=np.int64, count=len(fixed))
+    offsets = np.zeros(len(fixed) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    rows = np.concatenate(fixed) if fixed else np.zeros((0, FEATURE_DIM), np.float32)
+    return log_transform(rows), offsets
+
+
+def extract_features(
+    context: ms.TuneContext,
+    candidates: Sequence[ms.MeasureCandidate],
+    extractor: ms.feature_extractor.FeatureExtractor | None = None,
+) -> list[np.ndarray]:
+    """PerStoreFeature rows of each candidate (one [n_stores, 164] array each)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    extractor = extractor or ms.feature_extractor.PerStoreFeature()
+    return [f.numpy().astype(np.float32) for f in extractor.extract_from(context, candidates)]

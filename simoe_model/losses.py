@@ -1,0 +1,90 @@
+"""Losses: listwise ranking within a task, a secondary regression, similarity alignment.
+
+Latency only matters relative to the other candidates of the same task, so the
+main loss ranks candidates within a task (LambdaRank-style, as TenSet and
+MetaSchedule's MLP model). The secondary regression fits log(best/latency)
+after removing each side's task mean, which keeps expert outputs on one scale
+so a gate can mix experts trained apart. The alignment loss teaches the
+hardware encoder that two devices are similar when they rank the same programs alike.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy.stats import spearmanr
+
+
+def relative_throughput(latencies: torch.Tensor) -> torch.Tensor:
+    """best / latency within a task: 1 for the best candidate, in (0, 1] otherwise."""
+    return (latencies.min() / latencies).float()
+
+
+def lambda_rank_loss(
+    scores: torch.Tensor, labels: torch.Tensor, sigma: float = 1.0
+) -> torch.Tensor:
+    """LambdaLoss (NDCG-weighted pairwise logistic) of one task's list.
+
+    `labels` are relevance values, higher = better (relative throughput). Follows
+    MetaSchedule's `lambda_rank_loss` (natural log instead of log2).
+    """
+    n = scores.shape[0]
+    if n < 2:
+        return scores.sum() * 0.0
+    order = torch.argsort(scores, descending=True)
+    s_sorted = scores[order]
+    y_by_pred = labels[order]
+    y_ideal = torch.sort(labels, descending=True).values
+    discount = torch.log2(torch.arange(2, n + 2, dtype=scores.dtype))
+    max_dcg = ((torch.pow(2.0, y_ideal) - 1) / discount).sum().clamp_min(1e-10)
+    gain = (torch.pow(2.0, y_by_pred) - 1) / max_dcg
+    pair_better = (y_by_pred[:, None] - y_by_pred[None, :]) > 0
+    weight = (1.0 / discount[:, None] - 1.0 / discount[None, :]).abs() * (
+        gain[:, None] - gain[None, :]
+    ).abs()
+    diff = (s_sorted[:, None] - s_sorted[None, :]).clamp(-1e4, 1e4)
+    pair_loss = -weight * torch.nn.functional.logsigmoid(sigma * diff)
+    return pair_loss[pair_better].sum()
+
+
+def pairwise_logistic_loss(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean logistic loss over all ordered pairs (RankNet); steadier on tiny lists."""
+    better = (labels[:, None] - labels[None, :]) > 0
+    if not bool(better.any()):
+        return scores.sum() * 0.0
+    diff = scores[:, None] - scores[None, :]
+    return -torch.nn.functional.logsigmoid(diff)[better].mean()
+
+
+def centered_regression_loss(scores: torch.Tensor, latencies: torch.Tensor) -> torch.Tensor:
+    """MSE between task-centered scores and task-centered log(best / latency)."""
+    target = -torch.log(latencies / latencies.min()).float()
+    return torch.mean(((scores - scores.mean()) - (target - target.mean())) ** 2)
+
+
+def ranking_loss(
+    scores: torch.Tensor, latencies: torch.Tensor, reg_weight: float = 0.1
+) -> torch.Tensor:
+    """The task loss: LambdaRank + pairwise logistic + a little centered regression."""
+    labels = relative_throughput(latencies)
+    return (
+        lambda_rank_loss(scores, labels)
+        + pairwise_logistic_loss(scores, labels)
+        + reg_weight * centered_regression_loss(scores, latencies)
+    )
+
+
+def rank_agreement(lat_a: np.ndarray, lat_b: np.ndarray) -> float:
+    """Spearman correlation of two devices' latencies on the same candidates."""
+    if len(lat_a) < 3:
+        return float("nan")
+    rho = spearmanr(lat_a, lat_b).statistic
+    return float(rho) if np.isfinite(rho) else float("nan")
+
+
+def alignment_loss(z: torch.Tensor, pairs: torch.Tensor, agreement: torch.Tensor) -> torch.Tensor:
+    """MSE between cos(z_i, z_j) and the devices' rank agreement, over device pairs."""
+    if len(pairs) == 0:
+        return z.sum() * 0.0
+    cos = torch.cosine_similarity(z[pairs[:, 0]], z[pairs[:, 1]], dim=-1)
+    return torch.mean((cos - agreement) ** 2)

@@ -1,0 +1,433 @@
+"""Training: experts on their own device's data, the shared parts across devices.
+
+- `train_expert`: one node's expert (and, by default, the shared program encoder)
+  on that node's records; with a `ReplayBuffer` it is the continual update.
+- `train_experts`: the same for several devices at once (one process holding a
+  fleet, e.g. the offline benchmark), so the shared program encoder sees all.
+- `train_shared`: hardware encoder and gate. Each device is scored by the
+  mixture of the *other* experts (leave-one-out), which is exactly the zero-shot
+  situation of a new GPU; plus the alignment loss on the devices' rank agreement.
+- `adapt`: few-shot; a new expert starts as a copy of the most similar one and
+  is fine-tuned on the target's first measurements.
+- `predict`: scores of raw PerStoreFeature arrays on a target hardware vector.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from simoe_model.data import DeviceDataset, PackedTask, TaskData
+from simoe_model.features import pack_rows
+from simoe_model.losses import alignment_loss, rank_agreement, ranking_loss
+from simoe_model.model import SiMoE
+
+MIN_STD_FEATURES = 0.1
+MIN_STD_HARDWARE = 0.1
+MIN_DEVICES_FOR_HARDWARE_NORM = 3
+
+
+def _generator(seed: int) -> np.random.Generator:
+    torch.manual_seed(seed)
+    random.seed(seed)
+    return np.random.default_rng(seed)
+
+
+def _pack(tasks: Iterable[TaskData]) -> list[PackedTask]:
+    return [PackedTask.from_task(t) for t in tasks if len(t) >= 2]
+
+
+@torch.no_grad()
+def fit_feature_normalizer(
+    model: SiMoE, tasks: Sequence[PackedTask], max_rows: int = 200_000
+) -> None:
+    """Fit the program encoder's feature statistics on (a sample of) training rows."""
+    rows = torch.cat([t.rows for t in tasks]) if tasks else torch.zeros(0)
+    if len(rows) < 2:
+        return
+    if len(rows) > max_rows:
+        rows = rows[torch.randperm(len(rows))[:max_rows]]
+    norm = model.program_encoder.norm
+    norm.mean.copy_(rows.mean(0))
+    norm.std.copy_(rows.std(0, unbiased=False).clamp_min(MIN_STD_FEATURES))
+
+
+@torch.no_grad()
+def fit_hardware_normalizer(model: SiMoE, hardware_vectors: Sequence[np.ndarray]) -> bool:
+    """Fit h's statistics once enough distinct devices are known; False if too few."""
+    unique = np.unique(np.stack(hardware_vectors), axis=0) if hardware_vectors else []
+    if len(unique) < MIN_DEVICES_FOR_HARDWARE_NORM:
+        return False
+    h = torch.as_tensor(unique, dtype=torch.float32)
+    norm = model.hardware_encoder.norm
+    norm.mean.copy_(h.mean(0))
+    norm.std.copy_(h.std(0, unbiased=False).clamp_min(MIN_STD_HARDWARE))
+    return True
+
+
+def _normalizer_fitted(model: SiMoE) -> bool:
+    norm = model.program_encoder.norm
+    return not (bool((norm.mean == 0).all()) and bool((norm.std == 1).all()))
+
+
+@dataclass
+class ReplayBuffer:
+    """A bounded memory of past tasks for continual training (reservoir over tasks).
+
+    Keeps at most `max_tasks` tasks and `per_task` random candidates of each, so old
+    tasks keep being rehearsed while the node's data grows without bound.
+    """
+
+    max_tasks: int = 64
+    per_task: int = 128
+    seed: int = 0
+    tasks: list[TaskData] = field(default_factory=list)
+    seen: int = 0
+
+    def add(self, tasks: Iterable[TaskData]) -> None:
+        rng = np.random.default_rng(self.seed + self.seen)
+        for task in tasks:
+            if len(task) > self.per_task:
+                task = task.subset(np.sort(rng.choice(len(task), self.per_task, replace=False)))
+            self.seen += 1
+            existing = [i for i, t in enumerate(self.tasks) if t.task_name == task.task_name]
+            if existing:  # a task seen again: keep the newest sample of it
+                self.tasks[existing[0]] = task
+            elif len(self.tasks) < self.max_tasks:
+                self.tasks.append(task)
+            else:
+                slot = int(rng.integers(self.seen))
+                if slot < self.max_tasks:
+                    self.tasks[slot] = task
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+
+def _list_index(task: PackedTask, list_size: int, rng: np.random.Generator) -> np.ndarray:
+    n = len(task)
+    if n <= list_size:
+        return np.arange(n)
+    return np.sort(rng.choice(n, list_size, replace=False))
+
+
+def train_experts(
+    model: SiMoE,
+    datasets: Sequence[tuple[str, DeviceDataset]],
+    *,
+    epochs: int = 30,
+    seed: int = 0,
+    lr: float = 2e-3,
+    train_encoder: bool = True,
+    list_size: int = 64,
+    tasks_per_step: int = 8,
+    weight_decay: float = 1e-5,
+    replay: Sequence[tuple[str, TaskData]] = (),
+) -> dict[str, float]:
+    """Train each named expert on its own device's tasks (one joint loop)."""
+    rng = _generator(seed)
+    started = time.perf_counter()
+    work: list[tuple[str, PackedTask]] = []
+    for name, dataset in datasets:
+        model.ensure_expert(name, dataset.hardware_vector)
+        work += [(name, t) for t in _pack(dataset.tasks)]
+    work += [
+        (name, t)
+        for name, t in zip([n for n, _ in replay], _pack(t for _, t in replay), strict=False)
+    ]
+    if not work:
+        return {"loss": float("nan"), "num-examples": 0.0, "train-seconds": 0.0}
+    if train_encoder and not _normalizer_fitted(model):
+        fit_feature_normalizer(model, [t for _, t in work])
+    params = [p for name in {n for n, _ in work} for p in model.expert(name).parameters()]
+    if train_encoder:
+        params += list(model.program_encoder.parameters())
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    steps_per_epoch = max(1, math.ceil(len(work) / tasks_per_step))
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs * steps_per_epoch)
+    model.train()
+    last = float("nan")
+    for _ in range(epochs):
+        order = rng.permutation(len(work))
+        total = 0.0
+        for step in range(steps_per_epoch):
+            batch = [work[i] for i in order[step * tasks_per_step : (step + 1) * tasks_per_step]]
+            if not batch:
+                continue
+            # one encoder pass for all tasks of the step: rows concatenated, segments offset
+            picks = [_list_index(t, list_size, rng) for _, t in batch]
+            rows, segs, sizes = [], [], []
+            offset = 0
+            for (_, task), idx in zip(batch, picks, strict=True):
+                r, s = task.gather(idx)
+                rows.append(r)
+                segs.append(s + offset)
+                sizes.append(len(idx))
+                offset += len(idx)
+            with torch.set_grad_enabled(train_encoder):
+                e = model.embed(torch.cat(rows), torch.cat(segs), offset)
+            loss = e.new_zeros(())
+            start = 0
+            for (name, task), idx, size in zip(batch, picks, sizes, strict=True):
+                scores = model.expert(name)(e[start : start + size])
+                loss = loss + ranking_loss(scores, task.latencies[idx])
+                start += size
+            loss = loss / len(batch)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            scheduler.step()
+            total += loss.item()
+        last = total / steps_per_epoch
+    model.eval()
+    return {
+        "loss": last,
+        "num-examples": float(sum(len(t) for _, t in work)),
+        "train-seconds": time.perf_counter() - started,
+    }
+
+
+def train_expert(
+    model: SiMoE,
+    name: str,
+    dataset: DeviceDataset,
+    *,
+    epochs: int = 30,
+    seed: int = 0,
+    replay: ReplayBuffer | None = None,
+    **options: float | int | bool,
+) -> dict[str, float]:
+    """Train expert `name` on its own device's data (and the shared program encoder).
+
+    With `replay`, the buffer's old tasks are rehearsed alongside and the new tasks
+    are then added to it: the continual update as records arrive.
+    """
+    old = [(name, t) for t in replay.tasks] if replay is not None else []
+    fresh = {t.task_name for t in dataset.tasks}
+    old = [(n, t) for n, t in old if t.task_name not in fresh]
+    metrics = train_experts(
+        model,
+        [(name, dataset)],
+        epochs=epochs,
+        seed=seed,
+        replay=old,
+        **options,  # type: ignore[arg-type]
+    )
+    if replay is not None:
+        replay.add(dataset.tasks)
+    return metrics
+
+
+def _agreements(datasets: Sequence[DeviceDataset]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Device pairs and the Spearman agreement of their latencies on shared candidates."""
+    pairs, values = [], []
+    index = []
+    for ds in datasets:
+        table: dict[tuple[str, str], float] = {}
+        for task in ds.tasks:
+            if task.candidate_ids is None:
+                continue
+            for cid, lat in zip(task.candidate_ids, task.latencies, strict=True):
+                table[(task.task_name, cid)] = float(lat)
+        index.append(table)
+    for i in range(len(datasets)):
+        for j in range(i + 1, len(datasets)):
+            common = index[i].keys() & index[j].keys()
+            if len(common) < 10:
+                continue
+            by_task: dict[str, list[tuple[float, float]]] = {}
+            for key in common:
+                by_task.setdefault(key[0], []).append((index[i][key], index[j][key]))
+            rhos = [
+                rank_agreement(np.array([a for a, _ in v]), np.array([b for _, b in v]))
+                for v in by_task.values()
+                if len(v) >= 3
+            ]
+            rhos = [r for r in rhos if math.isfinite(r)]
+            if rhos:
+                pairs.append((i, j))
+                values.append(float(np.mean(rhos)))
+    return (
+        torch.as_tensor(pairs, dtype=torch.long).reshape(-1, 2),
+        torch.as_tensor(values, dtype=torch.float32),
+    )
+
+
+def train_shared(
+    model: SiMoE,
+    datasets: Sequence[DeviceDataset],
+    *,
+    epochs: int = 30,
+    seed: int = 0,
+    frozen_experts: bool = True,
+    lr: float = 3e-3,
+    align_weight: float = 1.0,
+    leave_one_out: bool = True,
+    list_size: int = 64,
+    tasks_per_step: int = 16,
+    expert_of: dict[str, str] | None = None,
+) -> dict[str, float]:
+    """Train the hardware encoder and gate (experts and program encoder frozen by default).
+
+    Each device's tasks are scored by the gate's mixture over the bank; with
+    `leave_one_out` the device's own expert (named as the device, or via
+    `expert_of[device]`) is left out, so the gate learns to predict for hardware
+    it has no expert for. The alignment loss pulls cos(z_i, z_j) toward how alike
+    devices i and j rank the same candidates.
+    """
+    rng = _generator(seed)
+    started = time.perf_counter()
+    expert_of = expert_of or {}
+    fit_hardware_normalizer(
+        model,
+        [ds.hardware_vector for ds in datasets]
+        + [model.expert(n).hardware.numpy() for n in model.expert_names],
+    )
+    bank = model.expert_names
+    work: list[tuple[int, PackedTask]] = [
+        (d, t) for d, ds in enumerate(datasets) for t in _pack(ds.tasks)
+    ]
+    hardware = torch.as_tensor(
+        np.stack([ds.hardware_vector for ds in datasets]), dtype=torch.float32
+    )
+    pairs, agreement = _agreements(datasets)
+    params = list(model.hardware_encoder.parameters()) + list(model.gate.parameters())
+    if not frozen_experts:
+        params += list(model.program_encoder.parameters())
+        params += [p for n in bank for p in model.expert(n).parameters()]
+    if not work or not bank:
+        return {"loss": float("nan"), "align-loss": float("nan"), "num-examples": 0.0}
+
+    # Frozen experts and encoder: embeddings and expert outputs never change, compute once.
+    cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    if frozen_experts:
+        with torch.no_grad():
+            for k, (_, task) in enumerate(work):
+                rows, seg = task.gather(np.arange(len(task)))
+                e = model.embed(rows, seg, len(task))
+                cache[k] = (e, torch.stack([model.expert(n)(e) for n in bank], dim=-1))
+
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=1e-5)
+    steps_per_epoch = max(1, math.ceil(len(work) / tasks_per_step))
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs * steps_per_epoch)
+    model.train()
+    last_rank, last_align = float("nan"), float("nan")
+    for _ in range(epochs):
+        order = rng.permutation(len(work))
+        rank_total, align_total = 0.0, 0.0
+        for step in range(steps_per_epoch):
+            chosen = order[step * tasks_per_step : (step + 1) * tasks_per_step]
+            z_bank = model.encode_hardware(torch.stack([model.expert(n).hardware for n in bank]))
+            z_dev = model.encode_hardware(hardware)
+            loss = z_bank.new_zeros(())
+            for k in chosen:
+                d, task = work[k]
+                idx = _list_index(task, list_size, rng)
+                own = expert_of.get(datasets[d].device, datasets[d].device)
+                keep = [i for i, n in enumerate(bank) if not (leave_one_out and n == own)]
+                if not keep:
+                    keep = list(range(len(bank)))
+                if frozen_experts:
+                    e, outputs = cache[k]
+                    e, outputs = e[idx], outputs[idx]
+                else:
+                    rows, seg = task.gather(idx)
+                    e = model.embed(rows, seg, len(idx))
+                    outputs = torch.stack([model.expert(n)(e) for n in bank], dim=-1)
+                keep_t = torch.as_tensor(keep)
+                weights = model.gate(z_dev[d], z_bank[keep_t], e)
+                scores = (weights * outputs[:, keep_t]).sum(-1)
+                loss = loss + ranking_loss(scores, task.latencies[idx])
+            loss = loss / max(1, len(chosen))
+            rank_total += loss.item()
+            if align_weight > 0 and len(pairs):
+                align = alignment_loss(z_dev, pairs, agreement)
+                align_total += align.item()
+                loss = loss + align_weight * align
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            scheduler.step()
+        last_rank, last_align = rank_total / steps_per_epoch, align_total / steps_per_epoch
+    model.eval()
+    return {
+        "loss": last_rank,
+        "align-loss": last_align if len(pairs) else float("nan"),
+        "num-examples": float(sum(len(t) for _, t in work)),
+        "train-seconds": time.perf_counter() - started,
+    }
+
+
+def nearest_expert(model: SiMoE, hardware_vector: np.ndarray, exclude: Iterable[str] = ()) -> str:
+    """The expert whose hardware is most similar to `hardware_vector` in z-space."""
+    skip = set(exclude)
+    names = [n for n in model.expert_names if n not in skip]
+    if not names:
+        raise ValueError("no expert to choose from")
+    sims = [model.similarity(hardware_vector, model.expert(n).hardware.numpy()) for n in names]
+    return names[int(np.argmax(sims))]
+
+
+def adapt(
+    model: SiMoE,
+    name: str,
+    dataset: DeviceDataset,
+    *,
+    epochs: int = 40,
+    seed: int = 0,
+    lr: float = 1e-3,
+) -> dict[str, float]:
+    """Few-shot: the new device's expert starts from its nearest expert, then fine-tunes.
+
+    The shared encoder stays fixed: a handful of measurements must not move the
+    representation every other expert depends on.
+    """
+    if name not in model.expert_names:
+        source = nearest_expert(model, dataset.hardware_vector, exclude=[name])
+        expert = model.ensure_expert(name, dataset.hardware_vector)
+        expert.head.load_state_dict(model.expert(source).head.state_dict())
+    return train_experts(
+        model, [(name, dataset)], epochs=epochs, seed=seed, lr=lr, train_encoder=False
+    )
+
+
+@torch.no_grad()
+def predict(
+    model: SiMoE,
+    features: Sequence[np.ndarray],
+    hardware_vector: np.ndarray,
+    *,
+    experts: Iterable[str] | None = None,
+    exclude: Iterable[str] = (),
+    batch_size: int = 8192,
+) -> np.ndarray:
+    """Scores (higher = predicted faster) of candidates on the target hardware."""
+    model.eval()
+    hardware = torch.as_tensor(np.asarray(hardware_vector), dtype=torch.float32)
+    expert_list = list(experts) if experts is not None else None
+    exclude = list(exclude)
+    out = []
+    for start in range(0, len(features), batch_size):
+        chunk = features[start : start + batch_size]
+        rows, offsets = pack_rows(chunk)
+        seg = torch.from_numpy(np.repeat(np.arange(len(chunk)), np.diff(offsets)))
+        scores = model(torch.from_numpy(rows), seg, len(chunk), hardware, expert_list, exclude)
+        out.append(scores.numpy().astype(np.float64))
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+@torch.no_grad()
+def predict_expert(model: SiMoE, name: str, features: Sequence[np.ndarray]) -> np.ndarray:
+    """Scores of one expert alone (no gate): the nearest-GPU baseline."""
+    rows, offsets = pack_rows(features)
+    seg = torch.from_numpy(np.repeat(np.arange(len(features)), np.diff(offsets)))
+    e = model.embed(torch.from_numpy(rows), seg, len(features))
+    return model.expert(name)(e).numpy().astype(np.float64)
