@@ -140,6 +140,12 @@ def trace_json(trace: Any) -> str:
     return canonical_json(plain_json(trace.as_json()))
 
 
+def _check_labelled(device: str, simulated: bool) -> None:
+    """A simulated GPU's numbers are never stored as measurements."""
+    if device.startswith("sim:") and not simulated:
+        raise BadInputError(f"device {device}: its records must be labelled simulated")
+
+
 def _utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -176,7 +182,11 @@ class Store:
                 raise RunFailure(f"{self.path}: cannot switch SQLite to WAL mode (got {mode})")
             self._conn.execute("PRAGMA synchronous=FULL")
             self._migrate()
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.OperationalError as exc:
+            # Locked, read-only or a full disk: a failure at run time, not a bad file.
+            conn.close()
+            raise RunFailure(f"{self.path}: cannot open the store ({exc})") from None
+        except sqlite3.DatabaseError as exc:  # corrupt or not a database after all
             conn.close()
             raise BadInputError(f"{self.path}: not a usable SQLite database ({exc})") from None
         except BaseException:
@@ -342,6 +352,7 @@ class Store:
         rows = []
         ids = []
         for record in records:
+            _check_labelled(record.device, record.simulated)
             cid = self.candidate_id(record.workload_key, record.trace)
             ids.append(cid)
             rows.append(
@@ -621,6 +632,7 @@ class Store:
         records. `task_name` names workloads it commits that the store does not know
         yet (default: the function's name and the key).
         """
+        _check_labelled(device, simulated)
         cls = _ms_database_class()
         return cls(
             self, device=device, profile_id=profile_id, simulated=simulated, task_name=task_name

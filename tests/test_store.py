@@ -98,6 +98,13 @@ def test_round_trip_survives_reopen(tmp_path: Path) -> None:
         assert wal == "wal"
 
 
+def test_simulated_device_records_must_say_so(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.sqlite") as store:
+        with pytest.raises(BadInputError, match="simulated"):
+            store.add_records([_record("w", [1], [1e-3], device="sim:t4")])
+        assert store.count_records() == 0
+
+
 def test_adding_a_record_twice_keeps_one(tmp_path: Path) -> None:
     with Store(tmp_path / "s.sqlite") as store:
         rec = _record("w", [1], [1e-3])
