@@ -1,0 +1,186 @@
+"""Integration on loopback with real Flower processes: TLS, node auth, rounds, restart.
+
+flower-superlink (TLS + --enable-supernode-auth + a persistent database) and three
+flower-supernode processes with registered keys run SiMoE rounds; a fourth node
+enrolls during the run and receives experts; a SuperNode with an unregistered key is
+refused; the SuperLink is killed and restarted: the registry is intact, the nodes
+reconnect by themselves and the round numbers continue.
+
+Slow (about 3-5 minutes on 2 busy cores: each message starts a ClientApp process that
+imports torch), so it is marked `slow`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from federation_helpers import seed_node
+
+from agent.client_app import NodeState
+from agent.enroll import create_node_key, enroll, flwr_env, flwr_home, register_key
+from agent.enroll import supernode_command as node_command
+from schemas import AgentConfig
+from server.registry import Registry
+from server.superlink import SuperLink, init_certs, submit_run
+from simoe_model.synthetic import make_devices, make_tasks
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if check():
+            return
+        time.sleep(1.0)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def start_node(state_dir: Path, port: int) -> subprocess.Popen[bytes]:
+    log = open(state_dir / "supernode.log", "ab")  # noqa: SIM115 - lives as long as the node
+    return subprocess.Popen(
+        node_command(state_dir, port),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=flwr_env(flwr_home(state_dir)),
+        start_new_session=True,
+    )
+
+
+def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def rounds_done(registry_path: Path) -> list:
+    if not registry_path.exists():
+        return []
+    with Registry(registry_path) as registry:
+        return [r for r in registry.rounds() if r.status == "done"]
+
+
+@pytest.fixture()
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        stop(process)
+
+
+def test_federation_with_real_processes(tmp_path: Path, processes: list) -> None:
+    server_dir = tmp_path / "server"
+    certs = init_certs(server_dir / "certs")
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    link = SuperLink(server_dir, port=port, certs=certs).start()
+    processes.append(link.process)
+    registry_path = server_dir / "registry.sqlite"
+
+    devices, tasks = make_devices(5, seed=3), make_tasks(1, 8, seed=1)
+    nodes = []
+    for device in devices:
+        state_dir = tmp_path / device.name
+        seed_node(state_dir, device.name, device, tasks)
+        config = AgentConfig.load(state_dir)
+        config.server, config.ca_cert = address, certs.ca
+        config.save()
+        nodes.append(state_dir)
+    for state_dir in nodes[:3]:
+        assert register_key(state_dir, address, certs.ca, state_dir / "keys" / "node.pub") in (
+            "registered",
+            "already registered",
+        )
+    node_ports = [free_port() for _ in nodes]
+    for state_dir, node_port in zip(nodes[:3], node_ports, strict=False):
+        processes.append(start_node(state_dir, node_port))
+
+    run_config = {
+        "registry": str(registry_path),
+        "num-rounds": 0,  # continual
+        "epochs": 1,
+        "k-experts": 2,
+        "min-nodes": 3,
+        "round-timeout": 90.0,
+        "wait-nodes": 5.0,
+    }
+    submit_run(server_dir, address, certs.ca, run_config)
+    wait_for("a first round with three nodes", lambda: len(rounds_done(registry_path)) >= 1, 150)
+    with Registry(registry_path) as registry:
+        first = registry.rounds()[0]
+        assert first.replied == 3 and first.rejected == 0
+        assert {n["name"] for n in registry.nodes()} == {d.name for d in devices[:3]}
+        assert all(n["key_verified"] == 1 for n in registry.nodes())  # SuperLink-bound keys
+        assert all(t["bytes_up"] > 0 for t in registry.traffic(first.round))
+
+    # a SuperNode whose key was never registered is refused by the SuperLink
+    stranger = tmp_path / "stranger"
+    AgentConfig(state_dir=stranger, name="stranger", server=address, ca_cert=certs.ca).save()
+    create_node_key(stranger)
+    refused = start_node(stranger, free_port())
+    processes.append(refused)
+    refused.wait(timeout=60)
+    assert refused.returncode != 0
+
+    # a fourth node enrolls during the run: registered, then served model + experts
+    late = nodes[3]
+    result = enroll(
+        state_dir=late,
+        server=address,
+        ca=certs.ca,
+        name=devices[3].name,
+        device=f"sim:{devices[3].name}",
+        download_timeout=150,
+        supernode_port=node_ports[3],
+    )
+    assert result.registration == "registered" and not result.key_created
+    assert result.model_path and len(result.experts) == 2
+    assert set(NodeState(late).load_model().expert_names) >= set(result.experts)
+    again = enroll(  # idempotent
+        state_dir=late,
+        server=address,
+        ca=certs.ca,
+        name=devices[3].name,
+        device=f"sim:{devices[3].name}",
+        download=False,
+    )
+    assert again.registration == "already registered"
+    assert again.key_fingerprint == result.key_fingerprint
+
+    # kill the SuperLink (and its ServerApp), restart it on the same database
+    before = rounds_done(registry_path)
+    stop(link.process, signal.SIGKILL)
+    link = SuperLink(server_dir, port=port, certs=certs).start()
+    processes.append(link.process)
+    submit_run(server_dir, address, certs.ca, run_config)
+    last = before[-1].round
+    wait_for(
+        "a round after the restart",
+        lambda: any(r.round > last for r in rounds_done(registry_path)),
+        180,
+    )
+    with Registry(registry_path) as registry:
+        assert {n["name"] for n in registry.nodes()} == {d.name for d in devices[:4]}
+        after = [r for r in registry.rounds() if r.round > last and r.status == "done"]
+        assert after[0].replied >= 3  # the three SuperNodes reconnected by themselves
+        assert len({r.run_id for r in registry.rounds()}) == 2
