@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from schemas import BadInputError
+from schemas import BadInputError, RunFailure
 from schemas.errors import run_cli
 
 app = typer.Typer(
@@ -293,6 +293,102 @@ def write_heatmap(path: Path, names: list[str], matrix: Any, title: str) -> None
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+@app.command("init-certs")
+def init_certs_command(
+    directory: Path = typer.Argument(..., help="where to write ca.pem, server.pem, server.key"),
+    host: list[str] = typer.Option(
+        ["127.0.0.1", "localhost"], "--host", help="names the server certificate is valid for"
+    ),
+    as_json: bool = JsonOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """A development CA and server certificate (existing files are kept)."""
+    from server.superlink import init_certs
+
+    certs = init_certs(directory, hosts=tuple(host))
+    data = {"ca": str(certs.ca), "cert": str(certs.cert), "key": str(certs.key)}
+    if as_json:
+        print_json(data)
+        return
+    print_table("certificates", ["", "path"], list(data.items()))
+    console.print("give nodes the CA: simoe-agent enroll --ca " + str(certs.ca))
+
+
+@app.command()
+def start(
+    host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
+    port: int = typer.Option(9093, "--port", help="the SuperLink's port (nodes and control)"),
+    certs_dir: Path | None = typer.Option(
+        None, "--certs", help="a dir with ca.pem, server.pem, server.key (default: dev certs)"
+    ),
+    rounds: int = typer.Option(0, "--rounds", help="rounds to run; 0 = keep running"),
+    k_experts: int = typer.Option(3, "--k-experts", help="experts sent to each node"),
+    epochs: int = typer.Option(2, "--epochs", help="local epochs per round"),
+    min_nodes: int = typer.Option(1, "--min-nodes", help="nodes needed to start a round"),
+    round_timeout: float = typer.Option(300.0, "--round-timeout", help="seconds per round"),
+    robust_clip: float = typer.Option(0.0, "--robust-clip", help="clip update norms (0: off)"),
+    robust_trim: float = typer.Option(0.0, "--robust-trim", help="trimmed-mean fraction"),
+    state_dir: Path | None = StateDirOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """Start the SuperLink (TLS, node auth, persistent) and the SiMoE run; Ctrl-C stops both."""
+    import signal
+    import threading
+
+    from server.superlink import Certs, SuperLink, init_certs, submit_run
+
+    directory = (state_dir or default_state_dir()).expanduser().resolve()
+    if certs_dir is not None:
+        certs = Certs(certs_dir / "ca.pem", certs_dir / "server.pem", certs_dir / "server.key")
+        missing = [str(p) for p in (certs.ca, certs.cert, certs.key) if not p.exists()]
+        if missing:
+            raise BadInputError(f"--certs {certs_dir}: missing {', '.join(missing)}")
+    else:
+        certs = init_certs(directory / "certs")
+    link = SuperLink(directory, host=host, port=port, certs=certs)
+    with console.status(f"starting the SuperLink on {link.address}"):
+        link.start()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        run_config = {
+            "registry": str(directory / "registry.sqlite"),
+            "num-rounds": rounds,
+            "k-experts": k_experts,
+            "epochs": epochs,
+            "min-nodes": min_nodes,
+            "round-timeout": round_timeout,
+            "robust-clip": robust_clip,
+            "robust-trim": robust_trim,
+        }
+        run_id = submit_run(directory, link.address, certs.ca, run_config)
+        console.print(f"SuperLink on {link.address} (TLS, node auth); run {run_id}")
+        console.print(f"nodes: simoe-agent enroll --server {link.address} --ca {certs.ca} ...")
+        console.print(f"watch: simoe-server rounds --state-dir {directory}")
+        seen = 0
+        while not stop.wait(5.0):
+            if link.process is not None and link.process.poll() is not None:
+                raise RunFailure(f"the SuperLink exited ({link.process.returncode})")
+            path = registry_path(directory)
+            if path.exists():
+                with open_registry(directory) as registry:
+                    infos = [r for r in registry.rounds() if r.status != "running"]
+                for info in infos[seen:]:
+                    console.print(
+                        f"round {info.round}: {info.status}, {info.replied} replied, "
+                        f"{info.rejected} rejected, {info.failed} failed, "
+                        f"model v{info.global_version}"
+                    )
+                seen = len(infos)
+                if rounds and sum(1 for r in infos if r.run_id == run_id) >= rounds:
+                    break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        link.stop()
+        console.print("SuperLink stopped")
 
 
 def main() -> None:
