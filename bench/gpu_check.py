@@ -1,0 +1,248 @@
+"""One prepared check for a machine with an NVIDIA GPU: profile, tune, compare with PyTorch.
+
+    python bench/gpu_check.py [--trials 64] [--out DIR]
+
+1. profiles cuda:0 with the probe suite (agent.profiler), compares the measured
+   bandwidth and FMA rate with the spec sheet derived from NVML;
+2. tunes a 1024^3 matmul and a ResNet-50 3x3 conv2d (64 channels, 56x56) on cuda:0
+   with MetaSchedule, `--trials` candidates each (agent.tuner), every measurement in
+   a throwaway node store;
+3. times the same operators in PyTorch on the GPU (cuBLAS / cuDNN, TF32 off so both
+   sides do FP32 arithmetic) and reports tuned / PyTorch.
+
+Writes `gpu_check.json` under $OUT if set, else under bench/reports/. Fails fast, with
+one line and exit code 2, when there is no GPU or no way to compile CUDA (TVM needs
+NVRTC from the `cuda-bindings` package, or `nvcc` on PATH).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import typer
+
+# (label, workload spec as `simoe-agent tune --workload` takes it, PyTorch reference)
+MATMUL = "matmul:1024,1024,1024"
+CONV2D = "conv2d:1,64,56,56,64,3,3,1,1"  # N,C,H,W,K,R,S,stride,pad: ResNet-50 conv2_x 3x3
+
+
+def fail(message: str, code: int = 2) -> None:
+    print(f"gpu_check: error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def check_gpu_present() -> dict[str, Any]:
+    """Cheap checks before importing TVM: a driver and a GPU through NVML."""
+    try:
+        import pynvml
+    except ImportError:
+        fail("no NVIDIA GPU found (the nvidia-ml-py package is not installed)")
+    try:
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+        driver = pynvml.nvmlSystemGetDriverVersion()
+    except pynvml.NVMLError as exc:
+        fail(f"no NVIDIA GPU found (NVML: {exc})")
+    if count < 1:
+        fail("no NVIDIA GPU found (NVML sees 0 GPUs)")
+    driver = driver.decode() if isinstance(driver, bytes) else str(driver)
+    return {"gpus": count, "driver": driver}
+
+
+def choose_cuda_compiler() -> str:
+    """TVM compiles CUDA with NVRTC (cuda-bindings) by default, else nvcc if asked."""
+    mode = os.environ.get("TVM_CUDA_COMPILE_MODE", "").lower()
+    try:
+        from cuda.bindings import nvrtc  # noqa: F401
+
+        has_nvrtc = True
+    except ImportError:
+        has_nvrtc = False
+    has_nvcc = shutil.which("nvcc") is not None
+    if mode == "nvcc" and has_nvcc:
+        return "nvcc"
+    if has_nvrtc and mode != "nvcc":
+        return "nvrtc"
+    if has_nvcc:
+        os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
+        return "nvcc"
+    fail("cannot compile CUDA: install the cuda-bindings package (NVRTC) or put nvcc on PATH")
+    return ""  # unreachable
+
+
+def torch_reference(spec: str, repeat: int = 50) -> dict[str, Any]:
+    """Median seconds of the operator in PyTorch on cuda:0 (CUDA events), FP32 without TF32."""
+    try:
+        import torch
+    except ImportError:
+        return {"available": False, "reason": "torch is not installed"}
+    if not torch.cuda.is_available():
+        return {"available": False, "reason": f"torch {torch.__version__} has no CUDA"}
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True  # cuDNN picks its fastest algorithm, as tuning does
+    dev = torch.device("cuda:0")
+    if spec == MATMUL:
+        a = torch.rand(1024, 1024, device=dev)
+        b = torch.rand(1024, 1024, device=dev)
+
+        def run() -> Any:
+            return a @ b
+
+        library = "cuBLAS"
+    elif spec == CONV2D:
+        x = torch.rand(1, 64, 56, 56, device=dev)
+        w = torch.rand(64, 64, 3, 3, device=dev)
+
+        def run() -> Any:
+            return torch.nn.functional.conv2d(x, w, stride=1, padding=1)
+
+        library = "cuDNN"
+    else:
+        raise ValueError(spec)
+    for _ in range(10):  # warm-up, and cuDNN's algorithm search
+        run()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1000)
+    return {
+        "available": True,
+        "library": library,
+        "torch_version": torch.__version__,
+        "latency_s": statistics.median(times),
+    }
+
+
+def main(
+    trials: int = typer.Option(64, "--trials", min=1, help="candidates per operator"),
+    out: Path | None = typer.Option(None, "--out", help="report directory (default $OUT)"),
+    skip_tune: bool = typer.Option(False, "--skip-tune", help="profile and PyTorch only"),
+) -> None:
+    """Profile cuda:0, tune a matmul and a conv2d on it, compare with PyTorch."""
+    started = time.perf_counter()
+    system = check_gpu_present()
+    compiler = choose_cuda_compiler()
+
+    import agent  # noqa: F401  (the TVM inspect patch, before tvm)
+    from agent.devices import get_device
+    from agent.profiler import load_or_profile
+    from agent.workloads import parse_workload
+    from schemas import SimoeError
+
+    out_dir = out or Path(os.environ.get("OUT") or Path(__file__).parent / "reports")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    state_dir = out_dir / "gpu-check-state"
+    report: dict[str, Any] = {
+        "created_at": datetime.now(timezone.utc).isoformat(),
+        "host": platform.node(),
+        "nvml": system,
+        "cuda_compiler": compiler,
+        "trials_per_operator": trials,
+        "simulated": False,
+    }
+    report_path = out_dir / "gpu_check.json"
+
+    def save() -> None:
+        report["wall_s"] = time.perf_counter() - started
+        report_path.write_text(json.dumps(report, indent=2, default=str))
+
+    try:
+        device = get_device("cuda:0")
+    except SimoeError as exc:
+        fail(str(exc))
+    print(f"gpu_check: {device.name} = {device.hardware_name} (CUDA via {compiler})", flush=True)
+
+    # 1. profile
+    step = time.perf_counter()
+    try:
+        profile = load_or_profile(device, state_dir, refresh=True)
+    except Exception as exc:  # noqa: BLE001 - report what failed, keep going
+        report["profile"] = {"error": f"{type(exc).__name__}: {exc}"}
+        traceback.print_exc()
+        profile = None
+    else:
+        specs, fingerprint = profile.analytical, profile.empirical
+        report["profile"] = {
+            "seconds": time.perf_counter() - step,
+            "hardware_profile": profile.model_dump(mode="json"),
+            "bandwidth_measured_over_spec": fingerprint.bandwidth_gbs / specs.mem_bandwidth_gbs,
+            "fma_measured_over_spec": fingerprint.fma_gflops / specs.fp32_gflops,
+        }
+        print(
+            f"gpu_check: profile: {fingerprint.bandwidth_gbs:.0f} GB/s of "
+            f"{specs.mem_bandwidth_gbs:.0f}, {fingerprint.fma_gflops:.0f} GFLOP/s FMA of "
+            f"{specs.fp32_gflops:.0f}",
+            flush=True,
+        )
+    save()
+
+    # 2. and 3. tune each operator, time it in PyTorch
+    report["operators"] = {}
+    for spec in (MATMUL, CONV2D):
+        entry: dict[str, Any] = {"torch": torch_reference(spec)}
+        report["operators"][spec] = entry
+        if not skip_tune:
+            entry.update(tune_one(spec, device, state_dir, trials, profile, parse_workload))
+        tuned = entry.get("tuned_latency_s")
+        reference = entry["torch"].get("latency_s")
+        if tuned and reference:
+            entry["tuned_over_torch"] = tuned / reference  # < 1: the tuned kernel is faster
+        print(f"gpu_check: {spec}: {json.dumps(entry, default=str)}", flush=True)
+        save()
+    save()
+    print(f"gpu_check: report written to {report_path}", flush=True)
+
+
+def tune_one(
+    spec: str, device: Any, state_dir: Path, trials: int, profile: Any, parse_workload: Any
+) -> dict[str, Any]:
+    """Tune one operator into the check's node store; never raises."""
+    try:
+        from agent.store import Store
+        from agent.tuner import tune_workload
+    except ImportError as exc:
+        return {"tune_error": f"agent.tuner unavailable: {exc}"}
+    step = time.perf_counter()
+    try:
+        with Store(state_dir / "store.sqlite") as store:
+            result = tune_workload(
+                parse_workload(spec),
+                device,
+                store,
+                trials=trials,
+                cost_model="xgb",
+                profile_id=profile.profile_id if profile is not None else None,
+            )
+    except Exception as exc:  # noqa: BLE001 - report what failed, keep going
+        traceback.print_exc()
+        return {"tune_error": f"{type(exc).__name__}: {exc}", "tune_s": time.perf_counter() - step}
+    (task,) = result.tasks
+    return {
+        "tune_s": time.perf_counter() - step,
+        "search_wall_s": result.search_wall_s,
+        "trials": result.trials,
+        "tuned_latency_s": task.best_latency_s,
+        "best_during_tuning_s": task.best_measured_during_tuning_s,
+        "untuned_dlight_latency_s": task.untuned_latency_s,
+        "gflops": task.gflops,
+    }
+
+
+if __name__ == "__main__":
+    typer.run(main)
