@@ -413,7 +413,9 @@ def _cpu_fma(lanes: int, chains: int) -> Callable:
 
 
 def _gpu_fma(threads: int, chains: int) -> Callable:
-    """Each thread keeps `chains` accumulators in registers; B[s] is a broadcast load."""
+    """Register-resident FMA chains: each thread keeps `chains` operands of A and as many
+    accumulators in registers; B is staged once per block in shared memory and read as a
+    broadcast, one shared load per `chains` FMAs."""
 
     def schedule(sch: Schedule) -> None:
         block = sch.get_sblock("C")
@@ -424,6 +426,13 @@ def _gpu_fma(threads: int, chains: int) -> Callable:
         sch.bind(tx, "threadIdx.x")
         local = sch.cache_write(block, 0, "local")
         sch.reverse_compute_at(local, tx)
+        a_local = sch.cache_read(block, 0, "local")
+        sch.compute_at(a_local, tx)
+        b_shared = sch.cache_read(block, 1, "shared")
+        sch.compute_at(b_shared, bx)
+        (copy,) = sch.get_loops(b_shared)[-1:]
+        _, copy_tx = sch.split(copy, [None, threads])
+        sch.bind(copy_tx, "threadIdx.x")
         sch.decompose_reduction(block, s)
         so, _ = sch.split(s, [None, 8])
         sch.unroll(ic)
@@ -584,7 +593,7 @@ PROBES: tuple[Probe, ...] = (
         category="compute",
         variants={
             "llvm": _fma_variant(6144, 1024, _cpu_fma(lanes=8, chains=8)),
-            "cuda": _fma_variant(1 << 20, 1024, _gpu_fma(threads=128, chains=4)),
+            "cuda": _fma_variant(1 << 22, 1024, _gpu_fma(threads=128, chains=8)),
         },
     ),
     Probe(
