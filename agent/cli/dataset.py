@@ -1,0 +1,127 @@
+"""`simoe-agent dataset`: the simulated GPU catalog and fleet datasets labelled on every GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from agent.cli.app import (
+    JsonOption,
+    StateDirOption,
+    VerboseOption,
+    app,
+    console,
+    err_console,
+    print_json,
+    print_table,
+)
+
+dataset_app = typer.Typer(
+    help="Simulated GPU fleet: the spec catalog and datasets labelled on every GPU (simulated).",
+    no_args_is_help=True,
+)
+app.add_typer(dataset_app, name="dataset")
+
+
+@dataset_app.command("gpus")
+def gpus_command(
+    spec: Path | None = typer.Option(
+        None, "--spec", help="validate and show a GPU spec file instead of the catalog"
+    ),
+    json_out: bool = JsonOption,
+    verbose: bool = VerboseOption,
+    state_dir: Path | None = StateDirOption,
+) -> None:
+    """The GPU catalog of the simulated fleet (or one user spec file, validated)."""
+    from agent.devices.sim.catalog import load_catalog, load_spec_file
+
+    specs = [load_spec_file(spec)] if spec is not None else list(load_catalog().values())
+    if json_out:
+        print_json([s.model_dump() for s in specs])
+        return
+    print_table(
+        "Simulated GPUs (spec sheets; latencies from them are modelled, not measured)",
+        ["key", "name", "arch", "cc", "SMs", "FP32 TFLOPS", "GB/s", "L2 MB", "source"],
+        [
+            (
+                s.key,
+                s.name,
+                s.architecture,
+                f"{s.compute_capability:.1f}",
+                s.sms,
+                f"{s.fp32_gflops / 1000:.1f}",
+                f"{s.mem_bandwidth_gbs:g}",
+                f"{s.l2_cache_kb / 1024:g}",
+                s.source.split(";")[0],
+            )
+            for s in specs
+        ],
+    )
+
+
+@dataset_app.command("build")
+def build_command(
+    out: Path = typer.Option(..., "--out", help="directory for one SQLite store per GPU"),
+    workloads: str = typer.Option(
+        "suite", "--workloads", help="`suite`, `tiny`, or workloads separated by spaces"
+    ),
+    gpus: str = typer.Option("all", "--gpus", help="`all` or comma-separated catalog names"),
+    per_workload: int = typer.Option(
+        64, "--per-workload", min=1, help="candidates sampled per workload"
+    ),
+    seed: int = typer.Option(0, "--seed", help="sampling seed"),
+    json_out: bool = JsonOption,
+    verbose: bool = VerboseOption,
+    state_dir: Path | None = StateDirOption,
+) -> None:
+    """Sample candidates once per workload, label them on every GPU (simulated), write stores."""
+    from agent.dataset import build_fleet_dataset, resolve_gpus, resolve_workloads
+
+    specs = resolve_gpus(gpus)
+    names = resolve_workloads(workloads)
+    with Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=json_out,
+    ) as bar:
+        task = bar.add_task("sampling", total=len(names))
+
+        def progress(name: str, done: int, total: int) -> None:
+            bar.update(task, completed=done, description=f"sampling {name}")
+
+        summary = build_fleet_dataset(names, specs, per_workload, out, seed=seed, progress=progress)
+    if json_out:
+        print_json(summary.model_dump())
+        return
+    shown = [
+        g
+        for g in ("k80", "titanx", "1080ti", "v100", "t4", "a100-40gb", "h100-sxm", "tx2")
+        if g in summary.gpus
+    ] or summary.gpus[:6]
+    print_table(
+        f"Fleet dataset in {summary.out_dir} (SIMULATED latencies): best us per GPU",
+        ["workload", "candidates", *shown],
+        [
+            (
+                w.workload,
+                w.candidates,
+                *(
+                    "failed" if w.best_us_per_gpu.get(g) is None else f"{w.best_us_per_gpu[g]:.1f}"
+                    for g in shown
+                ),
+            )
+            for w in summary.workloads
+        ],
+    )
+    console.print(
+        f"{summary.candidates} candidates x {len(summary.gpus)} GPUs = {summary.pairs} "
+        f"labelled pairs; sampling {summary.seconds_sampling:.1f} s, features "
+        f"{summary.seconds_features:.1f} s, TIR analysis {summary.seconds_analysis:.1f} s, "
+        f"labelling {summary.seconds_labelling:.3f} s, writing {summary.seconds_writing:.1f} s"
+    )
