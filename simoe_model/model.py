@@ -228,6 +228,11 @@ class SiMoE(nn.Module):
         names = [n for n in names if n not in skip]
         if not names:
             raise BadInputError("the model has no expert to predict with")
+        if hardware.numel() != self.config.hardware_dim:
+            raise BadInputError(
+                f"hardware vector of length {hardware.numel()}, "
+                f"the model takes {self.config.hardware_dim}"
+            )
         bank = [self.expert(n) for n in names]
         h_all = torch.stack([hardware.float().reshape(-1)] + [x.hardware for x in bank])
         z = self.encode_hardware(h_all)

@@ -71,8 +71,9 @@ def fit_hardware_normalizer(model: SiMoE, hardware_vectors: Sequence[np.ndarray]
     return True
 
 
-def _normalizer_fitted(model: SiMoE) -> bool:
-    norm = model.program_encoder.norm
+def _normalizer_fitted(model: SiMoE, part: str = "program_encoder") -> bool:
+    """False while a normalizer still holds its initial statistics (mean 0, std 1)."""
+    norm = getattr(model, part).norm
     return not (bool((norm.mean == 0).all()) and bool((norm.std == 1).all()))
 
 
@@ -273,6 +274,7 @@ def train_shared(
     list_size: int = 64,
     tasks_per_step: int = 16,
     expert_of: dict[str, str] | None = None,
+    refit_hardware: bool = False,
 ) -> dict[str, float]:
     """Train the hardware encoder and gate (experts and program encoder frozen by default).
 
@@ -280,16 +282,15 @@ def train_shared(
     `leave_one_out` the device's own expert (named as the device, or via
     `expert_of[device]`) is left out, so the gate learns to predict for hardware
     it has no expert for. The alignment loss pulls cos(z_i, z_j) toward how alike
-    devices i and j rank the same candidates.
+    devices i and j rank the same candidates. The hardware normalizer is fitted
+    once (when it still holds its initial values) unless `refit_hardware`.
     """
     rng = _generator(seed)
     started = time.perf_counter()
     expert_of = expert_of or {}
-    fit_hardware_normalizer(
-        model,
-        [ds.hardware_vector for ds in datasets]
-        + [model.expert(n).hardware.numpy() for n in model.expert_names],
-    )
+    if refit_hardware or not _normalizer_fitted(model, "hardware_encoder"):
+        known = [model.expert(n).hardware.numpy() for n in model.expert_names]
+        fit_hardware_normalizer(model, [ds.hardware_vector for ds in datasets] + known)
     bank = model.expert_names
     work: list[tuple[int, PackedTask]] = [
         (d, t) for d, ds in enumerate(datasets) for t in _pack(ds.tasks)

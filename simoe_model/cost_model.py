@@ -1,0 +1,173 @@
+"""SiMoE as a MetaSchedule cost model, so the tuner can search with it.
+
+`predict` scores candidates on the target device: the gate's mixture over the
+expert bank, which includes the target's own expert once it has one.
+`update` is few-shot learning while tuning: measured candidates accumulate per
+task, and the target's own expert (started from the most similar expert, see
+`train.adapt`) is re-trained on them with earlier tasks replayed.
+
+Built by `SiMoECostModel.for_device(profile, model_path)`; the tuner's registry
+resolves the name "simoe" to this class lazily (TVM is imported only here).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+from tvm.s_tir.meta_schedule.utils import shash2hex
+
+from schemas import FAILED_RUN_SECS, AgentConfig, BadInputError, HardwareProfile
+from simoe_model.data import DeviceDataset, TaskData
+from simoe_model.features import extract_features
+from simoe_model.hardware import hardware_vector as profile_vector
+from simoe_model.model import SiMoE, load_model, save_model
+from simoe_model.train import ReplayBuffer, adapt, predict, train_expert
+
+if TYPE_CHECKING:
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+    from tvm.s_tir.meta_schedule.tune_context import TuneContext
+
+TARGET_EXPERT = "target"
+
+
+@derived_object
+class SiMoECostModel(PyCostModel):
+    """MetaSchedule cost model backed by a SiMoE model and the target's hardware vector.
+
+    Args:
+        model: the SiMoE model (a fresh one when None: it then learns from scratch).
+        hardware_vector: the target device's h (simoe_model.hardware.hardware_vector).
+        expert_name: name of the target's own expert in the bank.
+        online: train the own expert in `update` (False: a frozen, zero-shot model).
+        update_epochs: epochs of each online update.
+        max_per_task: measured candidates kept per task for online training.
+    """
+
+    def __init__(
+        self,
+        model: SiMoE | None = None,
+        hardware_vector: np.ndarray | None = None,
+        *,
+        expert_name: str = TARGET_EXPERT,
+        online: bool = True,
+        update_epochs: int = 8,
+        max_per_task: int = 512,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.model = model if model is not None else SiMoE()
+        if hardware_vector is None:
+            hardware_vector = np.zeros(self.model.config.hardware_dim, dtype=np.float32)
+        self.hardware_vector = np.asarray(hardware_vector, dtype=np.float32)
+        self.expert_name = expert_name
+        self.online = online
+        self.update_epochs = update_epochs
+        self.max_per_task = max_per_task
+        self.seed = seed
+        self.extractor = ms.feature_extractor.PerStoreFeature()
+        self.measured: dict[str, TaskData] = {}
+        self.replay = ReplayBuffer(max_tasks=32, per_task=128, seed=seed)
+        self.updates = 0
+
+    @classmethod
+    def for_device(
+        cls, profile: HardwareProfile, model_path: str | Path | None = None, **options: object
+    ) -> SiMoECostModel:
+        """The cost model of a profiled device, from a saved model if there is one."""
+        model = load_model(model_path) if model_path and Path(model_path).exists() else None
+        return cls(model, profile_vector(profile), **options)  # type: ignore[arg-type]
+
+    @classmethod
+    def for_node(cls, device: Any, store: Any) -> SiMoECostModel:
+        """The tuner's entry point: the node's profile from its store, its saved model.
+
+        `device` is an agent Device and `store` an agent Store (duck-typed: simoe_model
+        does not import agent). The model is `<state dir>/federation/model.pt` when the
+        node has one; the node's own expert (named in `agent.json`) is the target expert.
+        """
+        profile = store.latest_profile(device.name)
+        if profile is None:
+            raise BadInputError(
+                f"no hardware profile of {device.name} in the store; "
+                f"run `simoe-agent profile --device {device.name}` first"
+            )
+        state_dir = Path(store.path).parent
+        expert_name = AgentConfig.load(state_dir).name or TARGET_EXPERT
+        return cls.for_device(
+            profile, state_dir / "federation" / "model.pt", expert_name=expert_name
+        )
+
+    # -- PyCostModel --------------------------------------------------------------------
+    def load(self, path: str) -> None:
+        self.model = load_model(path)
+
+    def save(self, path: str) -> None:
+        save_model(self.model, path)
+
+    def predict(self, context: TuneContext, candidates: list[MeasureCandidate]) -> np.ndarray:
+        if not candidates:
+            return np.zeros(0, dtype=np.float64)
+        if not self.model.expert_names:  # nothing learned yet: every candidate alike
+            return np.zeros(len(candidates), dtype=np.float64)
+        features = extract_features(context, candidates, self.extractor)
+        return predict(self.model, features, self.hardware_vector)
+
+    def update(
+        self,
+        context: TuneContext,
+        candidates: list[MeasureCandidate],
+        results: list[RunnerResult],
+    ) -> None:
+        if not self.online or not candidates:
+            return
+        features = extract_features(context, candidates, self.extractor)
+        keep_feats, latencies = [], []
+        for feat, result in zip(features, results, strict=True):
+            secs = [float(s) for s in (result.run_secs or [])]
+            if result.error_msg is None and secs and max(secs) < FAILED_RUN_SECS:
+                keep_feats.append(feat)
+                latencies.append(float(np.mean(secs)))
+        if not latencies:
+            return
+        key = shash2hex(context.mod)
+        old = self.measured.get(key)
+        task = TaskData(
+            key,
+            (old.features if old else []) + keep_feats,
+            np.concatenate([old.latencies if old else np.zeros(0), latencies]),
+        )
+        if len(task) > self.max_per_task:  # keep the best half and the newest
+            task = task.subset(_keep_index(task.latencies, self.max_per_task))
+        self.measured[key] = task
+        if len(task) < 2:
+            return
+        dataset = DeviceDataset(self.expert_name, self.hardware_vector, [task])
+        others = [n for n in self.model.expert_names if n != self.expert_name]
+        if others:  # few-shot: start from the most similar expert, shared parts fixed
+            old_tasks = [t for t in self.replay.tasks if t.task_name != key]
+            dataset.tasks += old_tasks
+            adapt(self.model, self.expert_name, dataset, epochs=self.update_epochs, seed=self.seed)
+            self.replay.add([task])
+        else:  # no bank to start from: learn the target's expert and the encoder
+            train_expert(
+                self.model,
+                self.expert_name,
+                dataset,
+                epochs=self.update_epochs,
+                seed=self.seed + self.updates,
+                replay=self.replay,
+            )
+        self.updates += 1
+
+
+def _keep_index(latencies: np.ndarray, limit: int) -> np.ndarray:
+    """Indices to keep: the fastest half of `limit`, then the most recent."""
+    fastest = set(np.argsort(latencies)[: limit // 2].tolist())
+    recent = [i for i in range(len(latencies) - 1, -1, -1) if i not in fastest]
+    return np.sort(np.array(sorted(fastest) + recent[: limit - len(fastest)]))
