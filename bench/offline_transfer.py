@@ -1,0 +1,443 @@
+"""Offline transfer to unseen GPUs: SiMoE against the baselines, on one fixed split.
+
+    python bench/offline_transfer.py --data DIR            # the fleet dataset (DIR/<gpu>.sqlite)
+    python bench/offline_transfer.py --synthetic           # synthetic fleet, for development
+
+The held-out GPUs are left out of all training. For each held-out GPU and each
+task, the candidates are shuffled once (fixed seed): the first 64 are the pool a
+budget of N measurements takes its first N from, the rest are the test set that
+every method and every budget is scored on (top-1, top-5, pairwise accuracy,
+average peak score; simoe_model.metrics).
+
+Methods (budget N = measurements per task on the held-out GPU):
+- xgb: MetaSchedule's XGBModel (its own PackSum objective and config), trained on
+  the held-out GPU's N measurements only; below its 100-sample warm-up it scores at
+  random, as it does inside MetaSchedule.
+- mlp-finetune: MetaSchedule's SegmentSumMLP and its trainer (train_full on all
+  training GPUs, grouped by GPU and task; train_incremental on the N measurements,
+  TenSet-style; its StepLR call is shimmed for torch 2.13, nothing else). Inputs are
+  the 164 PerStoreFeature columns the stores keep (its default 172 adds workload
+  features the stores do not have).
+- pooled: one SiMoE program encoder + one head on all training GPUs, no hardware input;
+  fine-tuned on the N measurements.
+- nearest-expert: the expert of the most similar training GPU (cosine in z), no gate;
+  fine-tuned on the N measurements.
+- simoe: the gate's mixture over the training GPUs' experts (zero-shot); with N > 0,
+  plus the target's own expert started from the nearest one (`train.adapt`).
+Ablations of SiMoE: analytical-only, empirical-only hardware vectors; no similarity prior.
+
+Writes DIR_OUT/offline_transfer.json, DIR_OUT/offline_transfer.md and figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import simoe_model  # noqa: E402,F401  (patches inspect before TVM is imported)
+from simoe_model import synthetic  # noqa: E402
+from simoe_model.data import DeviceDataset, TaskData  # noqa: E402
+from simoe_model.metrics import task_metrics  # noqa: E402
+from simoe_model.model import SiMoE, SiMoEConfig  # noqa: E402
+from simoe_model.train import (  # noqa: E402
+    adapt,
+    nearest_expert,
+    predict,
+    predict_expert,
+    train_experts,
+    train_shared,
+)
+
+POOL = 64
+DEFAULT_HELD_OUT = ["k80", "titanxp", "2080ti", "a30", "4090", "h100-pcie", "xavier"]
+
+
+@dataclass
+class Split:
+    """One held-out GPU: the measurement pool and the test set of each task."""
+
+    device: str
+    hardware_vector: np.ndarray
+    pool: list[TaskData]
+    test: list[TaskData]
+
+    def budget(self, n: int) -> DeviceDataset:
+        tasks = [t.subset(range(min(n, len(t)))) for t in self.pool]
+        return DeviceDataset(self.device, self.hardware_vector, [t for t in tasks if len(t) >= 2])
+
+
+def split_device(ds: DeviceDataset, seed: int) -> Split:
+    rng = np.random.default_rng(seed)
+    pool, test = [], []
+    for task in ds.tasks:
+        if len(task) < POOL + 8:
+            continue
+        order = rng.permutation(len(task))
+        pool.append(task.subset(order[:POOL]))
+        test.append(task.subset(order[POOL:]))
+    return Split(ds.device, ds.hardware_vector, pool, test)
+
+
+# -- data ------------------------------------------------------------------------------
+def load_fleet(directory: Path) -> dict[str, DeviceDataset]:
+    """One DeviceDataset per GPU store; profiles from the simulated devices (cached)."""
+    from agent.devices import get_device
+    from agent.profiler import profile_device
+    from agent.store import Store
+    from agent.training_data import load_device_dataset, store_devices
+    from schemas import HardwareProfile
+
+    profiles_dir = directory / "profiles"
+    profiles_dir.mkdir(exist_ok=True)
+    fleet = {}
+    for path in sorted(directory.glob("*.sqlite")):
+        gpu = path.stem
+        cached = profiles_dir / f"{gpu}.json"
+        if cached.exists():
+            profile = HardwareProfile.model_validate_json(cached.read_text())
+        else:
+            profile = profile_device(get_device(f"sim:{gpu}"))
+            cached.write_text(profile.model_dump_json(indent=1))
+        with Store(path) as store:
+            device = store_devices(store)[0]
+            fleet[gpu] = load_device_dataset(store, device, profile)
+    return fleet
+
+
+def synthetic_fleet(n_devices: int, n_tasks: int, per_task: int) -> dict[str, DeviceDataset]:
+    devices = synthetic.make_devices(n_devices, seed=0)
+    tasks = synthetic.make_tasks(n_tasks, per_task, seed=0)
+    return {d.name: synthetic.device_dataset(d, tasks, seed=i) for i, d in enumerate(devices)}
+
+
+# -- methods -----------------------------------------------------------------------------
+def scores_table(predict_fn, split: Split) -> dict[str, float]:  # noqa: ANN001
+    return task_metrics([(predict_fn(t.features), t.latencies) for t in split.test])
+
+
+class SiMoEFamily:
+    """SiMoE and the methods that share its trained experts (nearest expert) or code (pooled)."""
+
+    def __init__(self, config: SiMoEConfig, train: list[DeviceDataset], args: argparse.Namespace):
+        self.args = args
+        self.base = SiMoE(config)
+        t0 = time.perf_counter()
+        train_experts(
+            self.base, [(d.device, d) for d in train], epochs=args.expert_epochs, seed=args.seed
+        )
+        self.expert_seconds = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        train_shared(self.base, train, epochs=args.shared_epochs, seed=args.seed)
+        self.shared_seconds = time.perf_counter() - t0
+
+    def variant(self, train: list[DeviceDataset], **changes: object) -> SiMoE:
+        """Same experts and program encoder, a fresh hardware encoder and gate trained anew."""
+        model = SiMoE(self.base.config.model_copy(update=changes))
+        for name in self.base.expert_names:
+            model.ensure_expert(name, self.base.expert(name).hardware)
+        state = {
+            k: v
+            for k, v in self.base.state_dict().items()
+            if k.startswith(("program_encoder", "experts"))
+        }
+        model.load_state_dict(state, strict=False)
+        train_shared(model, train, epochs=self.args.shared_epochs, seed=self.args.seed)
+        return model
+
+    def evaluate(self, model: SiMoE, split: Split, budget: int) -> tuple[dict, dict]:
+        """(mixture, nearest expert alone) at a budget."""
+        hv = split.hardware_vector
+        if budget == 0:
+            near = nearest_expert(model, hv)
+            return (
+                scores_table(lambda f: predict(model, f, hv), split),
+                scores_table(lambda f: predict_expert(model, near, f), split),
+            )
+        adapted = copy.deepcopy(model)
+        adapt(adapted, split.device, split.budget(budget), epochs=self.args.adapt_epochs)
+        return (
+            scores_table(lambda f: predict(adapted, f, hv), split),
+            scores_table(lambda f: predict_expert(adapted, split.device, f), split),
+        )
+
+
+class Pooled:
+    """One encoder and one head on every training GPU's data; no hardware input."""
+
+    def __init__(self, config: SiMoEConfig, train: list[DeviceDataset], args: argparse.Namespace):
+        self.args = args
+        self.model = SiMoE(config.model_copy(update={"hardware_input": "none"}))
+        train_experts(
+            self.model, [("pooled", d) for d in train], epochs=args.expert_epochs, seed=args.seed
+        )
+
+    def evaluate(self, split: Split, budget: int) -> dict:
+        model = self.model
+        if budget:
+            model = copy.deepcopy(self.model)
+            few = split.budget(budget)
+            train_experts(
+                model,
+                [("pooled", few)],
+                epochs=self.args.adapt_epochs,
+                seed=self.args.seed,
+                lr=1e-3,
+                train_encoder=False,
+            )
+        return scores_table(lambda f: predict_expert(model, "pooled", f), split)
+
+
+def xgb_evaluate(split: Split, budget: int, seed: int) -> dict:
+    """MetaSchedule's XGBModel on the held-out GPU's own measurements only."""
+    from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig, XGBModel
+
+    model = XGBModel(config=XGBConfig(nthread=1, seed=seed), verbose_eval=0)
+    few = split.budget(budget)
+    n = few.num_candidates
+    rng = np.random.default_rng(seed)
+    if n < model.num_warmup_samples:  # MetaSchedule scores at random until then
+        return scores_table(lambda f: rng.uniform(size=len(f)), split)
+    xs = [x for t in few.tasks for x in t.features]
+    ys = np.concatenate([t.latencies.min() / t.latencies for t in few.tasks]).astype("float32")
+    model._train(xs=xs, ys=ys)  # noqa: SLF001 - the model's own training on given features
+    return scores_table(lambda f: model._predict(xs=list(f)), split)  # noqa: SLF001
+
+
+@contextlib.contextmanager
+def _step_lr_accepts_verbose() -> Iterator[None]:
+    """TVM 0.27's trainer passes StepLR(verbose=...), which torch 2.13 no longer takes."""
+    import torch
+
+    original = torch.optim.lr_scheduler.StepLR
+
+    class StepLR(original):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: object, verbose: object = None, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)
+
+    torch.optim.lr_scheduler.StepLR = StepLR
+    try:
+        yield
+    finally:
+        torch.optim.lr_scheduler.StepLR = original
+
+
+class MetaScheduleMLP:
+    """MetaSchedule's SegmentSumMLP trainer: pre-train on all training GPUs, then fine-tune."""
+
+    def __init__(self, train: list[DeviceDataset], args: argparse.Namespace):
+        from tvm.s_tir.meta_schedule.cost_model import mlp_model as mm
+
+        self.mm = mm
+        state = mm.State(model_config=mm.SegmentSumMLPConfig(input_dim=164))
+        for ds in train:
+            for task in ds.tasks:
+                state.add_to_group(
+                    list(task.features),
+                    task.latencies.astype("float64"),
+                    f"{ds.device}/{task.task_name}",
+                )
+        config = mm.TrainerConfig(num_epoch_full=args.mlp_epochs, num_epoch_incremental=5)
+        self.trainer = mm.SegmentSumMLPTrainer(train_config=config, state=state)
+        mm.logger.setLevel("WARNING")
+        mm.random.seed(args.seed)
+        with _step_lr_accepts_verbose():
+            self.trainer.train_full()
+
+    def evaluate(self, split: Split, budget: int) -> dict:
+        trainer = self.trainer
+        if budget:
+            trainer = copy.deepcopy(self.trainer)
+            for task in split.budget(budget).tasks:
+                trainer.train_incremental(list(task.features), task.latencies.astype("float64"))
+        # the trainer predicts a cost-like value (lower = faster); negate to a score
+        return scores_table(lambda f: -trainer.predict_incremental(list(f)), split)
+
+
+# -- the run --------------------------------------------------------------------------------
+def mean_rows(rows: list[dict]) -> dict[str, float]:
+    return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, help="fleet dataset directory (DIR/<gpu>.sqlite)")
+    parser.add_argument("--synthetic", action="store_true", help="use the synthetic fleet")
+    parser.add_argument(
+        "--synthetic-size", default="24,28,160", help="devices,tasks,candidates per task"
+    )
+    parser.add_argument("--held-out", default=",".join(DEFAULT_HELD_OUT))
+    parser.add_argument("--budgets", default="0,16,64")
+    parser.add_argument("--expert-epochs", type=int, default=20)
+    parser.add_argument("--shared-epochs", type=int, default=20)
+    parser.add_argument("--adapt-epochs", type=int, default=30)
+    parser.add_argument("--mlp-epochs", type=int, default=10)
+    parser.add_argument("--methods", default="simoe,nearest-expert,pooled,xgb,mlp-finetune")
+    parser.add_argument("--ablations", action="store_true", help="also run the ablations")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    if args.synthetic:
+        n_dev, n_tasks, per_task = (int(x) for x in args.synthetic_size.split(","))
+        fleet = synthetic_fleet(n_dev, n_tasks, per_task)
+        held = [f"gpu{i:02d}" for i in range(0, n_dev, 4)]
+    elif args.data:
+        fleet = load_fleet(args.data)
+        held = [g for g in args.held_out.split(",") if g]
+    else:
+        parser.error("give --data DIR or --synthetic")
+    missing = [g for g in held if g not in fleet]
+    if missing:
+        parser.error(f"held-out GPUs not in the fleet: {missing}")
+    train = [ds for name, ds in fleet.items() if name not in held]
+    splits = [split_device(fleet[g], args.seed) for g in held]
+    budgets = [int(b) for b in args.budgets.split(",")]
+    methods = args.methods.split(",")
+    print(f"train GPUs {len(train)}, held out {held}, tasks/GPU {len(splits[0].test)}", flush=True)
+
+    config = SiMoEConfig()
+    results: dict[str, dict[int, dict[str, float]]] = {}
+    per_gpu: dict[str, dict[int, dict[str, dict[str, float]]]] = {}
+    timings: dict[str, float] = {}
+
+    def record(method: str, budget: int, gpu: str, row: dict) -> None:
+        per_gpu.setdefault(method, {}).setdefault(budget, {})[gpu] = row
+
+    t0 = time.perf_counter()
+    family = SiMoEFamily(config, train, args)
+    timings["simoe-train"] = time.perf_counter() - t0
+    for split in splits:
+        for b in budgets:
+            mix, near = family.evaluate(family.base, split, b)
+            record("simoe", b, split.device, mix)
+            record("nearest-expert", b, split.device, near)
+        print(f"simoe {split.device}: {per_gpu['simoe'][0][split.device]}", flush=True)
+    if "pooled" in methods:
+        t0 = time.perf_counter()
+        pooled = Pooled(config, train, args)
+        for split in splits:
+            for b in budgets:
+                record("pooled", b, split.device, pooled.evaluate(split, b))
+        timings["pooled"] = time.perf_counter() - t0
+    if "xgb" in methods:
+        t0 = time.perf_counter()
+        for split in splits:
+            for b in budgets:
+                record("xgb", b, split.device, xgb_evaluate(split, b, args.seed))
+        timings["xgb"] = time.perf_counter() - t0
+    if "mlp-finetune" in methods:
+        t0 = time.perf_counter()
+        mlp = MetaScheduleMLP(train, args)
+        for split in splits:
+            for b in budgets:
+                record("mlp-finetune", b, split.device, mlp.evaluate(split, b))
+        timings["mlp-finetune"] = time.perf_counter() - t0
+    if args.ablations:
+        for label, changes in [
+            ("simoe-analytical-only", {"hardware_input": "analytical"}),
+            ("simoe-empirical-only", {"hardware_input": "empirical"}),
+            ("simoe-no-prior", {"use_similarity_prior": False}),
+        ]:
+            t0 = time.perf_counter()
+            model = family.variant(train, **changes)
+            for split in splits:
+                for b in budgets:
+                    record(label, b, split.device, family.evaluate(model, split, b)[0])
+            timings[label] = time.perf_counter() - t0
+            print(f"{label}: {mean_rows(list(per_gpu[label][0].values()))}", flush=True)
+
+    for method, by_budget in per_gpu.items():
+        results[method] = {b: mean_rows(list(rows.values())) for b, rows in by_budget.items()}
+    report = {
+        "command": " ".join(["python", "bench/offline_transfer.py", *sys.argv[1:]]),
+        "data": "synthetic" if args.synthetic else "fleet dataset (simulated GPUs)",
+        "held_out": held,
+        "train_gpus": [d.device for d in train],
+        "tasks_per_gpu": len(splits[0].test),
+        "test_candidates_per_task": float(np.mean([len(t) for t in splits[0].test])),
+        "budgets": budgets,
+        "results": results,
+        "per_gpu": per_gpu,
+        "seconds": {**timings, "total": time.perf_counter() - started},
+        "simoe_train_seconds": {
+            "experts": family.expert_seconds,
+            "shared": family.shared_seconds,
+        },
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = "offline_transfer_synthetic" if args.synthetic else "offline_transfer"
+    (args.out / f"{stem}.json").write_text(json.dumps(report, indent=1, default=float))
+    (args.out / f"{stem}.md").write_text(markdown(report))
+    plot(report, args.out / f"{stem}.png")
+    print(markdown(report))
+
+
+def markdown(report: dict) -> str:
+    lines = [
+        f"Command: `{report['command']}`  ",
+        f"Data: {report['data']}; held out: {', '.join(report['held_out'])}; "
+        f"{report['tasks_per_gpu']} tasks per GPU, "
+        f"~{report['test_candidates_per_task']:.0f} test candidates per task.",
+        "",
+        "| method | budget | top-1 | top-5 | pairwise | avg peak |",
+        "|---|---|---|---|---|---|",
+    ]
+    for method, by_budget in report["results"].items():
+        for budget, row in sorted(by_budget.items(), key=lambda kv: int(kv[0])):
+            lines.append(
+                f"| {method} | {budget} | {row['top1']:.3f} | {row['top5']:.3f} | "
+                f"{row['pairwise']:.3f} | {row['aps']:.3f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for ax, metric, title in zip(
+        axes,
+        ["top1", "top5", "pairwise"],
+        ["top-1 score", "top-5 score", "pairwise accuracy"],
+        strict=True,
+    ):
+        for method, by_budget in report["results"].items():
+            budgets = sorted(by_budget, key=int)
+            ax.plot(
+                [int(b) for b in budgets],
+                [by_budget[b][metric] for b in budgets],
+                marker="o",
+                label=method,
+                linestyle="-" if not method.startswith("simoe-") else "--",
+            )
+        ax.set_title(title)
+        ax.set_xlabel("measurements per task on the held-out GPU")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"Transfer to held-out GPUs ({report['data']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
