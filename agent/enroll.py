@@ -280,3 +280,89 @@ def fetch_model(state_dir: Path, *, timeout: float, port: int | None = None) -> 
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+# -- nodes prepared on this machine (the demo plays several nodes at once) --------------------
+
+
+def prepare_local_node(state_dir: Path, name: str, device: str) -> dict[str, object]:
+    """A node's state dir without a server round trip: config, key, profile (cached).
+
+    The profile also goes into the node's store, where the SiMoE cost model looks for it.
+    """
+    from agent.client_app import NodeState
+    from agent.devices import get_device
+    from agent.profiler import load_or_profile
+    from agent.store import Store
+
+    try:
+        check_node_name(name)
+    except ValueError as exc:
+        raise BadInputError(str(exc)) from None
+    config = AgentConfig.load(state_dir).model_copy(update={"name": name, "device": device})
+    config.state_dir = state_dir
+    config.save()
+    _, public, _created = create_node_key(state_dir)
+    profile = load_or_profile(get_device(device), state_dir)
+    NodeState(state_dir).save_profile(profile)
+    with Store(config.store_path) as store:
+        store.save_profile(profile)
+    return {
+        "name": name,
+        "device": device,
+        "state_dir": str(state_dir),
+        "key_fingerprint": key_fingerprint(public.read_bytes()),
+        "simulated": profile.simulated,
+    }
+
+
+def prepare_demo_fleet(
+    out: Path, gpus: str, workloads: str, per_workload: int, seed: int = 0
+) -> list[dict[str, object]]:
+    """Simulated GPU nodes with local data: one fleet dataset, one store per GPU."""
+    import shutil
+
+    from agent.dataset import build_fleet_dataset, resolve_gpus, resolve_workloads
+    from agent.store import Store
+
+    specs = resolve_gpus(gpus)
+    fleet = out / "fleet"
+    build_fleet_dataset(resolve_workloads(workloads), specs, per_workload, fleet, seed=seed)
+    nodes = []
+    for spec in specs:
+        state_dir = out / "nodes" / spec.key
+        state_dir.mkdir(parents=True, exist_ok=True)
+        with Store(fleet / f"{spec.key}.sqlite") as source:
+            devices = sorted({r.device for r in source.records()})
+        shutil.copy(fleet / f"{spec.key}.sqlite", state_dir / "store.sqlite")
+        device = devices[0] if devices else f"sim:{spec.key}"
+        nodes.append(prepare_local_node(state_dir, spec.key, device))
+    return nodes
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m agent.enroll local-node DIR NAME DEVICE | demo-fleet OUT GPUS WORKLOADS N`.
+
+    Node-side steps of `simoe-server demo`, run as a separate process so the server
+    never imports the agent. Prints one JSON document.
+    """
+    import json
+
+    from schemas.errors import run_cli
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) == 4 and args[0] == "local-node":
+        result = run_cli(lambda: prepare_local_node(Path(args[1]), args[2], args[3]), "enroll")
+    elif len(args) == 5 and args[0] == "demo-fleet":
+        result = run_cli(
+            lambda: prepare_demo_fleet(Path(args[1]), args[2], args[3], int(args[4])), "enroll"
+        )
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
