@@ -1,0 +1,115 @@
+"""Speed of the simulated fleet (a benchmark, not a test; writes docs/sim_speed.json).
+
+1. Labelling: candidate-GPU pairs per second of the vectorized latency model, after
+   sampling and TIR analysis (target: >= 100,000 pairs/s).
+2. TIR analysis: seconds per candidate (done once per candidate, not per GPU).
+3. Tuning: a 1024^3 matmul on sim:a100 with 256 trials through the agent's tuner
+   (target: under 90 s on 2 cores); search wall time and modelled measurement time
+   (what those measurements would have cost on a real A100) reported separately.
+
+    python bench/sim_speed.py [--skip-tune]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def bench_labelling(pairs_target: int = 2_000_000) -> dict:
+    import agent  # noqa: F401
+    from agent.dataset import generic_target, sample_workload
+    from agent.devices.sim import candidate_key, latency, tir_analysis
+    from agent.devices.sim.catalog import load_catalog
+
+    specs = list(load_catalog().values())
+    target = generic_target(specs)
+    t0 = time.perf_counter()
+    sampled = sample_workload("matmul:256,256,256", target, 32, seed=0)
+    t_sample = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    kernels = [tir_analysis.analyse(c.sch.mod, target) for c in sampled.candidates]
+    t_analyse = time.perf_counter() - t0
+    keys = [candidate_key(c.sch.mod) for c in sampled.candidates]
+    # replicate the analysed candidates to a large batch (distinct noise keys)
+    reps = max(1, pairs_target // (len(kernels) * len(specs)))
+    batch = kernels * reps
+    batch_keys = np.arange(len(batch), dtype=np.uint64) ^ np.uint64(keys[0])
+    matrix, owner = latency.kernel_matrix(batch)
+    params = latency.GpuParams.from_specs(specs)
+    t0 = time.perf_counter()
+    secs = latency.simulate(matrix, owner, batch_keys, params, repeats=3)
+    t_label = time.perf_counter() - t0
+    pairs = secs.shape[0] * secs.shape[1]
+    return {
+        "candidates_sampled": len(sampled.candidates),
+        "sampling_s_per_candidate": t_sample / max(1, len(sampled.candidates)),
+        "analysis_s_per_candidate": t_analyse / max(1, len(kernels)),
+        "labelled_pairs": pairs,
+        "labelling_s": t_label,
+        "pairs_per_second": pairs / t_label,
+        "repeats_per_pair": 3,
+    }
+
+
+def bench_tuning(trials: int) -> dict:
+    import agent  # noqa: F401
+    from agent.devices import get_device
+    from agent.store import Store
+    from agent.tuner import tune_workload
+    from agent.workloads import parse_workload
+
+    device = get_device("sim:a100")
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "store.sqlite")
+        t0 = time.perf_counter()
+        result = tune_workload(
+            parse_workload("matmul:1024,1024,1024"),
+            device,
+            store,
+            trials=trials,
+            baseline=False,
+            seed=0,
+        )
+        total = time.perf_counter() - t0
+        store.close()
+    task = result.tasks[0]
+    return {
+        "workload": "matmul:1024,1024,1024",
+        "device": device.name,
+        "trials": result.trials,
+        "total_wall_s": total,
+        "search_wall_s": result.search_wall_s,
+        "modelled_measure_s": device.modelled_measure_seconds,
+        "modelled_measurements": device.measurements,
+        "best": task.model_dump() if hasattr(task, "model_dump") else str(task),
+        "simulated": True,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-tune", action="store_true")
+    parser.add_argument("--trials", type=int, default=256)
+    args = parser.parse_args()
+    report: dict = {"labelling": bench_labelling()}
+    print(json.dumps(report["labelling"], indent=1), flush=True)
+    if not args.skip_tune:
+        report["tuning"] = bench_tuning(args.trials)
+        print(json.dumps(report["tuning"], indent=1, default=str), flush=True)
+    DOCS.mkdir(exist_ok=True)
+    out = DOCS / "sim_speed.json"
+    old = json.loads(out.read_text()) if out.exists() else {}
+    old.update(report)
+    out.write_text(json.dumps(old, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
