@@ -274,12 +274,23 @@ def fetch_model(state_dir: Path, *, timeout: float, port: int | None = None) -> 
             f"no model from the server within {timeout:.0f} s (is a run going?); see {log_path}"
         )
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_group(process)
+
+
+def stop_group(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGTERM a process started in its own session and its children (ClientApps), then KILL."""
+    import signal
+
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    except ProcessLookupError:
+        pass
 
 
 # -- nodes prepared on this machine (the demo plays several nodes at once) --------------------

@@ -391,5 +391,71 @@ def start(
         console.print("SuperLink stopped")
 
 
+@app.command()
+def demo(
+    out: Path = typer.Option(Path("runs/demo"), "--out", help="where everything goes"),
+    gpus: str = typer.Option("k80,v100,t4,a100-40gb", "--gpus", help="simulated GPU nodes"),
+    cpu: bool = typer.Option(True, "--cpu/--no-cpu", help="this machine's CPU as a node too"),
+    new_gpu: str = typer.Option("a10", "--new-gpu", help="the newcomer (a GPU none of them is)"),
+    network: str = typer.Option("tiny_mlp", "--network", help="the network it tunes"),
+    rounds: int = typer.Option(3, "--rounds", help="federated rounds before it joins"),
+    budget: int = typer.Option(8, "--budget", help="trials per task, zero-shot and baseline"),
+    full_budget: int = typer.Option(32, "--full-budget", help="the baseline's full budget"),
+    per_workload: int = typer.Option(32, "--per-workload", help="candidates per workload"),
+    as_json: bool = JsonOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """A federation on one machine, then a new GPU tunes a network with its zero-shot model."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from server.demo import run_demo
+
+    if new_gpu in gpus.split(","):
+        raise BadInputError(f"--new-gpu {new_gpu} is one of --gpus; pick a GPU none of them is")
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+        console=err_console,
+    ) as progress:  # fmt: skip
+        task = progress.add_task("starting", total=None)
+
+        def step(text: str) -> None:
+            progress.console.print(f"  {text}")
+            progress.update(task, description=text)
+
+        report = run_demo(
+            out.resolve(),
+            gpus=gpus,
+            cpu=cpu,
+            new_gpu=new_gpu,
+            network=network,
+            rounds=rounds,
+            budget=budget,
+            full_budget=full_budget,
+            per_workload=per_workload,
+            step=step,
+        )
+    if as_json:
+        print(report.model_dump_json(indent=2))
+        return
+    print_table(
+        f"{report.network} on sim:{report.new_gpu} (SIMULATED GPU: modelled latencies)",
+        ["method", "trials/task", "compile (search wall) s", "network latency us"],
+        [
+            (
+                r.method,
+                r.trials_per_task,
+                f"{r.search_wall_s:.1f}",
+                f"{r.network_latency_s * 1e6:.2f}" if r.network_latency_s else "n/a",
+            )
+            for r in report.rows
+        ],
+    )
+    console.print(
+        f"experts delivered to the newcomer: {', '.join(report.experts_delivered) or 'none'}; "
+        f"federation {report.federation_wall_s:.0f} s; total {report.total_wall_s:.0f} s "
+        f"({report.grid}); report: {report.out_dir}/demo.json"
+    )
+
+
 def main() -> None:
     run_cli(lambda: app(standalone_mode=True), "simoe-server")

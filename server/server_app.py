@@ -64,6 +64,7 @@ def run_rounds(
     wait_nodes_s: float = 60.0,
     stop: threading.Event | None = None,
     on_round: Callable[[RoundOutcome], None] | None = None,
+    min_interval_s: float = 0.0,
 ) -> list[RoundOutcome]:
     """Run `num_rounds` rounds (0: until `stop` is set); returns what each round did."""
     registry = strategy.registry
@@ -75,9 +76,15 @@ def run_rounds(
         arrays = latest[1]
     outcomes: list[RoundOutcome] = []
     done = 0
+    round_started = time.monotonic()
     while num_rounds == 0 or done < num_rounds:
         if stop is not None and stop.is_set():
             break
+        if outcomes and min_interval_s > 0:  # continual rounds, not a busy loop
+            wait = min_interval_s - (time.monotonic() - round_started)
+            if wait > 0 and (stop.wait(wait) if stop is not None else time.sleep(wait)):
+                break
+        round_started = time.monotonic()
         node_ids = wait_for_nodes(grid, strategy.min_available_nodes, wait_nodes_s, stop)
         strategy.public_keys = node_public_keys(grid)
         unknown = [n for n in node_ids if n not in strategy.identity]
@@ -189,4 +196,5 @@ def main(grid: Grid, context: Context) -> None:
             num_rounds=int(cfg.get("num-rounds", 0)),
             timeout=float(cfg.get("round-timeout", 120.0)),
             wait_nodes_s=float(cfg.get("wait-nodes", 3600.0)),
+            min_interval_s=float(cfg.get("round-interval", 10.0)),
         )

@@ -12,10 +12,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import ipaddress
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -40,6 +42,7 @@ RUN_CONFIG_DEFAULTS: dict[str, str | int | float] = {
     "min-nodes": 1,
     "round-timeout": 120.0,
     "wait-nodes": 3600.0,
+    "round-interval": 10.0,
     "robust-clip": 0.0,
     "robust-trim": 0.0,
 }
@@ -217,19 +220,26 @@ class SuperLink:
         return self
 
     def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM the SuperLink and its children (SuperExec, ServerApp), then KILL."""
         if self.process is None or self.process.poll() is not None:
             return
-        self.process.terminate()
         try:
+            os.killpg(self.process.pid, signal.SIGTERM)
             self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+            self.kill()
+        except ProcessLookupError:
+            pass
+        with contextlib.suppress(ProcessLookupError):  # children that outlived it
+            os.killpg(self.process.pid, signal.SIGKILL)
 
     def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+        """SIGKILL the whole group: a crash, as the restart test wants it."""
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
 
 
 def write_app(directory: Path) -> Path:

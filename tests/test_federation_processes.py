@@ -169,7 +169,7 @@ def test_federation_with_real_processes(tmp_path: Path, processes: list) -> None
 
     # kill the SuperLink (and its ServerApp), restart it on the same database
     before = rounds_done(registry_path)
-    stop(link.process, signal.SIGKILL)
+    link.kill()  # the SuperLink and its ServerApp die at once
     link = SuperLink(server_dir, port=port, certs=certs).start()
     processes.append(link.process)
     submit_run(server_dir, address, certs.ca, run_config)
