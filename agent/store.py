@@ -630,9 +630,9 @@ class Store:
         Records committed through it are written to SQLite at once, labelled with
         `device`, `profile_id` and `simulated`; queries see only this device's
         records. `task_name` names workloads it commits that the store does not know
-        yet (default: the function's name and the key).
+        yet (default: the function's name and the key). Committing through a `sim:`
+        device's database without `simulated=True` raises BadInputError.
         """
-        _check_labelled(device, simulated)
         cls = _ms_database_class()
         return cls(
             self, device=device, profile_id=profile_id, simulated=simulated, task_name=task_name

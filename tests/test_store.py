@@ -277,6 +277,7 @@ def tuned(tmp_path_factory: pytest.TempPathFactory):
     from tvm.s_tir import meta_schedule as ms
 
     from agent.devices.cpu import CPUDevice
+    from simoe_model import tvm_compat
 
     a = te.placeholder((32, 32), name="A")
     b = te.placeholder((32, 32), name="B")
@@ -293,8 +294,9 @@ def tuned(tmp_path_factory: pytest.TempPathFactory):
         str(tmp / "work"),
         max_trials_global=4,
         num_trials_per_iter=4,
-        builder=device.builder(),
-        runner=device.runner(),
+        # Generous timeouts: on a loaded 2-core machine the default 30 s builds time out.
+        builder=ms.builder.LocalBuilder(timeout_sec=300, initializer=tvm_compat.install),
+        runner=ms.runner.LocalRunner(timeout_sec=300, initializer=tvm_compat.install),
         database=db,
         cost_model="random",
         seed=0,
