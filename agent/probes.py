@@ -524,8 +524,13 @@ def _batch_matmul_variant(batch: int, size: int, schedule: Callable[[Schedule], 
 
 
 # --------------------------------------------------------------------------- the suite
-# CPU sizes: listed in the order of their latency on a 2-core x86 host, about 2.5x or
-# more apart. GPU sizes: tens to hundreds of microseconds on a mid-range GPU.
+# CPU sizes were chosen so that on a 2-core x86 host (AVX-512) the latencies come out
+# about 2-3x apart, in this order: launch_tiny < vadd < batch_matmul_tiny < exp_sqrt <
+# column_sum < stencil5 < matmul_tiled < hgemm < fma_chain < strided_copy <
+# matmul_small_k < transpose < copy_stream (0.05 us to ~15 ms unloaded). Small CPU
+# probes run on one thread: a thread pool's wake-up jitter would swamp them. GPU sizes:
+# tens of microseconds to a few milliseconds on a T4-class GPU, above launch overhead
+# except for launch_tiny.
 
 PROBES: tuple[Probe, ...] = (
     Probe(
@@ -592,7 +597,7 @@ PROBES: tuple[Probe, ...] = (
         name="fma_chain",
         category="compute",
         variants={
-            "llvm": _fma_variant(6144, 1024, _cpu_fma(lanes=8, chains=8)),
+            "llvm": _fma_variant(12288, 1024, _cpu_fma(lanes=16, chains=8)),
             "cuda": _fma_variant(1 << 22, 1024, _gpu_fma(threads=128, chains=8)),
         },
     ),

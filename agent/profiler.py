@@ -10,6 +10,7 @@ probe rather than all samples of one probe, which keeps their order stable.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import statistics
 from collections.abc import Callable
@@ -140,7 +141,7 @@ def _read_cached(path: Path, device: Device) -> HardwareProfile | None:
 
 def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # two writers never share one
     tmp.write_text(text)
     tmp.replace(path)  # a crash never leaves half a profile behind
 
