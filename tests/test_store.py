@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner, Result
 
 from agent.store import FEATURE_WIDTH, Store, trace_json, workload_key_of
 from schemas import (
@@ -229,38 +230,58 @@ def _cli(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _invoke(state_dir: Path, *args: str) -> Result:
+    """The CLI in this process (fast); errors stay exceptions, as run_cli receives them."""
+    from agent.cli import app
+
+    return CliRunner().invoke(app, [*args, "--state-dir", str(state_dir)])
+
+
 def test_cli_refuses_a_non_sqlite_store_with_exit_2(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir()
     (state / "store.sqlite").write_bytes(b"\x00garbage" * 100)
-    for args in (["records"], ["status"]):
-        result = _cli(state, *args)
-        assert result.returncode == 2, result.stderr
-        assert "not a SQLite database" in result.stderr
-        assert len(result.stderr.strip().splitlines()) == 1  # one line, no traceback
+    result = _cli(state, "records")  # the real entry point: exit code and stderr
+    assert result.returncode == 2, result.stderr
+    assert "not a SQLite database" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1  # one line, no traceback
+    for args in (["status"], ["records", "best"], ["records", "import", str(tmp_path)]):
+        result = _invoke(state, *args, *(["--device", "cpu"] if "import" in args else []))
+        assert isinstance(result.exception, BadInputError), (args, result.output)
+        assert "not a SQLite database" in str(result.exception)
 
 
 def test_cli_records_and_status_json(tmp_path: Path) -> None:
     state = tmp_path / "state"
+    empty = _invoke(state, "records", "--json")
+    assert empty.exit_code == 0 and json.loads(empty.stdout) == []
+    assert not (state / "store.sqlite").exists()  # reading never creates a store
     with Store(state / "store.sqlite") as store:
         store.add_records(
             [_record("w1", [1], [1e-3], task_name="mm"), _record("w1", [2], [2e-3], task_name="mm")]
         )
         store.add_records([_record("w1", [3], [5e-4], device="sim:t4", simulated=True)])
-    listed = json.loads(_cli(state, "records", "--json", "--device", "cpu").stdout)
+    listed = json.loads(_invoke(state, "records", "--json", "--device", "cpu").stdout)
     assert [r["latency_us"] for r in listed] == pytest.approx([2000.0, 1000.0])  # newest first
-    best = json.loads(_cli(state, "records", "best", "--json").stdout)
+    assert len(json.loads(_invoke(state, "records", "--json", "--limit", "1").stdout)) == 1
+    by_task = json.loads(_invoke(state, "records", "--json", "--workload", "mm").stdout)
+    assert len(by_task) == 2
+    best = json.loads(_invoke(state, "records", "best", "--json").stdout)
     assert {b["device"]: (round(b["latency_us"], 6), b["simulated"]) for b in best} == {
         "cpu": (1000.0, False),
         "sim:t4": (500.0, True),
     }
-    status = json.loads(_cli(state, "status", "--json").stdout)
+    status = json.loads(_invoke(state, "status", "--json").stdout)
     assert status["store"]["records"] == 3
     assert {d["device"]: d["records"] for d in status["store"]["devices"]} == {
         "cpu": 2,
         "sim:t4": 1,
     }
     assert status["federation"] is None
+    table = _invoke(state, "records")
+    assert table.exit_code == 0 and "simulated" in table.stdout and "measured" in table.stdout
+    bad = _invoke(state, "records", "import", str(tmp_path), "--device", "gpu0")
+    assert isinstance(bad.exception, BadInputError)
 
 
 # -- MetaSchedule: a real tiny tune into the store ---------------------------------------------
