@@ -436,6 +436,10 @@ class Store:
         where, params = self._where(device=device)
         return self._query(f"SELECT COUNT(*) AS n FROM records{where}", params)[0]["n"]
 
+    def devices(self) -> list[str]:
+        """The devices this store holds records of (cheap: reads an index only)."""
+        return [r["device"] for r in self._query("SELECT DISTINCT device FROM records ORDER BY 1")]
+
     def candidate_ids(self, *, device: str | None = None) -> set[str]:
         where, params = self._where(device=device)
         return {

@@ -92,6 +92,7 @@ def test_round_trip_survives_reopen(tmp_path: Path) -> None:
         assert back[1].failed and back[1].latency_s is None
         assert back[2].simulated and back[2].device == "sim:t4"
         assert store.count_records() == 3 and store.count_records(device="cpu") == 2
+        assert store.devices() == ["cpu", "sim:t4"]
         assert [r.trace for r in store.records(workload_key="w2")] == [recs[2].trace]
         assert store.workload("w1")["spec"] == "GMM-1"
         assert store.integrity_check() == "ok"
