@@ -667,6 +667,7 @@ class Store:
         """Read a MetaSchedule JSONDatabase into this store for `device`; returns new records."""
         from tvm.s_tir import meta_schedule as ms
 
+        _check_labelled(device, simulated)
         directory = Path(directory)
         for path in (directory / MS_WORKLOAD_FILE, directory / MS_RECORD_FILE):
             if not path.is_file():
@@ -681,20 +682,23 @@ class Store:
                 f"{directory}: not a valid MetaSchedule JSON database ({reason})"
             ) from None
         before = self.count_records(device=device)
-        keys: dict[int, str] = {}
+        task_names: dict[str, str] = {}  # by workload key
         records = []
         for ms_record in ms_records:
             mod = ms_record.workload.mod
             key = workload_key_of(mod)
-            if id(ms_record.workload) not in keys and self.workload(key) is None:
-                self.add_workload(key, _default_task_name(mod, key), _save_json(mod))
-            keys[id(ms_record.workload)] = key
-            task = self.workload(key)
+            if key not in task_names:
+                row = self.workload(key)
+                if row is None:  # a workload new here: named after its function and key
+                    task_names[key] = _default_task_name(mod, key)
+                    self.add_workload(key, task_names[key], _save_json(mod))
+                else:
+                    task_names[key] = row["task_name"]
             records.append(
                 _from_ms_record(
                     ms_record,
                     workload_key=key,
-                    task_name=task["task_name"] if task else key,
+                    task_name=task_names[key],
                     device=device,
                     profile_id=None,
                     simulated=simulated,
