@@ -80,8 +80,8 @@ def choose_cuda_compiler() -> str:
     return ""  # unreachable
 
 
-def torch_reference(spec: str, repeat: int = 50) -> dict[str, Any]:
-    """Median seconds of the operator in PyTorch on cuda:0 (CUDA events), FP32 without TF32."""
+def torch_reference(spec: str, index: int, repeat: int = 50) -> dict[str, Any]:
+    """Median seconds of the operator in PyTorch on GPU `index` (CUDA events), FP32, no TF32."""
     try:
         import torch
     except ImportError:
@@ -91,7 +91,7 @@ def torch_reference(spec: str, repeat: int = 50) -> dict[str, Any]:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = True  # cuDNN picks its fastest algorithm, as tuning does
-    dev = torch.device("cuda:0")
+    dev = torch.device(f"cuda:{index}")
     if spec == MATMUL:
         a = torch.rand(1024, 1024, device=dev)
         b = torch.rand(1024, 1024, device=dev)
@@ -133,17 +133,21 @@ def main(
     trials: int = typer.Option(64, "--trials", min=1, help="candidates per operator"),
     out: Path | None = typer.Option(None, "--out", help="report directory (default $OUT)"),
     skip_tune: bool = typer.Option(False, "--skip-tune", help="profile and PyTorch only"),
+    device_name: str = typer.Option("cuda:0", "--device", help="the GPU to check"),
 ) -> None:
-    """Profile cuda:0, tune a matmul and a conv2d on it, compare with PyTorch."""
+    """Profile the GPU, tune a matmul and a conv2d on it, compare with PyTorch."""
     started = time.perf_counter()
     system = check_gpu_present()
     compiler = choose_cuda_compiler()
 
-    import agent  # noqa: F401  (the TVM inspect patch, before tvm)
-    from agent.devices import get_device
-    from agent.profiler import load_or_profile
-    from agent.workloads import parse_workload
-    from schemas import SimoeError
+    try:
+        import agent  # noqa: F401  (the TVM inspect patch, before tvm)
+        from agent.devices import get_device
+        from agent.profiler import load_or_profile
+        from agent.workloads import parse_workload
+        from schemas import SimoeError
+    except ImportError as exc:
+        fail(f"SiMoE is not installed in this Python ({exc}): run ./install.sh first")
 
     out_dir = out or Path(os.environ.get("OUT") or Path(__file__).parent / "reports")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -163,7 +167,7 @@ def main(
         report_path.write_text(json.dumps(report, indent=2, default=str))
 
     try:
-        device = get_device("cuda:0")
+        device = get_device(device_name)
     except SimoeError as exc:
         fail(str(exc))
     print(f"gpu_check: {device.name} = {device.hardware_name} (CUDA via {compiler})", flush=True)
@@ -195,7 +199,7 @@ def main(
     # 2. and 3. tune each operator, time it in PyTorch
     report["operators"] = {}
     for spec in (MATMUL, CONV2D):
-        entry: dict[str, Any] = {"torch": torch_reference(spec)}
+        entry: dict[str, Any] = {"torch": torch_reference(spec, device.index)}
         report["operators"][spec] = entry
         if not skip_tune:
             entry.update(tune_one(spec, device, state_dir, trials, profile, parse_workload))
