@@ -187,3 +187,37 @@ def test_cli_profile_cuda_without_a_gpu_exits_2_with_one_line(simoe_home: Path) 
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
     assert lines[0].startswith("simoe-agent: error: device cuda:0: no NVIDIA GPU found (")
+
+
+def test_attributes_are_read_from_nvml_and_the_cuda_runtime(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reading path with a fake T4 behind NVML and TVM's CUDA device attributes."""
+    fake = _fake_pynvml(count=1)
+    fake.NVML_CLOCK_SM, fake.NVML_CLOCK_MEM = 1, 2  # type: ignore[attr-defined]
+    fake.nvmlDeviceGetHandleByIndex = lambda index: f"handle{index}"  # type: ignore[attr-defined]
+    fake.nvmlDeviceGetName = lambda handle: b"Tesla T4"  # type: ignore[attr-defined]
+    fake.nvmlDeviceGetMaxClockInfo = (  # type: ignore[attr-defined]
+        lambda handle, kind: {1: 1590, 2: 5001}[kind]
+    )
+    fake.nvmlDeviceGetMemoryBusWidth = lambda handle: 256  # type: ignore[attr-defined]
+    fake.nvmlDeviceGetMemoryInfo = (  # type: ignore[attr-defined]
+        lambda handle: types.SimpleNamespace(total=16 << 30)
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    cuda_dev = types.SimpleNamespace(
+        exist=True, multi_processor_count=40, compute_version="7.5", max_clock_rate=1590000,
+        max_threads_per_block=1024, max_shared_memory_per_block=49152,
+        l2_cache_size_bytes=4 << 20, warp_size=32,
+    )  # fmt: skip
+    monkeypatch.setattr(tvm, "cuda", lambda index=0: cuda_dev)
+    device = CUDADevice(0)
+    assert device.attributes == CudaAttributes(
+        name="Tesla T4", sm_count=40, sm_clock_mhz=1590, mem_clock_mhz=5001,
+        mem_bus_width_bits=256, total_memory_bytes=16 << 30, compute_capability=(7, 5),
+        max_threads_per_block=1024, max_shared_memory_per_block=49152,
+        l2_cache_bytes=4 << 20, warp_size=32,
+    )  # fmt: skip
+    assert device.hardware_name == "Tesla T4"
+    assert device.analytical_specs().mem_bandwidth_gbs == pytest.approx(320, rel=0.01)
+    assert target_config(device.attributes)["arch"] == "sm_75"
