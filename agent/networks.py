@@ -16,6 +16,7 @@ finds have the same keys the compiled network later looks up in the database.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -240,7 +241,8 @@ def _torch_network(name: str) -> Network:
 
     model = seeded_module(name)
     x = _example_input(NETWORK_SUITE[name].input_shape)
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.export's own deprecations
         exported = torch.export.export(model, (torch.from_numpy(x),))
         # Weights become constants in the module (keep_params_as_input=False), so they fold.
         mod = from_exported_program(exported, unwrap_unit_return_tuple=True)

@@ -14,6 +14,7 @@ import importlib
 import logging
 import math
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-import simoe_model.tvm_compat  # noqa: F401  (patch inspect before tvm is imported)
 from agent.networks import Network, extract_network_tasks, load_network, one_line_of
 from agent.store import workload_key_of
 from agent.workloads import Workload, flops, prim_func
 from schemas import BadInputError, RunFailure
 from schemas.tuning import NetworkCheck, TaskResult, TuneResult
+from simoe_model import tvm_compat  # (patches inspect before tvm is imported)
 
 if TYPE_CHECKING:
     import tvm
@@ -120,33 +121,76 @@ def _progress_callback(
     return _Progress()
 
 
+MS_LOGGER = "tvm.s_tir.meta_schedule"
+_LOG_FORMAT = logging.Formatter("%(asctime)s [%(levelname)s] %(message)s", "%Y-%m-%d %H:%M:%S")
+
+
+def _own_handler(handler: logging.Handler, level: int) -> logging.Handler:
+    handler.setLevel(level)
+    handler.setFormatter(_LOG_FORMAT)
+    handler.simoe_owned = True  # type: ignore[attr-defined]
+    return handler
+
+
+def _drop_own_handlers(logger: logging.Logger) -> None:
+    for handler in list(logger.handlers):
+        if getattr(handler, "simoe_owned", False):
+            logger.removeHandler(handler)
+            handler.close()
+
+
 def _task_loggers(work_dir: str, task_names: list[str], console_level: int) -> list[Any]:
-    """MetaSchedule's per-task loggers, with its console output on stderr at `console_level`.
+    """MetaSchedule's loggers: console output on stderr at `console_level`, full logs in files.
 
-    MetaSchedule logs to stdout by default, which would break `--json`; its full logs still go
-    to files under `work_dir/logs`.
+    MetaSchedule's own setup logs to stdout (that would break `--json`) and calls
+    `logging.config.dictConfig`, which closes every other handler of the process; this sets
+    up the same loggers with plain handlers instead.
     """
-    from tvm.s_tir.meta_schedule import logging as ms_logging
-
     log_dir = Path(work_dir) / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    width = len(str(len(task_names) - 1))
-    names = [
-        f"{ms_logging.__name__}.task_{i:0{width}d}_{name[:100]}"
-        for i, name in enumerate(task_names)
-    ]
-    console = {
-        "class": "logging.StreamHandler",
-        "stream": "ext://sys.stderr",
-        "formatter": "tvm.s_tir.meta_schedule.standard_formatter",
-        "level": logging.getLevelName(console_level),
-    }
-    ms_logging.create_loggers(
-        log_dir=str(log_dir),
-        params=[{"log_dir": str(log_dir), "logger_name": name} for name in names],
-        logger_config={"handlers": {"tvm.s_tir.meta_schedule.console": console}},
-    )
-    return [logging.getLogger(name) for name in names]
+    root = logging.getLogger(MS_LOGGER)
+    _drop_own_handlers(root)
+    root.setLevel(logging.DEBUG)
+    root.propagate = False
+    root.addHandler(_own_handler(logging.StreamHandler(sys.stderr), console_level))
+    scheduler_log = logging.FileHandler(log_dir / "task_scheduler.log")
+    root.addHandler(_own_handler(scheduler_log, logging.DEBUG))
+    loggers = []
+    for i, name in enumerate(task_names):
+        logger = logging.getLogger(f"{MS_LOGGER}.simoe_task_{i}")
+        _drop_own_handlers(logger)
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False  # every failed candidate is logged with its whole TIR
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)[:80]
+        task_log = logging.FileHandler(log_dir / f"task_{i}_{safe}.log")
+        logger.addHandler(_own_handler(task_log, logging.DEBUG))
+        loggers.append(logger)
+    return loggers
+
+
+def _close_loggers(loggers: list[logging.Logger]) -> None:
+    for logger in [*loggers, logging.getLogger(MS_LOGGER)]:
+        _drop_own_handlers(logger)
+
+
+def warm_worker() -> None:
+    """Builder worker initializer: the inspect patch, then TVM's slow imports, done up front.
+
+    A worker's initializer runs without a timeout, but its first build does not: on a busy
+    machine, importing TVM's tensor intrinsics inside the first build (tens of seconds) made
+    every candidate of a batch time out.
+    """
+    tvm_compat.install()
+    import tvm.s_tir.tensor_intrin  # noqa: F401
+    from tvm.s_tir.meta_schedule.builder import local_builder  # noqa: F401
+
+
+def _builder(device: Device) -> ms.builder.Builder:
+    """The device's builder, with workers that import TVM before their first timed build."""
+    builder = device.builder()
+    if getattr(builder, "initializer", None) is tvm_compat.install:
+        builder.initializer = warm_worker
+    return builder
 
 
 def _measure_callbacks(device: Device, progress: ms.measure_callback.MeasureCallback) -> list[Any]:
@@ -246,6 +290,9 @@ def _run_search(
                 tasks, loggers, fork_seed(seed, n=len(tasks)), strict=True
             )
         ]
+        if progress is not None:  # every task's bar shows from the start
+            for task, budget in zip(tasks, budgets, strict=True):
+                progress(task.name, 0, budget)
         started = time.perf_counter()
         try:
             ms.tune_tasks(
@@ -255,7 +302,7 @@ def _run_search(
                 max_trials_global=trials_per_task * len(tasks),
                 max_trials_per_task=trials_per_task,
                 num_trials_per_iter=min(64, trials_per_task),
-                builder=device.builder(),
+                builder=_builder(device),
                 runner=device.runner(),
                 database=database,
                 cost_model=model,
@@ -264,6 +311,8 @@ def _run_search(
             )
         except Exception as exc:  # noqa: BLE001 - MetaSchedule raises TVMError and friends
             raise RunFailure(f"tuning failed: {one_line_of(exc)}") from exc
+        finally:
+            _close_loggers(loggers)
         wall = time.perf_counter() - started
     return database, counts, wall
 

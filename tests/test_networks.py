@@ -1,0 +1,133 @@
+"""Networks: the suite is the real architectures; a model (suite or ONNX) -> tasks -> tuned,
+compiled from the store, and the compiled output agrees with PyTorch / ONNX."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from agent.cli import app
+from agent.devices import get_device
+from agent.networks import (
+    NETWORK_SUITE,
+    Network,
+    extract_network_tasks,
+    load_network,
+    seeded_module,
+)
+from agent.store import Store
+from agent.tuner import tune_network, verify_network
+from schemas import BadInputError
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    # the parameter counts of torchvision's resnet50 / mobilenet_v2 and of one BERT-base layer
+    [("resnet50", 25_557_032), ("mobilenet_v2", 3_504_872), ("bert_layer", 7_087_872)],
+)
+def test_suite_networks_are_the_real_architectures(name: str, params: int) -> None:
+    model = seeded_module(name)
+    assert sum(p.numel() for p in model.parameters()) == params
+    assert not model.training
+
+
+def test_seeded_weights_are_reproducible() -> None:
+    a, b = seeded_module("tiny_cnn"), seeded_module("tiny_cnn")
+    for pa, pb in zip(a.state_dict().values(), b.state_dict().values(), strict=True):
+        assert torch.equal(pa, pb)
+
+
+@pytest.mark.parametrize("ref", ["resnet9", "missing.onnx", "some/dir/model.onnx"])
+def test_unknown_network_or_missing_file_is_bad_input(ref: str) -> None:
+    with pytest.raises(BadInputError):
+        load_network(ref)
+
+
+def test_not_an_onnx_file_is_bad_input(tmp_path: Path) -> None:
+    bogus = tmp_path / "model.onnx"
+    bogus.write_bytes(b"not a protobuf at all")
+    with pytest.raises(BadInputError, match="not a valid ONNX model"):
+        load_network(str(bogus))
+
+
+def test_tiny_cnn_extracts_its_conv_tasks() -> None:
+    network = load_network("tiny_cnn")
+    names = [t.task_name for t in extract_network_tasks(network, get_device("cpu").target())]
+    assert sum("conv2d" in n for n in names) == 2
+    assert any("matmul" in n for n in names)
+
+
+def _export_onnx(path: Path) -> None:
+    """A tiny ONNX model written with torch's (offline) TorchScript exporter."""
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU()).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.randn(2, 16),), str(path), dynamo=False)
+
+
+def test_onnx_model_tuned_compiled_and_checked(tmp_path: Path) -> None:
+    path = tmp_path / "tiny.onnx"
+    _export_onnx(path)
+    network = load_network(str(path))
+    assert network.inputs[0].shape == (2, 16)
+    with Store(tmp_path / "store.sqlite") as store:
+        result = tune_network(
+            network, get_device("cpu"), store, trials_per_task=1, cost_model="random",
+            baseline=False,
+        )  # fmt: skip
+        assert store.count_records(device="cpu") >= 1
+    assert result.kind == "network" and result.tasks
+    assert result.network is not None and result.network.compiled
+    assert result.network.matches, result.network
+
+
+def test_verify_network_catches_a_wrong_reference(tmp_path: Path) -> None:
+    """The check can fail: a reference that is off by a little is reported as a mismatch."""
+    good = load_network("tiny_mlp")
+    bad = Network(
+        name="tiny_mlp",
+        mod=good.mod,
+        params=good.params,
+        inputs=good.inputs,
+        reference=lambda xs: [o + 1e-2 for o in good.reference(xs)],
+    )
+    with Store(tmp_path / "store.sqlite") as store:
+        database = store.ms_database(device="cpu")  # empty: default schedules
+        device = get_device("cpu")
+        assert verify_network(good, database, device).matches
+        check = verify_network(bad, database, device)
+    assert check.compiled and check.matches is False
+    assert check.max_abs_error == pytest.approx(1e-2, rel=1e-3)
+
+
+def test_cli_tunes_tiny_mlp_and_matches_pytorch(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    result = runner.invoke(
+        app,
+        ["tune", "--model", "tiny_mlp", "--device", "cpu", "--trials", "1",
+         "--cost-model", "random", "--no-baseline", "--json", "--state-dir", str(state)],
+    )  # fmt: skip
+    assert result.exit_code == 0, (result.output, result.exception)
+    data = json.loads(result.stdout)
+    assert data["kind"] == "network" and data["subject"] == "tiny_mlp"
+    assert {t["task_name"] for t in data["tasks"]} >= {"fused_matmul_add_relu"}
+    assert data["network"]["compiled"] and data["network"]["matches"]
+    assert np.isfinite(data["network"]["latency_s"])
+    with Store(state / "store.sqlite") as store:
+        assert store.count_records(device="cpu") >= len(data["tasks"])
+        assert {w["task_name"] for w in store.workloads()} >= {"fused_matmul_add_relu"}
+
+
+def test_suite_names_are_listed_in_the_error() -> None:
+    with pytest.raises(BadInputError) as info:
+        load_network("nope")
+    assert all(name in str(info.value) for name in NETWORK_SUITE)
