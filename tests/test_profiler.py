@@ -68,6 +68,29 @@ def test_cuda_probes_compile_to_cuda_source_without_a_gpu() -> None:
             assert "__shared__" in source, probe.name
 
 
+def _passes_gpu_verification(probe_name: str, target: tvm.target.Target) -> bool:
+    """MetaSchedule's VerifyGPUCode: threads, shared memory, vector width within limits."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from agent.probes import PROBES_BY_NAME
+
+    mod = PROBES_BY_NAME[probe_name].build(target)
+    postproc = ms.postproc.VerifyGPUCode()
+    space = ms.space_generator.PostOrderApply(sch_rules=[], postprocs=[], mutator_probs={})
+    context = ms.TuneContext(mod=mod, target=target, space_generator=space, task_name="probe")
+    postproc._initialize_with_tune_context(context)
+    return bool(postproc.apply(tvm.s_tir.Schedule(mod)))
+
+
+def test_cuda_probes_respect_the_gpus_limits() -> None:
+    target = tvm.target.Target(CUDA_TARGET, host={"kind": "llvm"})
+    for probe in PROBES:
+        assert _passes_gpu_verification(probe.name, target), probe.name
+    # the check has teeth: 1 KiB of shared memory is too little for the tiled matmul
+    tiny = tvm.target.Target({**CUDA_TARGET, "max_shared_memory_per_block": 1024})
+    assert not _passes_gpu_verification("matmul_tiled", tiny)
+
+
 # --------------------------------------------------------------------------- CPU profiles
 
 
