@@ -14,6 +14,7 @@ Each GPU's data is its own node's local data: one store per GPU,
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -111,9 +112,13 @@ def generic_target(gpus: Sequence[GpuSpec]) -> Any:
 
 
 def sample_workload(
-    workload: str, target: Any, per_workload: int, *, seed: int, num_threads: int = 1
+    workload: str, target: Any, per_workload: int, *, seed: int, num_threads: int | None = None
 ) -> SampledWorkload:
-    """Sample distinct postprocessed candidates by replaying the design-space traces."""
+    """Sample distinct postprocessed candidates by replaying the design-space traces.
+
+    ReplayTrace re-draws every decision and retries candidates that fail VerifyGPUCode,
+    in C++ threads (`num_threads`, default: every core).
+    """
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
@@ -127,7 +132,7 @@ def sample_workload(
         search_strategy=ms.search_strategy.ReplayTrace(max_fail_count=max(100, per_workload)),
         task_name=workload,
         rand_state=seed,
-        num_threads=num_threads,
+        num_threads=num_threads or max(1, os.cpu_count() or 1),
     )
     ctx.pre_tuning(max_trials=per_workload, num_trials_per_iter=per_workload)
     found = ctx.generate_measure_candidates() or []

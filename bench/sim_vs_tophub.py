@@ -79,36 +79,50 @@ def choose_workloads(real: dict[str, dict[str, float]], limit: int) -> list[str]
     return picked
 
 
-def _sample_rows(job: tuple[str, int, int]) -> tuple[str, list[list[list[float]]], list[int]]:
-    """Worker: sample a workload once and analyse its candidates (GPU independent)."""
+def _sample_rows(
+    job: tuple[str, int, int, str | None],
+) -> tuple[str, list[list[list[float]]], list[int]]:
+    """Worker: sample a workload once (or load the cached sample) and analyse its candidates."""
+    import tvm
+
     import agent  # noqa: F401  (tvm_compat before tvm)
     from agent.dataset import generic_target, sample_workload
     from agent.devices.sim import candidate_key, tir_analysis
     from agent.devices.sim.catalog import load_catalog
 
-    workload, per_workload, seed = job
+    workload, per_workload, seed, cache = job
     target = generic_target(list(load_catalog().values()))
-    sampled = sample_workload(workload, target, per_workload, seed=seed)
+    cached = (
+        Path(cache) / f"{workload.replace(':', '_')}-{per_workload}-{seed}.json" if cache else None
+    )
+    if cached is not None and cached.exists():
+        mods = [tvm.ir.load_json(text) for text in json.loads(cached.read_text())]
+    else:
+        sampled = sample_workload(workload, target, per_workload, seed=seed)
+        mods = [c.sch.mod for c in sampled.candidates]
+        if cached is not None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            cached.write_text(json.dumps([tvm.ir.save_json(m) for m in mods]))
     rows, keys = [], []
-    for cand in sampled.candidates:
+    for mod in mods:
         try:
-            kernels = tir_analysis.analyse(cand.sch.mod, target)
+            kernels = tir_analysis.analyse(mod, target)
         except Exception:  # noqa: BLE001 - the model cannot read it: skip
             continue
         rows.append([k.as_row() for k in kernels])
-        keys.append(candidate_key(cand.sch.mod))
+        keys.append(candidate_key(mod))
     return workload, rows, keys
 
 
 def simulate_best(
-    workloads: list[str], per_workload: int, workers: int
+    workloads: list[str], per_workload: int, workers: int, cache: str | None = None
 ) -> dict[str, dict[str, float]]:
     """{workload: {gpu: best simulated seconds}} over the sampled candidates."""
     from agent.devices.sim import latency
     from agent.devices.sim.catalog import lookup
 
     params = latency.GpuParams.from_specs([lookup(g) for g in GPUS])
-    jobs = [(w, per_workload, 1000 + i) for i, w in enumerate(workloads)]
+    jobs = [(w, per_workload, 1000 + i, cache) for i, w in enumerate(workloads)]
     out: dict[str, dict[str, float]] = {}
     with ProcessPoolExecutor(max_workers=workers) as pool:
         for workload, rows, keys in pool.map(_sample_rows, jobs):
@@ -213,6 +227,7 @@ def main() -> None:
     parser.add_argument("--max-workloads", type=int, default=16)
     parser.add_argument("--per-workload", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--cache", default=None, help="keep sampled candidates here for reruns")
     args = parser.parse_args()
     if not args.log.is_file():
         raise SystemExit(f"{args.log}: no such log (pass --log)")
@@ -220,7 +235,7 @@ def main() -> None:
     workloads = choose_workloads(real, args.max_workloads)
     print(f"{len(workloads)} workloads, {args.per_workload} candidates each", flush=True)
     t0 = time.perf_counter()
-    sim = simulate_best(workloads, args.per_workload, args.workers)
+    sim = simulate_best(workloads, args.per_workload, args.workers, args.cache)
     result = compare(real, sim)
     result["seconds"] = time.perf_counter() - t0
     write_report(real, sim, result, vars(args) | {"log": args.log.name})

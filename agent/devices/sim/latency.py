@@ -239,10 +239,11 @@ def kernel_times(matrix: np.ndarray, gpu: GpuParams) -> KernelTimes:
     # shared memory: one wavefront per clock per SM, conflicts add wavefronts
     t_shared = busy_blocks * warps_pb * col("shared_wavefronts") / gpu.clock_hz
 
-    # global memory: L1 (per architecture), L2 traffic, DRAM by working set
+    # global memory: L1 (per architecture) keeps a block's reuse, else every sector goes to L2
     gld_sectors = col("gld_sector_bytes")
     waste = gld_sectors / np.maximum(col("gld_bytes"), 1.0)
-    block_reuse = np.minimum(gld_sectors, col("block_footprint_bytes") * waste)
+    footprint = col("block_footprint_bytes")
+    block_reuse = np.minimum(gld_sectors, footprint)
     l2_traffic = (
         gpu.l1_caches_global * block_reuse
         + (1.0 - gpu.l1_caches_global) * gld_sectors
@@ -252,8 +253,10 @@ def kernel_times(matrix: np.ndarray, gpu: GpuParams) -> KernelTimes:
     l2_traffic = l2_traffic + spill_share * col("fp_instrs") * 8.0 * total_threads
     unique = col("unique_bytes")
     l2_traffic = np.maximum(l2_traffic, unique)
+    # DRAM: compulsory bytes, plus blocks re-reading what other blocks read when the
+    # working set does not fit the L2 (sector waste within a block hits in L2)
     miss = np.clip(1.0 - L2_USABLE * gpu.l2_bytes / np.maximum(unique, 1.0), 0.0, 1.0)
-    dram = unique + (l2_traffic - unique) * miss
+    dram = unique + np.maximum(footprint - unique, 0.0) * miss
     # memory-level parallelism (Little's law): enough bytes in flight to cover the latency?
     bytes_per_request = 32.0 * np.minimum(col("vector_bytes"), 16.0) / np.maximum(waste, 1.0)
     in_flight = np.minimum(grid, blocks_sm * gpu.sms) * warps_pb * 4.0 * bytes_per_request

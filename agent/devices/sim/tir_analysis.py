@@ -85,6 +85,9 @@ class _Access:
     guard: float
     is_store: bool
     dims: list[tuple[EvalFn, set[str]]] = field(default_factory=list)
+    # loops of the unrolled innermost nest the address does not depend on: a load is
+    # kept in a register across them (the compiler hoists it out of the unrolled body)
+    hoisted: set[str] = field(default_factory=set)
 
 
 # ----------------------------------------------------------------------------- expressions
@@ -426,6 +429,17 @@ class _KernelWalker:
         used: set[str] = set()
         for _, names in dims:
             used |= names
+        hoisted: set[str] = set()
+        if not is_store:
+            nest = 1.0
+            for lp in reversed(self.loops):
+                if lp.is_thread or lp.is_vthread:
+                    break
+                nest *= lp.extent
+                if not (lp.kind in (2, 3) or nest <= self.unroll):
+                    break
+                if lp.var not in used:
+                    hoisted.add(lp.var)
         rng = np.random.default_rng(_RNG_SEED)
         self.accesses.append(
             _Access(
@@ -438,6 +452,7 @@ class _KernelWalker:
                 guard=self._guard_fraction(rng) if self.guards else 1.0,
                 is_store=is_store,
                 dims=dims,
+                hoisted=hoisted,
             )
         )
 
@@ -603,7 +618,7 @@ def _analyse_kernel(stmt: Any) -> KernelRecord:
         elem_bytes = tvm.DataType(acc.buffer.dtype).bits / 8
         trip = 1.0
         for lp in acc.loops:
-            if lp.is_vthread and lp.var not in acc.vars_used:
+            if (lp.is_vthread and lp.var not in acc.vars_used) or lp.var in acc.hoisted:
                 continue
             if not lp.is_thread and lp.kind != 2:
                 trip *= lp.extent
