@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 # An assumed DRAM bandwidth per physical core when nothing better is known (GB/s).
 _ESTIMATED_BANDWIDTH_PER_CORE_GBS = 10.0
+# MetaSchedule's 30 s default kills builds whose worker is still importing TVM on a
+# busy machine; a slow build is better than a candidate lost as a "timeout".
+_WORKER_TIMEOUT_S = 120.0
 
 
 def _cpuinfo() -> str:
@@ -130,7 +133,9 @@ class CPUDevice(Device):
     def builder(self) -> ms.builder.Builder:
         from tvm.s_tir import meta_schedule as ms
 
-        return ms.builder.LocalBuilder(initializer=tvm_compat.install)
+        return ms.builder.LocalBuilder(
+            timeout_sec=_WORKER_TIMEOUT_S, initializer=tvm_compat.install
+        )
 
     def runner(self) -> ms.runner.Runner:
         from tvm.s_tir import meta_schedule as ms
@@ -138,7 +143,9 @@ class CPUDevice(Device):
         config = ms.runner.EvaluatorConfig(
             number=3, repeat=1, min_repeat_ms=self.min_repeat_ms, enable_cpu_cache_flush=False
         )
-        return ms.runner.LocalRunner(evaluator_config=config, initializer=tvm_compat.install)
+        return ms.runner.LocalRunner(
+            timeout_sec=_WORKER_TIMEOUT_S, evaluator_config=config, initializer=tvm_compat.install
+        )
 
     def measure(self, mod: tvm.IRModule, repeat: int = 5) -> list[float]:
         """Build `mod` (scheduled) for this CPU and time `main` on random inputs."""
