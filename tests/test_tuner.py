@@ -1,0 +1,116 @@
+"""`simoe-agent tune` on a tiny operator: measurements land in the store; bad input exits 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli import app, main
+from agent.store import Store
+from agent.tuner import COST_MODELS, check_cost_model, make_cost_model, register_cost_model
+from schemas import BadInputError
+
+runner = CliRunner()
+
+
+def test_cli_tunes_a_tiny_matmul_into_the_store(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    result = runner.invoke(
+        app,
+        ["tune", "--workload", "matmul:32,32,32", "--device", "cpu", "--trials", "3",
+         "--cost-model", "random", "--json", "--state-dir", str(state)],
+    )  # fmt: skip
+    assert result.exit_code == 0, (result.output, result.exception)
+    data = json.loads(result.stdout)  # exactly one JSON document on stdout
+    assert data["kind"] == "workload" and data["device"] == "cpu" and not data["simulated"]
+    (task,) = data["tasks"]
+    assert task["task_name"] == "matmul:32,32,32"
+    assert task["trials"] == 3 and data["trials"] == 3
+    assert task["flops"] == 2 * 32**3
+    assert task["best_latency_s"] > 0 and task["untuned_latency_s"] > 0
+    assert task["gflops"] == pytest.approx(task["flops"] / task["best_latency_s"] / 1e9)
+
+    with Store(state / "store.sqlite") as store:
+        records = store.records(task_name="matmul:32,32,32")
+        assert 1 <= len(records) <= 3  # equal traces are one candidate
+        assert {r.device for r in records} == {"cpu"}
+        assert all(not r.simulated for r in records)
+        assert store.workload(task["workload_key"])["spec"] == "matmul:32,32,32"
+
+    listed = runner.invoke(app, ["records", "--json", "--state-dir", str(state)])
+    assert listed.exit_code == 0
+    assert {r["task_name"] for r in json.loads(listed.stdout)} == {"matmul:32,32,32"}
+
+
+BAD_INPUTS = [
+    ["--workload", "matmul:0,a"],
+    ["--workload", "nosuchop:1,2"],
+    ["--workload", "te:NOPE:0"],
+    ["--model", "missing.onnx"],
+    ["--model", "no_such_network"],
+    ["--workload", "matmul:4,4,4", "--model", "tiny_mlp"],
+    [],
+    ["--workload", "matmul:4,4,4", "--trials", "0"],
+    ["--workload", "matmul:4,4,4", "--cost-model", "nope"],
+    ["--workload", "matmul:4,4,4", "--device", "tpu"],
+]
+
+
+@pytest.mark.parametrize("args", BAD_INPUTS, ids=[" ".join(a) or "nothing" for a in BAD_INPUTS])
+def test_bad_input_exits_2_with_one_line(
+    args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Through the real entry point (`main`), so exit code and stderr are what a user sees."""
+    monkeypatch.setattr(sys, "argv", ["simoe-agent", "tune", *args, "--state-dir", str(tmp_path)])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    out, err = capsys.readouterr()
+    assert exited.value.code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("simoe-agent: error: "), err
+    assert "Traceback" not in err and out == ""
+
+
+def test_entry_point_script_reports_bad_input(tmp_path: Path) -> None:
+    """The installed command itself, once, in a fresh process."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "from agent.cli import main; main()", "tune", "--workload",
+         "matmul:0,a", "--state-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "simoe-agent: error: workload 'matmul:0,a': dimensions must be integers, got '0,a'"
+    ]
+
+
+def test_simoe_cost_model_gives_a_clear_error_until_it_exists() -> None:
+    try:
+        import simoe_model.cost_model as cm
+
+        available = hasattr(cm, "SiMoECostModel")
+    except ImportError:
+        available = False
+    if available:
+        check_cost_model("simoe")
+    else:
+        with pytest.raises(BadInputError, match="simoe"):
+            check_cost_model("simoe")
+
+
+def test_cost_model_registry_is_extensible() -> None:
+    sentinel = object()
+    register_cost_model("test-only", lambda device, store: sentinel)  # type: ignore[arg-type,return-value]
+    try:
+        check_cost_model("test-only")
+        assert make_cost_model("test-only", None, None) is sentinel  # type: ignore[arg-type]
+        assert make_cost_model("xgb", None, None) == "xgb"  # type: ignore[arg-type]
+    finally:
+        COST_MODELS.pop("test-only")
+    with pytest.raises(BadInputError, match="unknown cost model"):
+        check_cost_model("test-only")
