@@ -90,18 +90,18 @@ def split_device(ds: DeviceDataset, seed: int) -> Split:
 
 
 # -- data ------------------------------------------------------------------------------
-def load_fleet(directory: Path) -> dict[str, DeviceDataset]:
-    """One DeviceDataset per GPU store; profiles from the simulated devices (cached)."""
+def load_fleet(directories: list[Path]) -> dict[str, DeviceDataset]:
+    """One DeviceDataset per GPU (its stores in all directories); profiles of the sim devices."""
     from agent.devices import get_device
     from agent.profiler import profile_device
     from agent.store import Store
     from agent.training_data import load_device_dataset, store_devices
     from schemas import HardwareProfile
 
-    profiles_dir = directory / "profiles"
+    profiles_dir = directories[0] / "profiles"
     profiles_dir.mkdir(exist_ok=True)
-    fleet = {}
-    for path in sorted(directory.glob("*.sqlite")):
+    fleet: dict[str, DeviceDataset] = {}
+    for path in sorted(p for d in directories for p in d.glob("*.sqlite")):
         gpu = path.stem
         cached = profiles_dir / f"{gpu}.json"
         if cached.exists():
@@ -111,7 +111,11 @@ def load_fleet(directory: Path) -> dict[str, DeviceDataset]:
             cached.write_text(profile.model_dump_json(indent=1))
         with Store(path) as store:
             device = store_devices(store)[0]
-            fleet[gpu] = load_device_dataset(store, device, profile)
+            dataset = load_device_dataset(store, device, profile)
+        if gpu in fleet:
+            fleet[gpu].tasks += dataset.tasks
+        else:
+            fleet[gpu] = dataset
     return fleet
 
 
@@ -260,8 +264,8 @@ class MetaScheduleMLP:
             trainer = copy.deepcopy(self.trainer)
             for task in split.budget(budget).tasks:
                 trainer.train_incremental(list(task.features), task.latencies.astype("float64"))
-        # the trainer predicts a cost-like value (lower = faster); negate to a score
-        return scores_table(lambda f: -trainer.predict_incremental(list(f)), split)
+        # trained on best/latency, so its output is already a score (higher = faster)
+        return scores_table(lambda f: trainer.predict_incremental(list(f)), split)
 
 
 # -- the run --------------------------------------------------------------------------------
@@ -271,7 +275,9 @@ def mean_rows(rows: list[dict]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, help="fleet dataset directory (DIR/<gpu>.sqlite)")
+    parser.add_argument(
+        "--data", type=Path, nargs="+", help="fleet dataset directories (DIR/<gpu>.sqlite)"
+    )
     parser.add_argument("--synthetic", action="store_true", help="use the synthetic fleet")
     parser.add_argument(
         "--synthetic-size", default="24,28,160", help="devices,tasks,candidates per task"
@@ -284,10 +290,19 @@ def main() -> None:
     parser.add_argument("--mlp-epochs", type=int, default=10)
     parser.add_argument("--methods", default="simoe,nearest-expert,pooled,xgb,mlp-finetune")
     parser.add_argument("--ablations", action="store_true", help="also run the ablations")
+    parser.add_argument("--ablation-budgets", default="0")
+    parser.add_argument("--tag", default="", help="suffix of the output files")
+    parser.add_argument(
+        "--merge", type=Path, nargs="+", help="merge reports of parallel runs, then exit"
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     args = parser.parse_args()
+
+    if args.merge:
+        merge(args.merge, args.out, args.tag or "offline_transfer")
+        return
 
     import torch
 
@@ -309,6 +324,7 @@ def main() -> None:
     splits = [split_device(fleet[g], args.seed) for g in held]
     budgets = [int(b) for b in args.budgets.split(",")]
     methods = args.methods.split(",")
+    ablation_budgets = [int(b) for b in args.ablation_budgets.split(",")]
     print(f"train GPUs {len(train)}, held out {held}, tasks/GPU {len(splits[0].test)}", flush=True)
 
     config = SiMoEConfig()
@@ -319,15 +335,19 @@ def main() -> None:
     def record(method: str, budget: int, gpu: str, row: dict) -> None:
         per_gpu.setdefault(method, {}).setdefault(budget, {})[gpu] = row
 
-    t0 = time.perf_counter()
-    family = SiMoEFamily(config, train, args)
-    timings["simoe-train"] = time.perf_counter() - t0
-    for split in splits:
-        for b in budgets:
-            mix, near = family.evaluate(family.base, split, b)
-            record("simoe", b, split.device, mix)
-            record("nearest-expert", b, split.device, near)
-        print(f"simoe {split.device}: {per_gpu['simoe'][0][split.device]}", flush=True)
+    family = None
+    if "simoe" in methods or args.ablations:
+        t0 = time.perf_counter()
+        family = SiMoEFamily(config, train, args)
+        timings["simoe-train"] = time.perf_counter() - t0
+        print(f"simoe trained in {timings['simoe-train']:.0f} s", flush=True)
+    if "simoe" in methods:
+        for split in splits:
+            for b in budgets:
+                mix, near = family.evaluate(family.base, split, b)
+                record("simoe", b, split.device, mix)
+                record("nearest-expert", b, split.device, near)
+            print(f"simoe {split.device}: {per_gpu['simoe'][0][split.device]}", flush=True)
     if "pooled" in methods:
         t0 = time.perf_counter()
         pooled = Pooled(config, train, args)
@@ -357,7 +377,7 @@ def main() -> None:
             t0 = time.perf_counter()
             model = family.variant(train, **changes)
             for split in splits:
-                for b in budgets:
+                for b in ablation_budgets:
                     record(label, b, split.device, family.evaluate(model, split, b)[0])
             timings[label] = time.perf_counter() - t0
             print(f"{label}: {mean_rows(list(per_gpu[label][0].values()))}", flush=True)
@@ -376,16 +396,41 @@ def main() -> None:
         "per_gpu": per_gpu,
         "seconds": {**timings, "total": time.perf_counter() - started},
         "simoe_train_seconds": {
-            "experts": family.expert_seconds,
-            "shared": family.shared_seconds,
+            "experts": family.expert_seconds if family else None,
+            "shared": family.shared_seconds if family else None,
         },
     }
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = "offline_transfer_synthetic" if args.synthetic else "offline_transfer"
-    (args.out / f"{stem}.json").write_text(json.dumps(report, indent=1, default=float))
-    (args.out / f"{stem}.md").write_text(markdown(report))
-    plot(report, args.out / f"{stem}.png")
+    write_report(report, args.out, stem + (f"_{args.tag}" if args.tag else ""))
+
+
+def write_report(report: dict, out: Path, stem: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(report, indent=1, default=float))
+    (out / f"{stem}.md").write_text(markdown(report))
+    plot(report, out / f"{stem}.png")
     print(markdown(report))
+
+
+def merge(paths: list[Path], out: Path, stem: str) -> None:
+    """One report from runs of disjoint methods on the same split (run in parallel)."""
+    reports = [json.loads(p.read_text()) for p in paths]
+    first = reports[0]
+    for other in reports[1:]:
+        if other["held_out"] != first["held_out"] or other["train_gpus"] != first["train_gpus"]:
+            raise SystemExit(f"cannot merge: different splits in {paths}")
+    merged = {
+        **first,
+        "command": " && ".join(r["command"] for r in reports),
+        "results": {k: v for r in reports for k, v in r["results"].items()},
+        "per_gpu": {k: v for r in reports for k, v in r["per_gpu"].items()},
+        "seconds": {k: v for r in reports for k, v in r["seconds"].items()},
+        "simoe_train_seconds": next(
+            (r["simoe_train_seconds"] for r in reports if r["simoe_train_seconds"]["experts"]),
+            first["simoe_train_seconds"],
+        ),
+    }
+    write_report(merged, out, stem)
 
 
 def markdown(report: dict) -> str:

@@ -150,21 +150,33 @@ class Gate(nn.Module):
         self.program = nn.Linear(cfg.program_dim, cfg.gate_hidden)
         self.out = nn.Linear(cfg.gate_hidden, 1)
 
-    def similarity(self, z_target: torch.Tensor, z_experts: torch.Tensor) -> torch.Tensor:
-        """cos(z_target, z_k) for each expert: [K]."""
-        return torch.cosine_similarity(z_target[None, :], z_experts, dim=-1)
-
     def forward(
-        self, z_target: torch.Tensor, z_experts: torch.Tensor, e: torch.Tensor
+        self,
+        z_target: torch.Tensor,
+        z_experts: torch.Tensor,
+        e: torch.Tensor,
+        target_index: torch.Tensor | None = None,
+        allowed: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Gate weights [n, K] for n candidates (embeddings e) and K experts."""
-        zt = nn.functional.normalize(z_target, dim=-1)[None, :]
+        """Gate weights [n, K] for n candidates (embeddings e) and K experts.
+
+        `z_target` is one device [z], or several [m, z] with `target_index` [n] naming
+        each candidate's device (one batched call for many devices while training);
+        `allowed` [n, K] masks experts out (e.g. a device's own, for leave-one-out).
+        """
+        zt = nn.functional.normalize(z_target.reshape(-1, z_target.shape[-1]), dim=-1)
         zk = nn.functional.normalize(z_experts, dim=-1)
-        pair = self.pair(torch.cat([zt * zk, (zt - zk).abs()], dim=-1))  # [K, G]
-        hidden = torch.relu(pair[None, :, :] + self.program(e)[:, None, :])  # [n, K, G]
+        pair_in = torch.cat([zt[:, None, :] * zk[None], (zt[:, None, :] - zk[None]).abs()], -1)
+        pair = self.pair(pair_in)  # [m, K, G]
+        prior = zt @ zk.T / self.tau  # [m, K]: cos(z_target, z_k) / tau
+        if target_index is None:
+            target_index = torch.zeros(len(e), dtype=torch.long)
+        hidden = torch.relu(pair[target_index] + self.program(e)[:, None, :])  # [n, K, G]
         logits = self.out(hidden).squeeze(-1)  # [n, K]
         if self.use_prior:
-            logits = logits + (self.similarity(z_target, z_experts) / self.tau)[None, :]
+            logits = logits + prior[target_index]
+        if allowed is not None:
+            logits = logits.masked_fill(~allowed, float("-inf"))
         return torch.softmax(logits, dim=-1)
 
 

@@ -315,6 +315,13 @@ def train_shared(
                 e = model.embed(rows, seg, len(task))
                 cache[k] = (e, torch.stack([model.expert(n)(e) for n in bank], dim=-1))
 
+    # allowed[d, k]: may expert k score device d's tasks (not its own, with leave_one_out)
+    allowed = torch.ones(len(datasets), len(bank), dtype=torch.bool)
+    if leave_one_out and len(bank) > 1:
+        for d, ds in enumerate(datasets):
+            own = expert_of.get(ds.device, ds.device)
+            if own in bank:
+                allowed[d, bank.index(own)] = False
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=1e-5)
     steps_per_epoch = max(1, math.ceil(len(work) / tasks_per_step))
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs * steps_per_epoch)
@@ -327,14 +334,11 @@ def train_shared(
             chosen = order[step * tasks_per_step : (step + 1) * tasks_per_step]
             z_bank = model.encode_hardware(torch.stack([model.expert(n).hardware for n in bank]))
             z_dev = model.encode_hardware(hardware)
-            loss = z_bank.new_zeros(())
+            # one gate call for all tasks of the step; each device's own expert masked out
+            es, outs, devs, picks = [], [], [], []
             for k in chosen:
                 d, task = work[k]
                 idx = _list_index(task, list_size, rng)
-                own = expert_of.get(datasets[d].device, datasets[d].device)
-                keep = [i for i, n in enumerate(bank) if not (leave_one_out and n == own)]
-                if not keep:
-                    keep = list(range(len(bank)))
                 if frozen_experts:
                     e, outputs = cache[k]
                     e, outputs = e[idx], outputs[idx]
@@ -342,10 +346,18 @@ def train_shared(
                     rows, seg = task.gather(idx)
                     e = model.embed(rows, seg, len(idx))
                     outputs = torch.stack([model.expert(n)(e) for n in bank], dim=-1)
-                keep_t = torch.as_tensor(keep)
-                weights = model.gate(z_dev[d], z_bank[keep_t], e)
-                scores = (weights * outputs[:, keep_t]).sum(-1)
-                loss = loss + ranking_loss(scores, task.latencies[idx])
+                es.append(e)
+                outs.append(outputs)
+                devs.append(torch.full((len(idx),), d, dtype=torch.long))
+                picks.append((task, idx))
+            device_index = torch.cat(devs)
+            weights = model.gate(z_dev, z_bank, torch.cat(es), device_index, allowed[device_index])
+            scores = (weights * torch.cat(outs)).sum(-1)
+            loss = z_bank.new_zeros(())
+            start = 0
+            for task, idx in picks:
+                loss = loss + ranking_loss(scores[start : start + len(idx)], task.latencies[idx])
+                start += len(idx)
             loss = loss / max(1, len(chosen))
             rank_total += loss.item()
             if align_weight > 0 and len(pairs):
