@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
 
 if TYPE_CHECKING:
     from tvm.s_tir import meta_schedule as ms
@@ -19,8 +20,12 @@ FEATURE_DIM = 164
 
 
 def log_transform(rows: np.ndarray) -> np.ndarray:
-    """sign(x) log1p(|x|): the features span many decades (bytes, loop extents)."""
-    return (np.sign(rows) * np.log1p(np.abs(rows))).astype(np.float32, copy=False)
+    """sign(x) log1p(|x|): the features span many decades (bytes, loop extents).
+
+    In torch (vectorized log1p), several times faster than numpy on large batches.
+    """
+    x = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))
+    return x.abs().log1p_().copysign_(x).numpy()
 
 
 def pack_rows(features: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

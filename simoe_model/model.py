@@ -48,8 +48,8 @@ class SiMoEConfig(BaseModel):
     store_hidden: int = Field(default=64, gt=0, description="per-store MLP width")
     program_dim: int = Field(default=64, gt=0, description="program embedding e")
     z_dim: int = Field(default=16, gt=0, description="hardware similarity space z")
-    expert_hidden: int = Field(default=64, gt=0)
-    gate_hidden: int = Field(default=32, gt=0)
+    expert_hidden: int = Field(default=32, gt=0)
+    gate_hidden: int = Field(default=16, gt=0)
     tau: float = Field(default=0.1, gt=0, description="temperature of the similarity prior")
     use_similarity_prior: bool = True
     hardware_input: HardwareInput = Field(
@@ -171,13 +171,23 @@ class Gate(nn.Module):
         prior = zt @ zk.T / self.tau  # [m, K]: cos(z_target, z_k) / tau
         if target_index is None:
             target_index = torch.zeros(len(e), dtype=torch.long)
-        hidden = torch.relu(pair[target_index] + self.program(e)[:, None, :])  # [n, K, G]
+        hidden = (self.program(e)[:, None, :] + pair[target_index]).relu_()  # [n, K, G]
         logits = self.out(hidden).squeeze(-1)  # [n, K]
         if self.use_prior:
             logits = logits + prior[target_index]
         if allowed is not None:
             logits = logits.masked_fill(~allowed, float("-inf"))
         return torch.softmax(logits, dim=-1)
+
+
+def expert_outputs(bank: list[Expert], e: torch.Tensor) -> torch.Tensor:
+    """All experts on all candidates, [n, K], as one matrix product instead of K small ones."""
+    w1 = torch.cat([x.head[0].weight for x in bank])  # [K*H, P]
+    b1 = torch.cat([x.head[0].bias for x in bank])  # [K*H]
+    w2 = torch.stack([x.head[2].weight[0] for x in bank])  # [K, H]
+    b2 = torch.cat([x.head[2].bias for x in bank])  # [K]
+    hidden = nn.functional.linear(e, w1, b1).relu_().view(len(e), len(bank), -1)
+    return (hidden * w2).sum(-1) + b2
 
 
 def expert_key(name: str) -> str:
@@ -249,8 +259,7 @@ class SiMoE(nn.Module):
         h_all = torch.stack([hardware.float().reshape(-1)] + [x.hardware for x in bank])
         z = self.encode_hardware(h_all)
         weights = self.gate(z[0], z[1:], e)
-        outputs = torch.stack([x(e) for x in bank], dim=-1)  # [n, K]
-        return (weights * outputs).sum(-1), weights
+        return (weights * expert_outputs(bank, e)).sum(-1), weights
 
     def forward(
         self,

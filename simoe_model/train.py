@@ -26,7 +26,7 @@ import torch
 from simoe_model.data import DeviceDataset, PackedTask, TaskData
 from simoe_model.features import pack_rows
 from simoe_model.losses import alignment_loss, rank_agreement, ranking_loss
-from simoe_model.model import SiMoE
+from simoe_model.model import SiMoE, expert_outputs
 
 MIN_STD_FEATURES = 0.1
 MIN_STD_HARDWARE = 0.1
@@ -313,7 +313,7 @@ def train_shared(
             for k, (_, task) in enumerate(work):
                 rows, seg = task.gather(np.arange(len(task)))
                 e = model.embed(rows, seg, len(task))
-                cache[k] = (e, torch.stack([model.expert(n)(e) for n in bank], dim=-1))
+                cache[k] = (e, expert_outputs([model.expert(n) for n in bank], e))
 
     # allowed[d, k]: may expert k score device d's tasks (not its own, with leave_one_out)
     allowed = torch.ones(len(datasets), len(bank), dtype=torch.bool)
@@ -345,7 +345,7 @@ def train_shared(
                 else:
                     rows, seg = task.gather(idx)
                     e = model.embed(rows, seg, len(idx))
-                    outputs = torch.stack([model.expert(n)(e) for n in bank], dim=-1)
+                    outputs = expert_outputs([model.expert(n) for n in bank], e)
                 es.append(e)
                 outs.append(outputs)
                 devs.append(torch.full((len(idx),), d, dtype=torch.long))
