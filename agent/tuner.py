@@ -173,6 +173,20 @@ def _close_loggers(loggers: list[logging.Logger]) -> None:
         _drop_own_handlers(logger)
 
 
+def _strategy(trials_per_task: int) -> ms.search_strategy.SearchStrategy:
+    """MetaSchedule's evolutionary search, its population scaled down for small budgets.
+
+    The default population (512 candidates sampled, mutated and scored per round) costs the
+    same for 4 trials as for 64; below 64 trials per task it shrinks to 8 per trial.
+    """
+    from tvm.s_tir import meta_schedule as ms
+
+    population = min(512, max(32, 8 * trials_per_task))
+    return ms.search_strategy.EvolutionarySearch(
+        population_size=population, init_min_unmeasured=min(50, population)
+    )
+
+
 def warm_worker() -> None:
     """Builder worker initializer: the inspect patch, then TVM's slow imports, done up front.
 
@@ -254,8 +268,12 @@ def _run_search(
     work_dir: Path | None,
     profile_id: str | None,
     log_level: int,
-) -> tuple[ms.database.Database, list[int], float]:
-    """Run MetaSchedule over `tasks`; return the database, trials per task and wall seconds."""
+) -> tuple[ms.database.Database, list[int], float, float | None]:
+    """Run MetaSchedule over `tasks`.
+
+    Returns the database, trials per task, search wall seconds, and (simulated devices only)
+    the modelled seconds those measurements would have taken on the real GPU.
+    """
     import tvm
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.utils import fork_seed
@@ -280,7 +298,7 @@ def _run_search(
                 mod=task.mod,
                 target=target,
                 space_generator="post-order-apply",
-                search_strategy="evolutionary",
+                search_strategy=_strategy(trials_per_task),
                 task_name=task.name,
                 logger=logger,
                 rand_state=rand_state,
@@ -293,6 +311,7 @@ def _run_search(
         if progress is not None:  # every task's bar shows from the start
             for task, budget in zip(tasks, budgets, strict=True):
                 progress(task.name, 0, budget)
+        modelled_before = getattr(device, "modelled_measure_seconds", None)
         started = time.perf_counter()
         try:
             ms.tune_tasks(
@@ -314,7 +333,10 @@ def _run_search(
         finally:
             _close_loggers(loggers)
         wall = time.perf_counter() - started
-    return database, counts, wall
+    modelled = None
+    if modelled_before is not None:
+        modelled = float(device.modelled_measure_seconds) - float(modelled_before)
+    return database, counts, wall, modelled
 
 
 def _task_result(
@@ -382,7 +404,7 @@ def tune_workload(
         raise BadInputError(f"--trials must be at least 1, got {trials}")
     mod = _normalize_mod(prim_func(workload))
     task = _Task(name=str(workload), mod=mod, weight=1.0, flops=flops(workload), spec=str(workload))
-    database, counts, wall = _run_search(
+    database, counts, wall, modelled = _run_search(
         [task], device, store, trials_per_task=trials, cost_model=cost_model,
         progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
         log_level=log_level,
@@ -396,6 +418,7 @@ def tune_workload(
         cost_model=cost_model,
         trials=counts[0],
         search_wall_s=wall,
+        modelled_measure_s=modelled,
         tasks=[result],
     )
 
@@ -436,7 +459,7 @@ def tune_network(
         )
         for t in extracted
     ]
-    database, counts, wall = _run_search(
+    database, counts, wall, modelled = _run_search(
         tasks, device, store, trials_per_task=trials_per_task, cost_model=cost_model,
         progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
         log_level=log_level,
@@ -456,6 +479,7 @@ def tune_network(
         cost_model=cost_model,
         trials=sum(counts),
         search_wall_s=wall,
+        modelled_measure_s=modelled,
         tasks=results,
         network=check,
     )

@@ -51,5 +51,10 @@ class TuneResult(BaseModel):
     cost_model: str
     trials: int
     search_wall_s: float = Field(description="wall time of the search (build + measure + model)")
+    modelled_measure_s: float | None = Field(
+        default=None,
+        description="simulated device only: what its measurements would have cost on the GPU "
+        "(compile + repeated runs), not included in search_wall_s",
+    )
     tasks: list[TaskResult]
     network: NetworkCheck | None = None

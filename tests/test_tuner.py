@@ -114,3 +114,20 @@ def test_cost_model_registry_is_extensible() -> None:
         COST_MODELS.pop("test-only")
     with pytest.raises(BadInputError, match="unknown cost model"):
         check_cost_model("test-only")
+
+
+def test_simulated_gpu_tuning_is_labelled_simulated(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    result = runner.invoke(
+        app,
+        ["tune", "--workload", "matmul:64,64,64", "--device", "sim:t4", "--trials", "4",
+         "--cost-model", "random", "--json", "--state-dir", str(state)],
+    )  # fmt: skip
+    assert result.exit_code == 0, (result.output, result.exception)
+    data = json.loads(result.stdout)
+    assert data["simulated"] is True and data["device"] == "sim:t4"
+    assert data["modelled_measure_s"] is not None and data["modelled_measure_s"] > 0
+    with Store(state / "store.sqlite") as store:
+        records = store.records(device="sim:t4")
+        assert records and all(r.simulated for r in records)
+        assert store.count_records(device="cpu") == 0

@@ -42,6 +42,8 @@ def _us(seconds: float | None) -> str:
 
 def _print_result(result: TuneResult) -> None:
     label = "simulated" if result.simulated else "measured"
+    if result.modelled_measure_s is not None:
+        label += f"; on the real GPU measuring would add {result.modelled_measure_s:.0f} s"
     rows = [
         (
             t.task_name,
