@@ -1,0 +1,654 @@
+"""Compile time and network performance on simulated GPUs the federation has never seen.
+
+For each network and each unseen GPU, every method tunes the same tasks on the same
+simulated GPU (`sim:<gpu>`, the analytical latency model: everything here is SIMULATED):
+
+- ms-xgb-full: MetaSchedule's default (XGB cost model) at the full budget.
+- ms-xgb-<k>: the same at TLM's budget (k = 32 measurements per task) and other small ones.
+- ms-mlp-pretrained-<k>: MetaSchedule's segment-sum MLP pre-trained on the other GPUs'
+  data (TenSet-style transfer, as bench/offline_transfer.py does), fine-tuned while tuning.
+- simoe-fast: SiMoE zero-shot (trained on the other GPUs only), a large model-only
+  evolutionary search, then the top k per task measured (TLM's budget).
+- simoe-full: the same model with online updates (few-shot own expert) at the full budget.
+
+Training data: the networks' own tasks, candidates sampled once (ReplayTrace) and
+labelled by the latency model on the *training* GPUs only, as the federation's other
+nodes would have measured them. The unseen GPUs' labels are written to the fleet stores
+for the offline-transfer section but never used to train anything here.
+
+Compile time = real search wall time here (evolutionary search, cost-model training and
+prediction, the simulator's analysis) + modelled measurement time (what each measurement
+would cost on the real GPU: a CUDA compile plus the runs; agent.devices.sim). Both are
+reported separately and summed. Network latency = sum over tasks of weight x best
+measured task latency (simulated).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+import simoe_model  # noqa: F401  (patches inspect before TVM is imported)
+from simoe_model.data import DeviceDataset, TaskData
+
+Say = Callable[[str], None]
+
+
+class CompileSettings(BaseModel):
+    """What one run of the section does (the --quick and --full presets below)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    networks: list[str]
+    max_tasks: int | None  # top tasks by FLOPs share (weight x FLOPs); None = all
+    train_gpus: list[str]
+    unseen_gpus: list[str]
+    samples_per_task: int
+    full_budget: int  # trials per task of MetaSchedule-full and SiMoE-full
+    small_budgets: list[int]  # trials per task of the small-budget peers
+    tlm_budget: int = 32
+    population: int  # MetaSchedule's evolutionary search population
+    genetic_iters: int
+    simoe_fast_population: int  # SiMoE fast mode's larger model-only search
+    simoe_fast_genetic_iters: int
+    expert_epochs: int
+    shared_epochs: int
+    mlp_epochs: int
+    seed: int = 0
+
+
+QUICK = CompileSettings(
+    networks=["bert_layer"],
+    max_tasks=2,
+    train_gpus=["k80", "p100", "v100", "t4", "2080ti", "a100-40gb", "3090", "h100-sxm"],
+    unseen_gpus=["a10"],
+    samples_per_task=96,
+    full_budget=64,
+    small_budgets=[32],
+    population=128,
+    genetic_iters=2,
+    simoe_fast_population=512,
+    simoe_fast_genetic_iters=2,
+    expert_epochs=10,
+    shared_epochs=10,
+    mlp_epochs=10,
+)
+
+FULL = CompileSettings(
+    networks=["resnet50", "mobilenet_v2", "bert_layer"],
+    max_tasks=None,
+    train_gpus=[
+        "k80",
+        "m40",
+        "p100",
+        "1080ti",
+        "v100",
+        "t4",
+        "2080ti",
+        "a100-40gb",
+        "a30",
+        "3090",
+        "4090",
+        "h100-sxm",
+        "xavier",
+    ],  # fmt: skip
+    unseen_gpus=["a10", "l4", "titanxp"],
+    samples_per_task=512,
+    full_budget=1000,
+    small_budgets=[32, 64, 128],
+    population=512,
+    genetic_iters=4,
+    simoe_fast_population=2048,
+    simoe_fast_genetic_iters=4,
+    expert_epochs=30,
+    shared_epochs=30,
+    mlp_epochs=30,
+)
+
+
+@dataclass
+class NetTask:
+    """One tuning task of a network: its TIR module, how often it runs, its FLOPs."""
+
+    name: str
+    mod: Any
+    weight: float
+    flops: float
+
+
+@dataclass
+class Sampled:
+    """One task's distinct candidates: traces, features, and simulated labels per GPU."""
+
+    task: NetTask
+    traces: list[Any]
+    features: list[np.ndarray]
+    latency: dict[str, np.ndarray]  # gpu -> mean seconds per candidate (inf = fails there)
+
+
+# -- data ------------------------------------------------------------------------------------
+def network_tasks(network: str, target: Any, max_tasks: int | None) -> tuple[list[NetTask], int]:
+    """The network's tasks, the top `max_tasks` by weight x FLOPs; and how many it has."""
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    from agent.networks import extract_network_tasks, load_network
+
+    extracted = extract_network_tasks(load_network(network), target)
+    tasks = []
+    for t in extracted:
+        mod = t.dispatched[0]
+        try:
+            fl = float(estimate_tir_flops(mod))
+        except Exception:  # noqa: BLE001 - opaque ops count as 0 FLOPs
+            fl = 0.0
+        tasks.append(NetTask(t.task_name, mod, float(t.weight), fl))
+    tasks.sort(key=lambda t: -t.weight * t.flops)
+    return (tasks[:max_tasks] if max_tasks else tasks), len(tasks)
+
+
+def profile_vectors(gpus: list[str], cache: Path) -> dict[str, Any]:
+    """Hardware profiles of the simulated GPUs (profiled once, cached as JSON)."""
+    from agent.devices import get_device
+    from agent.profiler import profile_device
+    from schemas import HardwareProfile
+
+    cache.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for gpu in gpus:
+        path = cache / f"{gpu}.json"
+        if path.exists():
+            out[gpu] = HardwareProfile.model_validate_json(path.read_text())
+        else:
+            out[gpu] = profile_device(get_device(f"sim:{gpu}"))
+            path.write_text(out[gpu].model_dump_json(indent=1))
+    return out
+
+
+def sample_task(task: NetTask, gpus: list[str], per_task: int, seed: int) -> Sampled:
+    """Sample candidates once for a generic target, featurize, label on every GPU."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from agent.dataset import generic_target
+    from agent.devices.sim import candidate_key, latency, tir_analysis
+    from agent.devices.sim.catalog import lookup
+
+    specs = [lookup(g) for g in gpus]
+    target = generic_target(specs)
+    ctx = ms.TuneContext(
+        mod=task.mod,
+        target=target,
+        space_generator="post-order-apply",
+        search_strategy=ms.search_strategy.ReplayTrace(max_fail_count=max(100, per_task)),
+        task_name=task.name,
+        rand_state=seed,
+        num_threads=2,
+    )
+    ctx.pre_tuning(max_trials=per_task, num_trials_per_iter=per_task)
+    found = ctx.generate_measure_candidates() or []
+    ctx.post_tuning()
+    seen: set[int] = set()
+    cands = []
+    for cand in found:
+        key = candidate_key(cand.sch.mod)
+        if key not in seen:
+            seen.add(key)
+            cands.append(cand)
+    feats = ms.feature_extractor.PerStoreFeature().extract_from(ctx, cands)
+    features = [np.asarray(f.numpy(), dtype=np.float32) for f in feats]
+    kernels = []
+    for cand in cands:
+        try:
+            kernels.append(tir_analysis.analyse(cand.sch.mod, target))
+        except Exception:  # noqa: BLE001 - unreadable by the model: fails everywhere
+            kernels.append([])
+    keys = np.asarray([candidate_key(c.sch.mod) for c in cands], np.uint64)
+    matrix, owner = latency.kernel_matrix(kernels)
+    secs = latency.simulate(matrix, owner, keys, latency.GpuParams.from_specs(specs), repeats=3)
+    lat = {g: secs[:, i, :].mean(axis=1) for i, g in enumerate(gpus)}
+    return Sampled(task, [c.sch.trace for c in cands], features, lat)
+
+
+def device_dataset(gpu: str, hv: np.ndarray, sampled: list[Sampled]) -> DeviceDataset:
+    tasks = []
+    for s in sampled:
+        ok = np.isfinite(s.latency[gpu])
+        idx = np.flatnonzero(ok)
+        if len(idx) >= 2:
+            tasks.append(
+                TaskData(
+                    s.task.name,
+                    [s.features[i] for i in idx],
+                    s.latency[gpu][idx].astype(np.float64),
+                    [f"{s.task.name}/{i}" for i in idx],
+                )
+            )
+    return DeviceDataset(f"sim:{gpu}", hv, tasks)
+
+
+def write_fleet_stores(sampled: list[Sampled], gpus: list[str], profiles: dict, out: Path) -> None:
+    """One store per GPU (DIR/<gpu>.sqlite) for bench/offline_transfer.py --data DIR."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from agent.devices.sim import cuda_target
+    from agent.devices.sim.catalog import lookup
+    from agent.store import Store, plain_json, workload_key_of
+    from schemas import FAILED_RUN_SECS, TuningRecord
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "profiles").mkdir(exist_ok=True)
+    for gpu in gpus:
+        (out / "profiles" / f"{gpu}.json").write_text(profiles[gpu].model_dump_json(indent=1))
+        path = out / f"{gpu}.sqlite"
+        if path.exists():
+            path.unlink()
+        gpu_target = plain_json(cuda_target(lookup(gpu)).export())
+        with Store(path) as store:
+            for s in sampled:
+                wkey = workload_key_of(s.task.mod)
+                store.add_workload(wkey, s.task.name, tvm.ir.save_json(s.task.mod), None)
+                args = [
+                    plain_json(a.as_json())
+                    for a in ms.arg_info.ArgInfo.from_prim_func(s.task.mod["main"])
+                ]
+                records = []
+                for trace, lat in zip(s.traces, s.latency[gpu], strict=True):
+                    ok = bool(np.isfinite(lat))
+                    records.append(
+                        TuningRecord(
+                            workload_key=wkey,
+                            task_name=s.task.name,
+                            trace=plain_json(trace.as_json()),
+                            run_secs=[float(lat)] if ok else [FAILED_RUN_SECS],
+                            target=gpu_target,
+                            args_info=args,
+                            device=f"sim:{gpu}",
+                            simulated=True,
+                        )
+                    )
+                ids = store.add_records(records)
+                store.put_features(dict(zip(ids, s.features, strict=True)))
+
+
+# -- cost models -------------------------------------------------------------------------------
+@contextlib.contextmanager
+def step_lr_accepts_verbose() -> Iterator[None]:
+    """TVM 0.27's MLP trainer passes StepLR(verbose=...), which torch 2.13 no longer takes."""
+    import torch
+
+    original = torch.optim.lr_scheduler.StepLR
+
+    class StepLR(original):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: object, verbose: object = None, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)
+
+    torch.optim.lr_scheduler.StepLR = StepLR
+    try:
+        yield
+    finally:
+        torch.optim.lr_scheduler.StepLR = original
+
+
+def pretrained_mlp_trainer(train: list[DeviceDataset], epochs: int, seed: int) -> Any:
+    """MetaSchedule's SegmentSumMLP trainer pre-trained on the training GPUs (164 features)."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.cost_model import mlp_model as mm
+
+    state = mm.State(
+        model_config=mm.SegmentSumMLPConfig(input_dim=164),
+        extractor=ms.feature_extractor.PerStoreFeature(),
+    )
+    for ds in train:
+        for task in ds.tasks:
+            state.add_to_group(
+                list(task.features),
+                task.latencies.astype("float64"),
+                f"{ds.device}/{task.task_name}",
+            )
+    config = mm.TrainerConfig(num_epoch_full=epochs, num_epoch_incremental=5)
+    trainer = mm.SegmentSumMLPTrainer(train_config=config, state=state)
+    mm.logger.setLevel("WARNING")
+    mm.random.seed(seed)
+    with step_lr_accepts_verbose():
+        trainer.train_full()
+    return trainer
+
+
+def train_simoe(train: list[DeviceDataset], settings: CompileSettings) -> Any:
+    """SiMoE on the training GPUs only: one expert each, then the shared encoder and gate."""
+    from simoe_model.model import SiMoE, SiMoEConfig
+    from simoe_model.train import train_experts, train_shared
+
+    model = SiMoE(SiMoEConfig())
+    train_experts(
+        model, [(d.device, d) for d in train], epochs=settings.expert_epochs, seed=settings.seed
+    )
+    train_shared(model, train, epochs=settings.shared_epochs, seed=settings.seed)
+    return model
+
+
+# -- one tuning run ----------------------------------------------------------------------------
+class MethodRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    network: str
+    gpu: str
+    method: str
+    trials_per_task: int
+    measured: int
+    search_wall_s: float
+    modelled_measure_s: float
+    compile_s: float
+    network_latency_s: float | None
+    task_best_s: dict[str, float | None]
+    curve: list[tuple[float, float]]  # (compile seconds so far, best network latency so far)
+    simulated: bool = True
+
+
+def tune_method(
+    tasks: list[NetTask],
+    gpu: str,
+    method: str,
+    cost_model: Any,
+    *,
+    trials: int,
+    population: int,
+    genetic_iters: int,
+    seed: int,
+    network: str,
+    work_dir: Path,
+) -> MethodRow:
+    """Tune every task for `trials` measurements with one cost model; track the curve."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.measure_callback import (
+        MeasureCallback,
+        PyMeasureCallback,
+        RemoveBuildArtifact,
+    )
+    from tvm.s_tir.meta_schedule.utils import fork_seed
+
+    from agent.devices import get_device
+
+    device = get_device(f"sim:{gpu}")
+    best: list[float] = [math.inf] * len(tasks)
+    measured = [0]
+    curve: list[tuple[float, float]] = []
+    started = [0.0]
+
+    @derived_object
+    class Curve(PyMeasureCallback):
+        def apply(
+            self, _scheduler: Any, task_id: int, _cands: Any, _builds: Any, runs: Any
+        ) -> None:
+            for r in runs:
+                measured[0] += 1
+                secs = [float(s) for s in (r.run_secs or [])]
+                if r.error_msg is None and secs and max(secs) < 1e9:
+                    best[task_id] = min(best[task_id], sum(secs) / len(secs))
+            if all(math.isfinite(b) for b in best):
+                elapsed = time.perf_counter() - started[0] + device.modelled_measure_seconds
+                lat = sum(t.weight * b for t, b in zip(tasks, best, strict=True))
+                curve.append((elapsed, lat))
+
+    callbacks = [
+        c for c in MeasureCallback.create("default") if not isinstance(c, RemoveBuildArtifact)
+    ]
+    log_dir = work_dir / "logs" / f"{network}-{gpu}-{method}"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    logger = logging.getLogger(f"simoe.bench.{network}.{gpu}.{method}")
+    logger.propagate = False
+    logger.setLevel(logging.WARNING)
+    contexts = [
+        ms.TuneContext(
+            mod=t.mod,
+            target=device.target(),
+            space_generator="post-order-apply",
+            search_strategy=ms.search_strategy.EvolutionarySearch(
+                population_size=population, genetic_num_iters=genetic_iters
+            ),
+            task_name=t.name,
+            logger=logger,
+            rand_state=rs,
+            num_threads=2,
+        ).clone()
+        for t, rs in zip(tasks, fork_seed(seed, n=len(tasks)), strict=True)
+    ]
+    started[0] = time.perf_counter()
+    ms.tune_tasks(
+        tasks=contexts,
+        task_weights=[t.weight for t in tasks],
+        work_dir=str(log_dir),
+        max_trials_global=trials * len(tasks),
+        max_trials_per_task=trials,
+        num_trials_per_iter=min(64, trials),
+        builder=device.builder(),
+        runner=device.runner(),
+        database=ms.database.MemoryDatabase(),
+        cost_model=cost_model,
+        measure_callbacks=[*callbacks, Curve()],
+        task_scheduler="round-robin",
+    )
+    wall = time.perf_counter() - started[0]
+    modelled = float(device.modelled_measure_seconds)
+    finite = all(math.isfinite(b) for b in best)
+    return MethodRow(
+        network=network,
+        gpu=gpu,
+        method=method,
+        trials_per_task=trials,
+        measured=measured[0],
+        search_wall_s=wall,
+        modelled_measure_s=modelled,
+        compile_s=wall + modelled,
+        network_latency_s=(
+            sum(t.weight * b for t, b in zip(tasks, best, strict=True)) if finite else None
+        ),
+        task_best_s={
+            t.name: (b if math.isfinite(b) else None) for t, b in zip(tasks, best, strict=True)
+        },
+        curve=curve,
+    )
+
+
+# -- the section -------------------------------------------------------------------------------
+def run_section(
+    settings: CompileSettings,
+    work_dir: Path,
+    *,
+    say: Say,
+    on_row: Callable[[dict[str, Any]], None],
+) -> dict[str, Any]:
+    """Every network x unseen GPU x method; `on_row` gets the partial result after each run."""
+    import torch
+    from tvm.s_tir import meta_schedule as ms
+
+    from agent.devices import get_device
+    from simoe_model.cost_model import SiMoECostModel
+    from simoe_model.hardware import hardware_vector
+
+    torch.set_num_threads(2)
+    all_gpus = settings.train_gpus + [
+        g for g in settings.unseen_gpus if g not in settings.train_gpus
+    ]
+    t0 = time.perf_counter()
+    say(f"profiling {len(all_gpus)} simulated GPUs (cached)")
+    profiles = profile_vectors(all_gpus, work_dir / "profiles")
+    hv = {g: hardware_vector(p) for g, p in profiles.items()}
+    result: dict[str, Any] = {
+        "settings": settings.model_dump(),
+        "networks": {},
+        "rows": [],
+        "prep_seconds": {"profiles": time.perf_counter() - t0},
+    }
+    target = get_device(f"sim:{settings.unseen_gpus[0]}").target()
+    for network in settings.networks:
+        t0 = time.perf_counter()
+        say(f"{network}: extracting tasks")
+        tasks, total_tasks = network_tasks(network, target, settings.max_tasks)
+        say(f"{network}: sampling {settings.samples_per_task} candidates x {len(tasks)} tasks")
+        t1 = time.perf_counter()
+        sampled = [
+            sample_task(t, all_gpus, settings.samples_per_task, settings.seed + i)
+            for i, t in enumerate(tasks)
+        ]
+        t2 = time.perf_counter()
+        write_fleet_stores(sampled, all_gpus, profiles, work_dir / "fleet" / network)
+        train = [device_dataset(g, hv[g], sampled) for g in settings.train_gpus]
+        say(f"{network}: training SiMoE and the MLP peer on {len(train)} GPUs")
+        t3 = time.perf_counter()
+        simoe = train_simoe(train, settings)
+        t4 = time.perf_counter()
+        mlp = pretrained_mlp_trainer(train, settings.mlp_epochs, settings.seed)
+        t5 = time.perf_counter()
+        result["networks"][network] = {
+            "tasks_total": total_tasks,
+            "tasks_tuned": [
+                {"name": t.name, "weight": t.weight, "gflops": t.flops / 1e9} for t in tasks
+            ],
+            "flops_share_tuned": _flops_share(tasks, network, target, total_tasks),
+            "candidates_per_task": [len(s.traces) for s in sampled],
+            "seconds": {
+                "extract": t1 - t0,
+                "sample_and_label": t2 - t1,
+                "simoe_train_offline": t4 - t3,
+                "mlp_pretrain_offline": t5 - t4,
+            },
+        }
+        on_row(result)
+        for gpu in settings.unseen_gpus:
+            plans: list[tuple[str, Callable[[], Any], int, int, int]] = [
+                ("ms-xgb-full", lambda: "xgb", settings.full_budget, settings.population,
+                 settings.genetic_iters),
+            ]  # fmt: skip
+            for k in sorted({settings.tlm_budget, *settings.small_budgets}):
+                plans.append(
+                    (f"ms-xgb-{k}", lambda: "xgb", k, settings.population, settings.genetic_iters)
+                )
+            k = settings.tlm_budget
+
+            def mlp_model(trainer: Any = mlp) -> Any:
+                return ms.cost_model.MLPModel(trainer=copy.deepcopy(trainer))
+
+            def simoe_model_(online: bool, g: str = gpu, base: Any = simoe) -> Any:
+                return SiMoECostModel(copy.deepcopy(base), hv[g], online=online)
+
+            plans += [
+                (f"ms-mlp-pretrained-{k}", mlp_model, k, settings.population,
+                 settings.genetic_iters),
+                ("simoe-fast", lambda: simoe_model_(False), k, settings.simoe_fast_population,
+                 settings.simoe_fast_genetic_iters),
+                ("simoe-full", lambda: simoe_model_(True), settings.full_budget,
+                 settings.population, settings.genetic_iters),
+            ]  # fmt: skip
+            for method, make_model, trials, pop, iters in plans:
+                say(f"{network} on sim:{gpu}: {method} ({trials} trials/task)")
+                try:
+                    with step_lr_accepts_verbose():
+                        row = tune_method(
+                            tasks, gpu, method, make_model(), trials=trials, population=pop,
+                            genetic_iters=iters, seed=settings.seed, network=network,
+                            work_dir=work_dir,
+                        )  # fmt: skip
+                except Exception as exc:  # noqa: BLE001 - one failed method must not lose the rest
+                    result.setdefault("failed", []).append(
+                        {"network": network, "gpu": gpu, "method": method,
+                         "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+                    )  # fmt: skip
+                    on_row(result)
+                    continue
+                result["rows"].append(row.model_dump())
+                on_row(result)
+    result["summary"] = summarize(result["rows"], settings.tlm_budget)
+    return result
+
+
+def _flops_share(tasks: list[NetTask], network: str, target: Any, total: int) -> float | None:
+    """Share of the network's FLOPs the tuned tasks carry (1.0 when all are tuned)."""
+    if len(tasks) == total:
+        return 1.0
+    all_tasks, _ = network_tasks(network, target, None)
+    whole = sum(t.weight * t.flops for t in all_tasks)
+    return sum(t.weight * t.flops for t in tasks) / whole if whole else None
+
+
+def _crossing(curve: list[tuple[float, float]], threshold: float) -> float | None:
+    """Compile seconds at which the best network latency first reaches `threshold`."""
+    for seconds, lat in curve:
+        if lat <= threshold:
+            return seconds
+    return None
+
+
+def summarize(rows: list[dict[str, Any]], tlm_budget: int) -> list[dict[str, Any]]:
+    """Per network and GPU: the paper's two claims, computed from the rows."""
+    out = []
+    keys = sorted({(r["network"], r["gpu"]) for r in rows})
+    for network, gpu in keys:
+        by = {r["method"]: r for r in rows if r["network"] == network and r["gpu"] == gpu}
+        full = by.get("ms-xgb-full")
+        fast = by.get("simoe-fast")
+        entry: dict[str, Any] = {"network": network, "gpu": gpu}
+        if full and full["network_latency_s"]:
+            ref = full["network_latency_s"]
+            entry["ms_full_latency_s"] = ref
+            entry["ms_full_compile_s"] = full["compile_s"]
+            # 95% of MetaSchedule-full's performance = latency <= ref / 0.95
+            for name in ("simoe-fast", "simoe-full"):
+                r = by.get(name)
+                if not r or not r["network_latency_s"]:
+                    continue
+                entry[f"{name}_perf_vs_ms_full"] = ref / r["network_latency_s"]
+                reach = _crossing(r["curve"], ref / 0.95)
+                entry[f"{name}_compile_s_to_95pct"] = reach
+                entry[f"{name}_speedup_to_95pct"] = full["compile_s"] / reach if reach else None
+            if fast and fast["network_latency_s"]:
+                entry["simoe_fast_compile_speedup"] = full["compile_s"] / fast["compile_s"]
+        if fast and fast["network_latency_s"]:
+            for peer in (f"ms-xgb-{tlm_budget}", f"ms-mlp-pretrained-{tlm_budget}"):
+                r = by.get(peer)
+                if r and r["network_latency_s"]:
+                    entry[f"speedup_vs_{peer}"] = r["network_latency_s"] / fast["network_latency_s"]
+        out.append(entry)
+    return out
+
+
+def plot_curves(result: dict[str, Any], out_dir: Path) -> list[str]:
+    """One PNG per network x GPU: best network latency against compile time, per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    keys = sorted({(r["network"], r["gpu"]) for r in result["rows"]})
+    for network, gpu in keys:
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for r in result["rows"]:
+            if (r["network"], r["gpu"]) != (network, gpu) or not r["curve"]:
+                continue
+            xs, ys = zip(*r["curve"], strict=True)
+            ax.step(xs, [y * 1e3 for y in ys], where="post", label=r["method"])
+            ax.plot([xs[-1]], [ys[-1] * 1e3], "o", color=ax.lines[-1].get_color())
+        ax.set_xscale("log")
+        ax.set_xlabel("compile time, s (search wall time + modelled measurement time)")
+        ax.set_ylabel("network latency of the tuned tasks, ms")
+        ax.set_title(f"{network} on sim:{gpu} (SIMULATED GPU)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out_dir / f"curve_{network}_{gpu}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path.name)
+    return paths

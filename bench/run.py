@@ -1,0 +1,470 @@
+"""The one entry point of the benchmarks: runs every section, writes the report and BENCHMARKS.md.
+
+    python -m bench.run --quick      # scaled down: minutes on 2 cores
+    python -m bench.run --full       # the paper-sized settings: hours
+
+Sections (each writes its part of bench/reports/report.json as soon as it is done, so a
+timeout still leaves the finished ones; BENCHMARKS.md is regenerated from that JSON after
+every step, never written by hand):
+1. compile: compile time and network performance on unseen simulated GPUs (bench/compile_time.py)
+2. offline: the offline transfer table (bench/offline_transfer.py, on the same fleet data)
+3. federation: round time and bytes per node for 4, 16, 64 nodes (bench/federation_overhead.py)
+4. cpu: tuned kernels on this machine's CPU against numpy and PyTorch (bench/cpu_kernels.py)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORTS = Path("bench") / "reports"
+SECTIONS = ("compile", "offline", "federation", "cpu")
+TARGET_COMPILE_SPEEDUP = 61.0
+GOAL_COMPILE_SPEEDUP = 100.0
+TARGET_PERF_SHARE = 0.95
+TARGET_TLM_SPEEDUP = 1.25
+
+
+# -- machine -----------------------------------------------------------------------------------
+def machine_info() -> dict[str, Any]:
+    model = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
+    return {
+        "cpu_model": model,
+        "logical_cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "system": platform.system(),
+        "load_average_at_start": [round(x, 2) for x in load],
+    }
+
+
+# -- report ------------------------------------------------------------------------------------
+class Report:
+    """The report JSON and the markdown generated from it, rewritten after every step."""
+
+    def __init__(self, out: Path, markdown_path: Path, mode: str, argv: list[str]) -> None:
+        self.out = out
+        self.markdown_path = markdown_path
+        self.started = time.perf_counter()
+        self.data: dict[str, Any] = {
+            "mode": mode,
+            "command": " ".join(["python", "-m", "bench.run", *argv]),
+            "machine": machine_info(),
+            "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+            "sections": {},
+            "section_seconds": {},
+            "errors": {},
+        }
+        out.mkdir(parents=True, exist_ok=True)
+
+    def save(self) -> None:
+        self.data["elapsed_s"] = time.perf_counter() - self.started
+        self.data["machine"]["load_average_now"] = [round(x, 2) for x in os.getloadavg()]
+        path = self.out / "report.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, default=_jsonable))
+        tmp.replace(path)
+        self.markdown_path.write_text(markdown(self.data))
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+# -- sections ----------------------------------------------------------------------------------
+def section_compile(report: Report, args: argparse.Namespace, say: Callable[[str], None]) -> None:
+    from bench import compile_time
+
+    settings = compile_time.FULL if args.full else compile_time.QUICK
+
+    def on_row(partial: dict[str, Any]) -> None:
+        partial["summary"] = compile_time.summarize(partial["rows"], settings.tlm_budget)
+        report.data["sections"]["compile"] = partial
+        report.save()
+
+    result = compile_time.run_section(settings, args.work, say=say, on_row=on_row)
+    result["plots"] = compile_time.plot_curves(result, report.out)
+    report.data["sections"]["compile"] = result
+
+
+def section_offline(report: Report, args: argparse.Namespace, say: Callable[[str], None]) -> None:
+    """bench/offline_transfer.py on the compile section's fleet stores (synthetic otherwise)."""
+    from bench import compile_time
+
+    settings = compile_time.FULL if args.full else compile_time.QUICK
+    fleet = args.work / "fleet" / settings.networks[0]
+    out = report.out / "offline"
+    command = [sys.executable, "bench/offline_transfer.py", "--out", str(out)]
+    if fleet.exists() and any(fleet.glob("*.sqlite")):
+        command += ["--data", str(fleet), "--held-out", ",".join(settings.unseen_gpus)]
+        data = f"fleet stores of {settings.networks[0]}'s tuned tasks (simulated GPUs)"
+    else:
+        command += ["--synthetic", "--synthetic-size", "12,8,120"]
+        data = "synthetic fleet (the compile section's stores were missing)"
+    if not args.full:
+        command += ["--budgets", "0,16,64", "--expert-epochs", "10", "--shared-epochs", "10"]
+        command += ["--adapt-epochs", "10", "--mlp-epochs", "10"]
+    else:
+        command += ["--ablations"]
+    say(f"offline transfer: {data}")
+    started = time.perf_counter()
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise RuntimeError(f"offline_transfer.py exited {proc.returncode}: {' | '.join(tail)}")
+    stem = "offline_transfer_synthetic" if "--synthetic" in command else "offline_transfer"
+    result = json.loads((out / f"{stem}.json").read_text())
+    shown = [
+        c if not c.startswith(str(args.work)) else "<work>" + c[len(str(args.work)) :]
+        for c in command[1:]
+    ]
+    report.data["sections"]["offline"] = {
+        "command": " ".join(["python", *shown]).replace(str(ROOT) + os.sep, ""),
+        "data": data,
+        "wall_s": time.perf_counter() - started,
+        "markdown": (out / f"{stem}.md").read_text(),
+        "plot": f"offline/{stem}.png",
+        "result": {k: result[k] for k in ("held_out", "train_gpus", "budgets", "results")},
+    }
+
+
+def section_federation(
+    report: Report, args: argparse.Namespace, say: Callable[[str], None]
+) -> None:
+    from bench import compile_time, federation_overhead
+
+    settings = compile_time.FULL if args.full else compile_time.QUICK
+    gpus = settings.train_gpus[:6]
+    profiles = list(compile_time.profile_vectors(gpus, args.work / "profiles").values())
+    counts = [4, 16, 64]
+    rounds = 5 if args.full else 3
+    say(f"federation overhead: {counts} nodes, {rounds} rounds each")
+    report.data["sections"]["federation"] = federation_overhead.run_section(
+        counts, rounds, profiles
+    )
+
+
+def section_cpu(report: Report, args: argparse.Namespace, say: Callable[[str], None]) -> None:
+    from bench import cpu_kernels
+
+    ops = cpu_kernels.FULL_OPS if args.full else cpu_kernels.QUICK_OPS
+    trials = 256 if args.full else 32
+    report.data["sections"]["cpu"] = cpu_kernels.run_section(ops, trials, say=say)
+
+
+RUNNERS = {
+    "compile": section_compile,
+    "offline": section_offline,
+    "federation": section_federation,
+    "cpu": section_cpu,
+}
+
+
+# -- markdown ----------------------------------------------------------------------------------
+def _f(value: Any, fmt: str = ".3g", none: str = "n/a") -> str:
+    if value is None:
+        return none
+    try:
+        return format(float(value), fmt)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _verdict(value: float | None, target: float, higher_is_better: bool = True) -> str:
+    if value is None:
+        return "not reached"
+    ok = value >= target if higher_is_better else value <= target
+    if ok:
+        return "met"
+    return f"MISSED by {abs(target - value) / target * 100:.0f}%"
+
+
+def markdown(data: dict[str, Any]) -> str:
+    m = data["machine"]
+    s = data["sections"]
+    lines = [
+        "# SiMoE benchmarks",
+        "",
+        "Generated by `bench/run.py` from `bench/reports/report.json`; do not edit by hand. "
+        "Every number below comes from the command that produced this file:",
+        "",
+        f"    {data['command']}",
+        "",
+        f"Mode: **{data['mode']}**. Started {data['started_utc']} UTC; "
+        f"the whole run took **{data.get('elapsed_s', 0) / 60:.1f} min** of wall time.",
+        "",
+        f"Machine: {m['cpu_model']}, {m['logical_cores']} logical cores, Python {m['python']}. "
+        f"Load average at start {m['load_average_at_start']}, at the end "
+        f"{m.get('load_average_now')} (the machine was shared with other jobs: every wall "
+        "time here is inflated by that load, by a factor that is not known).",
+        "",
+        "**Sections 1 and 2 are SIMULATED**: the GPUs are `sim:<gpu>`, the analytical latency "
+        "model of agent/devices/sim; no GPU was used. Section 4 is measured on the real CPU.",
+        "",
+    ]
+    if data["errors"]:
+        lines += ["## Sections that failed", ""]
+        lines += [f"- {name}: `{err}`" for name, err in data["errors"].items()]
+        lines += [""]
+    if "compile" in s:
+        lines += _compile_md(s["compile"])
+    if "offline" in s:
+        o = s["offline"]
+        lines += [
+            "## 2. Offline transfer to unseen GPUs (SIMULATED)",
+            "",
+            f"`{o['command']}` (data: {o['data']}; {o['wall_s']:.0f} s)",
+            "",
+            "Ranking quality on the held-out GPUs' test candidates (higher is better); budget = "
+            "measurements per task on the held-out GPU.",
+            "",
+            o["markdown"].split("\n", 2)[2] if o["markdown"].count("\n") > 2 else o["markdown"],
+            f"![offline transfer](bench/reports/{o['plot']})",
+            "",
+        ]
+    if "federation" in s:
+        lines += _federation_md(s["federation"])
+    if "cpu" in s:
+        lines += _cpu_md(s["cpu"])
+    lines += [
+        "## Section timings",
+        "",
+        "| section | wall s |",
+        "|---|---|",
+        *[f"| {k} | {v:.0f} |" for k, v in data["section_seconds"].items()],
+        "",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _compile_md(c: dict[str, Any]) -> list[str]:
+    st = c["settings"]
+    lines = [
+        "## 1. Compile time and network performance on unseen GPUs (SIMULATED)",
+        "",
+        f"Training GPUs (the federation's data; never the target): {', '.join(st['train_gpus'])}. "
+        f"Unseen target GPUs: {', '.join(st['unseen_gpus'])}. Budgets are measurements per "
+        f"task; full budget {st['full_budget']}, TLM's budget {st['tlm_budget']}. "
+        f"MetaSchedule's evolutionary search: population {st['population']}, "
+        f"{st['genetic_iters']} genetic iterations; SiMoE fast mode's model-only search: "
+        f"population {st['simoe_fast_population']}, {st['simoe_fast_genetic_iters']} iterations. "
+        "Tasks scheduled round-robin so every method measures exactly its budget per task. "
+        f"Training data: {st['samples_per_task']} sampled candidates per task labelled on "
+        "each training GPU.",
+        "",
+        "Compile time = real search wall time on this machine + modelled measurement time "
+        "(what each measurement would cost on the real GPU: a ~1 s CUDA compile plus the runs). "
+        "Network latency = sum over the tuned tasks of weight x best measured latency "
+        "(simulated). SiMoE's and the MLP's offline training on the other GPUs is one-off and "
+        "is listed separately, not in the compile time.",
+        "",
+    ]
+    for network, info in c.get("networks", {}).items():
+        share = info.get("flops_share_tuned")
+        lines += [
+            f"**{network}**: {len(info['tasks_tuned'])} of {info['tasks_total']} tasks tuned "
+            f"(the top ones by weight x FLOPs, {_f(share and share * 100, '.0f')}% of the "
+            f"network's FLOPs): "
+            + ", ".join(t["name"] for t in info["tasks_tuned"])
+            + f". Offline training: SiMoE {info['seconds']['simoe_train_offline']:.0f} s, "
+            f"MLP pre-training {info['seconds']['mlp_pretrain_offline']:.0f} s; sampling and "
+            f"labelling {info['seconds']['sample_and_label']:.0f} s.",
+            "",
+        ]
+    if c.get("rows"):
+        lines += [
+            "| network | GPU | method | trials/task | search wall s | modelled measure s "
+            "| compile s | network latency ms | perf vs MS-full | compile speedup vs MS-full |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        full = {(r["network"], r["gpu"]): r for r in c["rows"] if r["method"] == "ms-xgb-full"}
+        for r in c["rows"]:
+            ref = full.get((r["network"], r["gpu"]))
+            perf = (
+                ref["network_latency_s"] / r["network_latency_s"]
+                if ref and ref["network_latency_s"] and r["network_latency_s"]
+                else None
+            )
+            speed = ref["compile_s"] / r["compile_s"] if ref else None
+            lat = r["network_latency_s"] * 1e3 if r["network_latency_s"] else None
+            lines.append(
+                f"| {r['network']} | {r['gpu']} | {r['method']} | {r['trials_per_task']} "
+                f"| {r['search_wall_s']:.0f} | {r['modelled_measure_s']:.0f} "
+                f"| {r['compile_s']:.0f} | {_f(lat, '.4f')} | {_f(perf, '.3f')} "
+                f"| {_f(speed, '.1f')}x |"
+            )
+        lines.append("")
+    for f in c.get("failed", []):
+        lines += [f"- FAILED: {f['method']} on {f['network']} / sim:{f['gpu']}: `{f['error']}`"]
+    lines += [""] if c.get("failed") else []
+    for e in c.get("summary", []):
+        lines += _claims_md(e, c["settings"]["tlm_budget"])
+    for plot in c.get("plots", []):
+        lines += [f"![tuning curve](bench/reports/{plot})", ""]
+    return lines
+
+
+def _claims_md(e: dict[str, Any], k: int) -> list[str]:
+    lines = [f"**Claims on {e['network']} / sim:{e['gpu']}** (targets from the paper):", ""]
+    speed = e.get("simoe_fast_compile_speedup")
+    perf = e.get("simoe-fast_perf_vs_ms_full")
+    lines.append(
+        f"- SiMoE fast compiles {_f(speed, '.1f')}x faster than MetaSchedule-full "
+        f"(target >= {TARGET_COMPILE_SPEEDUP:.0f}x, goal {GOAL_COMPILE_SPEEDUP:.0f}x: "
+        f"{_verdict(speed, TARGET_COMPILE_SPEEDUP)}) and keeps {_f(perf and perf * 100, '.1f')}% "
+        f"of its performance (target >= 95%: {_verdict(perf, TARGET_PERF_SHARE)})."
+    )
+    for mode in ("simoe-fast", "simoe-full"):
+        reach = e.get(f"{mode}_compile_s_to_95pct")
+        ratio = e.get(f"{mode}_speedup_to_95pct")
+        if reach is None:
+            lines.append(f"- {mode} never reached 95% of MetaSchedule-full's performance.")
+        else:
+            lines.append(
+                f"- {mode} reached 95% of MetaSchedule-full's performance after {reach:.0f} s "
+                f"of compile time: {_f(ratio, '.1f')}x less than MetaSchedule-full's "
+                f"{e['ms_full_compile_s']:.0f} s."
+            )
+    for peer in (f"ms-xgb-{k}", f"ms-mlp-pretrained-{k}"):
+        value = e.get(f"speedup_vs_{peer}")
+        lines.append(
+            f"- At {k} measurements per task, SiMoE fast's network is {_f(value, '.3f')}x as fast "
+            f"as {peer}'s (target >= {TARGET_TLM_SPEEDUP}x: {_verdict(value, TARGET_TLM_SPEEDUP)})."
+        )
+    lines.append("")
+    return lines
+
+
+def _federation_md(f: dict[str, Any]) -> list[str]:
+    lines = [
+        "## 3. Federation overhead",
+        "",
+        f"Engine: {f['engine']}. Stand-in nodes answer at once with real-sized payloads "
+        f"(SiMoE shared arrays {f['shared_arrays_bytes'] / 1024:.0f} KiB, model "
+        f"{f['model_parameters']} parameters, one expert, a hardware profile): the round time is "
+        "the federation's own overhead (aggregation, expert registry, similarity, message "
+        "copies) on this machine, without node-side training or network transfer.",
+        "",
+        "| nodes | rounds | median round s | steady round s | KiB down / node / round "
+        "| KiB up / node / round |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in f["results"]:
+        lines.append(
+            f"| {r['nodes']} | {r['rounds']} | {_f(r['median_round_s'], '.2f')} "
+            f"| {_f(r['steady_round_s'], '.2f')} | {r['bytes_down_per_node_per_round'] / 1024:.0f} "
+            f"| {r['bytes_up_per_node_per_round'] / 1024:.0f} |"
+        )
+    return [*lines, ""]
+
+
+def _cpu_md(c: dict[str, Any]) -> list[str]:
+    lines = [
+        "## 4. Real CPU: tuned kernels against numpy and PyTorch (MEASURED)",
+        "",
+        f"{c['hardware']}, {c['threads']} threads, target `{c['target']}`. Peak FP32 "
+        f"{c['peak_fp32_gflops']:.0f} GFLOP/s ({c['peak_from']}). PyTorch {c['torch_version']}, "
+        f"numpy {c['numpy_version']}. TVM tuned with MetaSchedule's XGB model.",
+        "",
+        "| op | trials | tune wall s | TVM untuned ms | TVM tuned ms | numpy ms | PyTorch ms "
+        "| TVM GFLOP/s | TVM share of peak | PyTorch share of peak |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in c["rows"]:
+
+        def ms(v: float | None) -> str:
+            return _f(v * 1e3 if v else None, ".3f")
+
+        def pct(v: float | None) -> str:
+            return _f(v * 100 if v else None, ".1f") + "%"
+
+        lines.append(
+            f"| {r['op']} | {r['trials']} | {r['tune_wall_s']:.0f} | {ms(r['tvm_untuned_s'])} "
+            f"| {ms(r['tvm_tuned_s'])} | {ms(r['numpy_s'])} | {ms(r['pytorch_s'])} "
+            f"| {_f(r['tvm_gflops'], '.1f')} | {pct(r['peak_share'])} "
+            f"| {pct(r['pytorch_peak_share'])} |"
+        )
+    return [*lines, ""]
+
+
+# -- main --------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="scaled-down settings (default)")
+    mode.add_argument("--full", action="store_true", help="the paper-sized settings (hours)")
+    parser.add_argument("--sections", default=",".join(SECTIONS), help="comma list of sections")
+    parser.add_argument("--out", type=Path, default=REPORTS, help="report directory")
+    parser.add_argument("--markdown", type=Path, default=Path("BENCHMARKS.md"))
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "simoe-bench",
+        help="scratch directory (fleet stores, cached profiles, MetaSchedule logs)",
+    )
+    args = parser.parse_args(argv)
+    sections = [x.strip() for x in args.sections.split(",") if x.strip()]
+    unknown = [x for x in sections if x not in RUNNERS]
+    if unknown:
+        parser.error(f"unknown sections {unknown}; known: {', '.join(SECTIONS)}")
+    os.chdir(ROOT)
+    import simoe_model  # noqa: F401  (patches inspect before TVM is imported)
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    console = Console(stderr=True)
+    report = Report(args.out, args.markdown, "full" if args.full else "quick", argv)
+    report.save()
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} sections"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        bar = progress.add_task("benchmarks", total=len(sections))
+
+        def say(text: str) -> None:
+            progress.console.log(text)
+            progress.update(bar, description=text[:60])
+
+        for name in sections:
+            started = time.perf_counter()
+            try:
+                RUNNERS[name](report, args, say)
+            except Exception as exc:  # noqa: BLE001 - one failed section must not lose the rest
+                report.data["errors"][name] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                console.print(traceback.format_exc(limit=5))
+            report.data["section_seconds"][name] = time.perf_counter() - started
+            report.save()
+            progress.advance(bar)
+    console.print(f"report: {args.out / 'report.json'}, {args.markdown}")
+    return 1 if report.data["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
