@@ -1,0 +1,85 @@
+"""The benchmark report logic on a made-up report: claims computed, misses said, no tuning."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench import compile_time, run
+
+
+def _row(method: str, latency: float | None, compile_s: float, curve: list) -> dict[str, Any]:
+    return {
+        "network": "net",
+        "gpu": "a10",
+        "method": method,
+        "trials_per_task": 32,
+        "measured": 64,
+        "search_wall_s": compile_s / 2,
+        "modelled_measure_s": compile_s / 2,
+        "compile_s": compile_s,
+        "network_latency_s": latency,
+        "task_best_s": {},
+        "curve": curve,
+        "simulated": True,
+    }
+
+
+ROWS = [
+    _row("ms-xgb-full", 1.0e-3, 1000.0, [(100.0, 2e-3), (1000.0, 1.0e-3)]),
+    _row("ms-xgb-32", 1.5e-3, 100.0, [(100.0, 1.5e-3)]),
+    _row("ms-mlp-pretrained-32", 1.2e-3, 100.0, [(100.0, 1.2e-3)]),
+    _row("simoe-fast", 1.04e-3, 20.0, [(10.0, 1.3e-3), (20.0, 1.04e-3)]),
+    _row("simoe-full", 0.99e-3, 900.0, [(30.0, 1.05e-3), (900.0, 0.99e-3)]),
+]
+
+
+def test_summary_computes_the_papers_claims() -> None:
+    [entry] = compile_time.summarize(ROWS, 32)
+    assert entry["simoe_fast_compile_speedup"] == pytest.approx(50.0)
+    assert entry["simoe-fast_perf_vs_ms_full"] == pytest.approx(1.0 / 1.04)
+    # 95% of MS-full = latency <= 1.0e-3 / 0.95 = 1.0526e-3: simoe-fast gets there at 20 s
+    assert entry["simoe-fast_compile_s_to_95pct"] == pytest.approx(20.0)
+    assert entry["simoe-full_compile_s_to_95pct"] == pytest.approx(30.0)
+    assert entry["speedup_vs_ms-xgb-32"] == pytest.approx(1.5 / 1.04)
+    assert entry["speedup_vs_ms-mlp-pretrained-32"] == pytest.approx(1.2 / 1.04)
+
+
+def test_markdown_says_which_targets_are_missed() -> None:
+    data = {
+        "mode": "quick",
+        "command": "python -m bench.run --quick",
+        "started_utc": "2026-01-01 00:00:00",
+        "elapsed_s": 60.0,
+        "machine": {
+            "cpu_model": "a CPU",
+            "logical_cores": 2,
+            "python": "3.11",
+            "load_average_at_start": [1.0, 1.0, 1.0],
+            "load_average_now": [1.0, 1.0, 1.0],
+        },
+        "sections": {
+            "compile": {
+                "settings": compile_time.QUICK.model_dump(),
+                "networks": {},
+                "rows": ROWS,
+                "summary": compile_time.summarize(ROWS, 32),
+                "plots": [],
+            }
+        },
+        "section_seconds": {"compile": 1.0},
+        "errors": {},
+    }
+    text = run.markdown(data)
+    assert "SIMULATED" in text
+    # 50x against the 61x target: missed by 18%; 1.15x against 1.25x vs the MLP: missed by 8%
+    assert "50.0x faster than MetaSchedule-full (target >= 61x, goal 100x: MISSED by 18%)" in text
+    assert "ms-mlp-pretrained-32's (target >= 1.25x: MISSED by 8%)" in text
+    assert "ms-xgb-32's (target >= 1.25x: met)" in text
+    assert "| net | a10 | simoe-fast | 32 |" in text
+
+
+def test_verdict_when_never_reached() -> None:
+    assert run._verdict(None, 61.0) == "not reached"
+    assert run._verdict(70.0, 61.0) == "met"
