@@ -538,7 +538,9 @@ def run_section(
             k = settings.tlm_budget
 
             def mlp_model(trainer: Any = mlp) -> Any:
-                return ms.cost_model.MLPModel(trainer=copy.deepcopy(trainer))
+                from tvm.s_tir.meta_schedule.cost_model.mlp_model import MLPModel
+
+                return MLPModel(trainer=copy.deepcopy(trainer))
 
             def simoe_model_(online: bool, g: str = gpu, base: Any = simoe) -> Any:
                 return SiMoECostModel(copy.deepcopy(base), hv[g], online=online)
@@ -551,6 +553,8 @@ def run_section(
                 ("simoe-full", lambda: simoe_model_(True), settings.full_budget,
                  settings.population, settings.genetic_iters),
             ]  # fmt: skip
+            # cheap runs first (SiMoE fast first): a timeout still leaves the comparison at k
+            plans.sort(key=lambda p: (p[2], p[0] != "simoe-fast", p[0]))
             for method, make_model, trials, pop, iters in plans:
                 say(f"{network} on sim:{gpu}: {method} ({trials} trials/task)")
                 try:
