@@ -471,7 +471,6 @@ def run_section(
 ) -> dict[str, Any]:
     """Every network x unseen GPU x method; `on_row` gets the partial result after each run."""
     import torch
-    from tvm.s_tir import meta_schedule as ms
 
     from agent.devices import get_device
     from simoe_model.cost_model import SiMoECostModel
