@@ -49,7 +49,7 @@ import simoe_model  # noqa: E402,F401  (patches inspect before TVM is imported)
 from simoe_model import synthetic  # noqa: E402
 from simoe_model.data import DeviceDataset, TaskData  # noqa: E402
 from simoe_model.metrics import task_metrics  # noqa: E402
-from simoe_model.model import SiMoE, SiMoEConfig  # noqa: E402
+from simoe_model.model import SiMoE, SiMoEConfig, save_model  # noqa: E402
 from simoe_model.train import (  # noqa: E402
     adapt,
     nearest_expert,
@@ -293,6 +293,11 @@ def main() -> None:
     parser.add_argument("--ablation-budgets", default="0")
     parser.add_argument("--tag", default="", help="suffix of the output files")
     parser.add_argument(
+        "--save-model",
+        type=Path,
+        help="save the SiMoE trained on the training GPUs (e.g. as a node's federation/model.pt)",
+    )
+    parser.add_argument(
         "--merge", type=Path, nargs="+", help="merge reports of parallel runs, then exit"
     )
     parser.add_argument("--threads", type=int, default=1)
@@ -341,6 +346,8 @@ def main() -> None:
         family = SiMoEFamily(config, train, args)
         timings["simoe-train"] = time.perf_counter() - t0
         print(f"simoe trained in {timings['simoe-train']:.0f} s", flush=True)
+        if args.save_model:
+            save_model(family.base, args.save_model)
     if "simoe" in methods:
         for split in splits:
             for b in budgets:
