@@ -617,6 +617,11 @@ def summarize(rows: list[dict[str, Any]], tlm_budget: int) -> list[dict[str, Any
                 entry[f"{name}_speedup_to_95pct"] = full["compile_s"] / reach if reach else None
             if fast and fast["network_latency_s"]:
                 entry["simoe_fast_compile_speedup"] = full["compile_s"] / fast["compile_s"]
+            for label, r in (("ms_full", full), ("simoe_fast", fast)):
+                if r:
+                    entry[f"{label}_measured"] = r["measured"]
+                    entry[f"{label}_search_wall_s"] = r["search_wall_s"]
+                    entry[f"{label}_modelled_measure_s"] = r["modelled_measure_s"]
         if fast and fast["network_latency_s"]:
             for peer in (f"ms-xgb-{tlm_budget}", f"ms-mlp-pretrained-{tlm_budget}"):
                 r = by.get(peer)
