@@ -44,8 +44,8 @@ class ArchParams:
 # Maxwell, Pascal, Volta and Ampere tuning guides for L1 caching of global loads.
 ARCH_PARAMS: dict[str, ArchParams] = {
     "kepler": ArchParams(0.0, 9.0, 47.0, 600.0, 16.0, 0.66, 0.75, 5.0, 40.0, 0.02, 1.0),
-    "maxwell": ArchParams(0.0, 6.0, 28.0, 550.0, 24.0, 0.85, 0.80, 4.0, 30.0, 0.02, 1.0),
-    "pascal": ArchParams(0.3, 6.0, 24.0, 500.0, 32.0, 0.85, 0.82, 4.0, 28.0, 0.02, 1.12),
+    "maxwell": ArchParams(0.0, 6.0, 28.0, 550.0, 24.0, 0.8, 0.80, 4.0, 30.0, 0.02, 1.0),
+    "pascal": ArchParams(0.3, 6.0, 24.0, 500.0, 32.0, 0.88, 0.82, 4.0, 28.0, 0.02, 1.08),
     "volta": ArchParams(1.0, 4.0, 19.0, 450.0, 64.0, 0.88, 0.88, 3.5, 20.0, 0.02, 1.0),
     "turing": ArchParams(1.0, 4.0, 22.0, 480.0, 64.0, 0.88, 0.85, 3.5, 20.0, 0.02, 1.05),
     "ampere": ArchParams(1.0, 4.0, 23.0, 470.0, 64.0, 0.9, 0.88, 3.0, 20.0, 0.02, 1.0),
@@ -59,6 +59,7 @@ EMBEDDED_NOISE = 0.04
 # Jetson modules under their default power mode (nvpmodel, DVFS governor) do not hold
 # the maximum GPU clock the datasheet names; the desktop boost overshoot does not apply.
 EMBEDDED_CLOCK_FACTOR = 0.75
+MAX_PEAK_SHARE = 0.95  # no kernel reaches more of the datasheet FP peak
 MAX_REGISTERS = 255
 BASE_REGISTERS = 18  # indices, pointers, loop counters beside the local buffers
 SMEM_GRANULE = 256  # bytes: shared memory is allocated per block in these units
@@ -131,7 +132,16 @@ class GpuParams:
             smem_latency=row([a.smem_latency for a in arch]),
             dram_latency_s=row([a.dram_latency_ns * 1e-9 for a in arch]),
             l2_bandwidth=row([a.l2_bytes_per_clk_per_sm for a in arch]) * sms * clock,
-            issue_efficiency=row([a.issue_efficiency for a in arch]),
+            # never above 95 % of the datasheet FP peak, whatever the sustained clock
+            issue_efficiency=row(
+                [
+                    min(
+                        a.issue_efficiency,
+                        MAX_PEAK_SHARE / (EMBEDDED_CLOCK_FACTOR if e else a.clock_factor),
+                    )
+                    for a, e in zip(arch, embedded, strict=True)
+                ]
+            ),
             dram_efficiency=row(
                 [
                     min(a.dram_efficiency, EMBEDDED_DRAM_EFFICIENCY) if e else a.dram_efficiency
