@@ -396,7 +396,9 @@ def _cpu_md(c: dict[str, Any]) -> list[str]:
         "",
         f"{c['hardware']}, {c['threads']} threads, target `{c['target']}`. Peak FP32 "
         f"{c['peak_fp32_gflops']:.0f} GFLOP/s ({c['peak_from']}). PyTorch {c['torch_version']}, "
-        f"numpy {c['numpy_version']}. TVM tuned with MetaSchedule's XGB model.",
+        f"numpy {c['numpy_version']}. TVM tuned with MetaSchedule's XGB model; TVM latencies "
+        "are the median of the tuned kernel's re-measurement, numpy/PyTorch the best of 5 "
+        "timings (threads that lose their core to other jobs slow BLAS calls many-fold).",
         "",
         "| op | trials | tune wall s | TVM untuned ms | TVM tuned ms | numpy ms | PyTorch ms "
         "| TVM GFLOP/s | TVM share of peak | PyTorch share of peak |",
