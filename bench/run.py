@@ -211,8 +211,15 @@ def markdown(data: dict[str, Any]) -> str:
         f"    {data['command']}",
         "",
         f"Mode: **{data['mode']}**. Started {data['started_utc']} UTC; "
-        f"the whole run took **{data.get('elapsed_s', 0) / 60:.1f} min** of wall time.",
+        f"this run took **{data.get('elapsed_s', 0) / 60:.1f} min** of wall time.",
         "",
+        *[
+            f"Sections {', '.join(o['sections'])} were run by a second invocation, in parallel "
+            f"(load average at its start {o['load_average_at_start']}, "
+            f"{(o['elapsed_s'] or 0) / 60:.1f} min): `{o['command']}`; merged with "
+            "`python -m bench.run --merge <its report.json>`.\n"
+            for o in data.get("other_runs", [])
+        ],
         f"Machine: {m['cpu_model']}, {m['logical_cores']} logical cores, Python {m['python']}. "
         f"Load average at start {m['load_average_at_start']}, at the end "
         f"{m.get('load_average_now')} (the machine was shared with other jobs: every wall "
@@ -421,6 +428,29 @@ def _cpu_md(c: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def merge_reports(out: Path, others: list[Path]) -> None:
+    """Sections run by other invocations (e.g. in parallel) join the main report."""
+    path = out / "report.json"
+    data = json.loads(path.read_text())
+    for other in others:
+        extra = json.loads(other.read_text())
+        for name, section in extra["sections"].items():
+            data["sections"][name] = section
+            data["section_seconds"][name] = extra["section_seconds"].get(name)
+            data["errors"].pop(name, None)
+            if name in extra["errors"]:
+                data["errors"][name] = extra["errors"][name]
+        data.setdefault("other_runs", []).append(
+            {
+                "command": extra["command"],
+                "sections": sorted(extra["sections"]),
+                "elapsed_s": extra.get("elapsed_s"),
+                "load_average_at_start": extra["machine"]["load_average_at_start"],
+            }
+        )
+    path.write_text(json.dumps(data, indent=1, default=_jsonable))
+
+
 def render_only(out: Path, markdown_path: Path) -> int:
     """Regenerate the markdown (and the compile summary) from the numbers in report.json."""
     from bench import compile_time
@@ -458,8 +488,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only regenerate the markdown from an existing report.json (no benchmark runs)",
     )
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        help="add the sections of these report.json files (runs of other --sections) to the "
+        "report in --out, then regenerate the markdown",
+    )
     args = parser.parse_args(argv)
-    if args.render_only:
+    if args.merge:
+        merge_reports(ROOT / args.out, [ROOT / p for p in args.merge])
+    if args.render_only or args.merge:
         return render_only(ROOT / args.out, ROOT / args.markdown)
     sections = [x.strip() for x in args.sections.split(",") if x.strip()]
     unknown = [x for x in sections if x not in RUNNERS]
