@@ -214,6 +214,7 @@ class Network:
     params: dict[str, Any] = field(repr=False)
     inputs: list[np.ndarray] = field(repr=False)
     reference: Callable[[list[np.ndarray]], list[np.ndarray]] = field(repr=False)
+    reference_name: str = "PyTorch"
 
 
 def seeded_module(name: str) -> nn.Module:
@@ -286,7 +287,14 @@ def _onnx_network(path: Path) -> Network:
     def reference(arrays: list[np.ndarray]) -> list[np.ndarray]:
         return [np.asarray(o) for o in evaluator.run(None, dict(zip(names, arrays, strict=True)))]
 
-    return Network(name=path.name, mod=mod, params={}, inputs=inputs, reference=reference)
+    return Network(
+        name=path.name,
+        mod=mod,
+        params={},
+        inputs=inputs,
+        reference=reference,
+        reference_name="ONNX reference evaluator",
+    )
 
 
 def one_line_of(exc: BaseException) -> str:

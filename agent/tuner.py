@@ -536,7 +536,10 @@ def verify_network(
     expected = network.reference(network.inputs)
     if len(got) != len(expected):
         return NetworkCheck(
-            compiled=True, matches=False, reason=f"{len(got)} outputs, expected {len(expected)}"
+            compiled=True,
+            matches=False,
+            reference=network.reference_name,
+            reason=f"{len(got)} outputs, expected {len(expected)}",
         )
     scale = max(float(np.max(np.abs(e))) for e in expected) if expected else 1.0
     max_err = max(float(np.max(np.abs(g - e))) for g, e in zip(got, expected, strict=True))
@@ -549,6 +552,7 @@ def verify_network(
     return NetworkCheck(
         compiled=True,
         matches=matches,
+        reference=network.reference_name,
         max_abs_error=max_err,
         reference_scale=scale,
         latency_s=float(latency),

@@ -36,6 +36,7 @@ class NetworkCheck(BaseModel):
     max_abs_error: float | None = None
     reference_scale: float | None = Field(default=None, description="max |reference output|")
     latency_s: float | None = Field(default=None, description="end-to-end, one inference")
+    reference: str | None = Field(default=None, description="what computed the expected output")
     reason: str | None = None
 
 

@@ -88,6 +88,7 @@ def test_onnx_model_tuned_compiled_and_checked(tmp_path: Path) -> None:
     assert result.kind == "network" and result.tasks
     assert result.network is not None and result.network.compiled
     assert result.network.matches, result.network
+    assert result.network.reference == "ONNX reference evaluator"
 
 
 def test_verify_network_catches_a_wrong_reference(tmp_path: Path) -> None:
@@ -121,6 +122,7 @@ def test_cli_tunes_tiny_mlp_and_matches_pytorch(tmp_path: Path) -> None:
     assert data["kind"] == "network" and data["subject"] == "tiny_mlp"
     assert {t["task_name"] for t in data["tasks"]} >= {"fused_matmul_add_relu"}
     assert data["network"]["compiled"] and data["network"]["matches"]
+    assert data["network"]["reference"] == "PyTorch"
     assert np.isfinite(data["network"]["latency_s"])
     with Store(state / "store.sqlite") as store:
         assert store.count_records(device="cpu") >= len(data["tasks"])

@@ -6,7 +6,15 @@ import logging
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
 
 from agent.cli.app import (
     JsonOption,
@@ -17,23 +25,30 @@ from agent.cli.app import (
     err_console,
     load_config,
     print_json,
-    print_table,
 )
 from schemas import BadInputError
 from schemas.tuning import TuneResult
 
 
-class _TaskBars:
-    """One rich progress bar per task, created when its first batch is measured."""
+class _TuningBar:
+    """One rich progress bar over all tasks' trials; its label names the task measured last."""
 
     def __init__(self, progress: Progress) -> None:
         self.progress = progress
-        self.bars: dict[str, int] = {}
+        self.bar: TaskID | None = None
+        self.measured: dict[str, int] = {}
+        self.budgets: dict[str, int] = {}
 
     def __call__(self, task_name: str, measured: int, budget: int) -> None:
-        if task_name not in self.bars:
-            self.bars[task_name] = self.progress.add_task(task_name[:40], total=budget)
-        self.progress.update(self.bars[task_name], completed=min(measured, budget))
+        self.measured[task_name] = min(measured, budget)
+        self.budgets[task_name] = budget
+        total, done = sum(self.budgets.values()), sum(self.measured.values())
+        label = f"{len(self.budgets)} tasks, last {task_name[:30]}"
+        if len(self.budgets) == 1:
+            label = task_name[:40]
+        if self.bar is None:
+            self.bar = self.progress.add_task(label, total=total)
+        self.progress.update(self.bar, description=label, total=total, completed=done)
 
 
 def _us(seconds: float | None) -> str:
@@ -56,19 +71,24 @@ def _print_result(result: TuneResult) -> None:
         )
         for t in result.tasks
     ]
-    print_table(
-        f"{result.subject} on {result.device} ({label}, cost model {result.cost_model}, "
-        f"{result.trials} trials, search {result.search_wall_s:.0f} s)",
-        ["task", "weight", "trials", "best (us)", "untuned (us)", "speedup", "GFLOP/s"],
-        rows,
+    table = Table(
+        title=f"{result.subject} on {result.device} ({label}, cost model {result.cost_model}, "
+        f"{result.trials} trials, search {result.search_wall_s:.0f} s)"
     )
+    table.add_column("task", overflow="fold")  # network task names are long; never cut them
+    for column in ["weight", "trials", "best (us)", "untuned (us)", "speedup", "GFLOP/s"]:
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(*(str(v) for v in row))
+    console.print(table)
     check = result.network
     if check is None:
         return
     if not check.compiled:
         console.print(f"network not run: {check.reason}")
         return
-    verdict = "matches PyTorch" if check.matches else "DOES NOT match the reference"
+    reference = check.reference or "the reference"
+    verdict = f"matches {reference}" if check.matches else f"DOES NOT match {reference}"
     console.print(
         f"end-to-end latency {_us(check.latency_s)} us; {verdict} "
         f"(max abs error {check.max_abs_error:.2e}, output scale {check.reference_scale:.2e})"
@@ -143,7 +163,7 @@ def tune(
     ):
         profile = store.latest_profile(device.name)
         profile_id = profile.profile_id if profile is not None else None
-        bars = _TaskBars(progress)
+        bars = _TuningBar(progress)
         if parsed is not None:
             result = tune_workload(
                 parsed, device, store, trials=trials, cost_model=cost_model, progress=bars,
