@@ -245,7 +245,7 @@ def markdown(data: dict[str, Any]) -> str:
             "Ranking quality on the held-out GPUs' test candidates (higher is better); budget = "
             "measurements per task on the held-out GPU.",
             "",
-            o["markdown"].split("\n", 2)[2] if o["markdown"].count("\n") > 2 else o["markdown"],
+            o["markdown"].split("\n", 1)[1] if "\n" in o["markdown"] else o["markdown"],
             f"![offline transfer](bench/reports/{o['plot']})",
             "",
         ]
