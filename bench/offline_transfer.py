@@ -15,7 +15,7 @@ Methods (budget N = measurements per task on the held-out GPU):
   random, as it does inside MetaSchedule.
 - mlp-finetune: MetaSchedule's SegmentSumMLP and its trainer (train_full on all
   training GPUs, grouped by GPU and task; train_incremental on the N measurements,
-  TenSet-style; its StepLR call is shimmed for torch 2.13, nothing else). Inputs are
+  TenSet-style; shimmed for torch 2.13's StepLR and its 1-candidate-batch squeeze). Inputs are
   the 164 PerStoreFeature columns the stores keep (its default 172 adds workload
   features the stores do not have).
 - pooled: one SiMoE program encoder + one head on all training GPUs, no hardware input;
@@ -255,6 +255,17 @@ def _step_lr_accepts_verbose() -> Iterator[None]:
         torch.optim.lr_scheduler.StepLR = original
 
 
+def _FlatSegmentSumMLP(base: type, config: object) -> object:  # noqa: N802
+    """TVM's SegmentSumMLP squeezes a batch of one candidate to a 0-d tensor, which its own
+    loss then cannot index; the same model with the output kept 1-d."""
+
+    class FlatSegmentSumMLP(base):  # type: ignore[misc,valid-type]
+        def forward(self, segment_sizes: object, features: object) -> object:
+            return super().forward(segment_sizes, features).reshape(-1)
+
+    return FlatSegmentSumMLP(**config.to_dict())  # type: ignore[attr-defined]
+
+
 class MetaScheduleMLP:
     """MetaSchedule's SegmentSumMLP trainer: pre-train on all training GPUs, then fine-tune."""
 
@@ -262,7 +273,9 @@ class MetaScheduleMLP:
         from tvm.s_tir.meta_schedule.cost_model import mlp_model as mm
 
         self.mm = mm
-        state = mm.State(model_config=mm.SegmentSumMLPConfig(input_dim=164))
+        model_config = mm.SegmentSumMLPConfig(input_dim=164)
+        state = mm.State(model_config=model_config)
+        state.model = _FlatSegmentSumMLP(mm.SegmentSumMLP, model_config)
         for ds in train:
             for task in ds.tasks:
                 state.add_to_group(
