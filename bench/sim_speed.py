@@ -89,6 +89,7 @@ def bench_tuning(trials: int) -> dict:
         "search_wall_s": result.search_wall_s,
         "modelled_measure_s": device.modelled_measure_seconds,
         "modelled_measurements": device.measurements,
+        "sim_model_wall_s": device.model_wall_seconds,
         "best": task.model_dump() if hasattr(task, "model_dump") else str(task),
         "simulated": True,
     }
