@@ -20,7 +20,7 @@ import numpy as np
 
 import simoe_model  # noqa: F401  (patches inspect before TVM is imported)
 
-QUICK_OPS = ["matmul:512,512,512", "dense:128,3072,768"]
+QUICK_OPS = ["matmul:512,512,512", "batch_matmul:12,128,128,64", "dense:128,3072,768"]
 FULL_OPS = [
     "matmul:512,512,512",
     "matmul:1024,1024,1024",
@@ -113,7 +113,8 @@ def run_section(ops: list[str], trials: int, *, say: Callable[[str], None]) -> d
     specs = device.analytical_specs()
     threads = int(getattr(device, "num_cores", os.cpu_count() or 1))
     torch.set_num_threads(threads)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    failed: list[dict[str, str]] = []
     with (
         tempfile.TemporaryDirectory(prefix="simoe-cpu-bench-") as tmp,
         Store(Path(tmp) / "store.sqlite") as store,
@@ -122,7 +123,11 @@ def run_section(ops: list[str], trials: int, *, say: Callable[[str], None]) -> d
             say(f"cpu: tuning {text} ({trials} trials)")
             workload = parse_workload(text)
             t0 = time.perf_counter()
-            result = tune_workload(workload, device, store, trials=trials, baseline=True)
+            try:
+                result = tune_workload(workload, device, store, trials=trials, baseline=True)
+            except Exception as exc:  # noqa: BLE001 - one failed op must not lose the rest
+                failed.append({"op": text, "error": f"{type(exc).__name__}: {exc}"[:300]})
+                continue
             tune_s = time.perf_counter() - t0
             task = result.tasks[0]
             fl = flops(workload)
@@ -159,4 +164,5 @@ def run_section(ops: list[str], trials: int, *, say: Callable[[str], None]) -> d
         "torch_version": torch.__version__,
         "numpy_version": np.__version__,
         "rows": rows,
+        "failed": failed,
     }
