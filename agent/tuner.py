@@ -27,7 +27,7 @@ import numpy as np
 from agent.networks import Network, extract_network_tasks, load_network, one_line_of
 from agent.store import workload_key_of
 from agent.workloads import Workload, flops, prim_func
-from schemas import BadInputError, RunFailure
+from schemas import BadInputError, RunFailure, SimoeError
 from schemas.tuning import NetworkCheck, TaskResult, TuneResult
 from simoe_model import tvm_compat  # (patches inspect before tvm is imported)
 
@@ -328,6 +328,8 @@ def _run_search(
                 measure_callbacks=_measure_callbacks(device, callback),
                 task_scheduler="gradient" if len(tasks) > 1 else "round-robin",
             )
+        except SimoeError:
+            raise  # already one line with the right exit code (e.g. from a cost model)
         except Exception as exc:  # noqa: BLE001 - MetaSchedule raises TVMError and friends
             raise RunFailure(f"tuning failed: {one_line_of(exc)}") from exc
         finally:
