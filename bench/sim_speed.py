@@ -95,13 +95,69 @@ def bench_tuning(trials: int) -> dict:
     }
 
 
+def bench_tuning_direct(trials: int, population: int) -> dict:
+    """The same tune straight through MetaSchedule with a small search population."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    import agent  # noqa: F401
+    from agent.devices import get_device
+    from agent.workloads import parse_workload, prim_func
+
+    device = get_device("sim:a100")
+    mod = tvm.IRModule({"main": prim_func(parse_workload("matmul:1024,1024,1024"))})
+    t0 = time.perf_counter()
+    cpu0 = time.process_time()
+    with tempfile.TemporaryDirectory() as tmp:
+        database = ms.tir_integration.tune_tir(
+            mod,
+            device.target(),
+            tmp,
+            max_trials_global=trials,
+            num_trials_per_iter=64,
+            builder=device.builder(),
+            runner=device.runner(),
+            measure_callbacks=[
+                ms.measure_callback.AddToDatabase(),
+                ms.measure_callback.UpdateCostModel(),
+            ],
+            strategy=ms.search_strategy.EvolutionarySearch(
+                population_size=population, genetic_num_iters=2
+            ),
+            seed=0,
+        )
+        records = database.get_all_tuning_records()
+        best = min(float(r.run_secs[0]) for r in records if r.run_secs)
+    return {
+        "workload": "matmul:1024,1024,1024",
+        "device": device.name,
+        "population": population,
+        "trials": len(records),
+        "wall_s": time.perf_counter() - t0,
+        "cpu_s_main_process": time.process_time() - cpu0,
+        "sim_model_wall_s": device.model_wall_seconds,
+        "modelled_measure_s": device.modelled_measure_seconds,
+        "best_latency_s": best,
+        "simulated": True,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-tune", action="store_true")
     parser.add_argument("--trials", type=int, default=256)
+    parser.add_argument("--skip-labelling", action="store_true")
+    parser.add_argument(
+        "--direct-population", type=int, default=0, help="also tune via MetaSchedule directly"
+    )
     args = parser.parse_args()
-    report: dict = {"labelling": bench_labelling()}
-    print(json.dumps(report["labelling"], indent=1), flush=True)
+    report: dict = {}
+    if not args.skip_labelling:
+        report["labelling"] = bench_labelling()
+        print(json.dumps(report["labelling"], indent=1), flush=True)
+    if args.direct_population:
+        report["tuning_direct"] = bench_tuning_direct(args.trials, args.direct_population)
+        print(json.dumps(report["tuning_direct"], indent=1), flush=True)
     if not args.skip_tune:
         report["tuning"] = bench_tuning(args.trials)
         print(json.dumps(report["tuning"], indent=1, default=str), flush=True)
