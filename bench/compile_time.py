@@ -379,27 +379,34 @@ def tune_method(
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
     from agent.devices import get_device
+    from agent.devices.sim import modelled_cost_seconds
 
     device = get_device(f"sim:{gpu}")
     best: list[float] = [math.inf] * len(tasks)
     measured = [0]
     curve: list[tuple[float, float]] = []
     started = [0.0]
+    modelled_done = [0.0]
 
     @derived_object
     class Curve(PyMeasureCallback):
         def apply(
             self, _scheduler: Any, task_id: int, _cands: Any, _builds: Any, runs: Any
         ) -> None:
+            # Measurements of a batch happen one after another on the GPU: each candidate's
+            # point adds the modelled time of the measurements before it, not the whole batch.
+            wall = time.perf_counter() - started[0]
+            modelled = modelled_done[0]
             for r in runs:
                 measured[0] += 1
                 secs = [float(s) for s in (r.run_secs or [])]
+                modelled += modelled_cost_seconds(secs) if secs and max(secs) < 1e9 else 0.0
                 if r.error_msg is None and secs and max(secs) < 1e9:
                     best[task_id] = min(best[task_id], sum(secs) / len(secs))
-            if all(math.isfinite(b) for b in best):
-                elapsed = time.perf_counter() - started[0] + device.modelled_measure_seconds
-                lat = sum(t.weight * b for t, b in zip(tasks, best, strict=True))
-                curve.append((elapsed, lat))
+                if all(math.isfinite(b) for b in best):
+                    lat = sum(t.weight * b for t, b in zip(tasks, best, strict=True))
+                    curve.append((wall + modelled, lat))
+            modelled_done[0] = float(device.modelled_measure_seconds)
 
     callbacks = [
         c for c in MeasureCallback.create("default") if not isinstance(c, RemoveBuildArtifact)

@@ -286,6 +286,14 @@ def _compile_md(c: dict[str, Any]) -> list[str]:
         "is listed separately, not in the compile time.",
         "",
     ]
+    n_tasks = sum(len(i["tasks_tuned"]) for i in c.get("networks", {}).values()) or 1
+    if st["full_budget"] * n_tasks < 200:
+        lines += [
+            f"Caveat: MetaSchedule's XGB model scores candidates at random until it holds 100 "
+            f"measurements; with {st['full_budget']} trials per task here, MetaSchedule-full "
+            "spends much of its budget in that warm-up, so it is a weak reference in this mode.",
+            "",
+        ]
     for network, info in c.get("networks", {}).items():
         share = info.get("flops_share_tuned")
         lines += [
