@@ -238,7 +238,7 @@ def main() -> None:
     sim = simulate_best(workloads, args.per_workload, args.workers, args.cache)
     result = compare(real, sim)
     result["seconds"] = time.perf_counter() - t0
-    write_report(real, sim, result, vars(args) | {"log": args.log.name})
+    write_report(real, sim, result, vars(args) | {"log": args.log.name, "cache": None})
     for p in result["pairs"]:
         print(
             f"{p['pair']:20s} real {p['real_geomean_latency_ratio']:.2f} "
