@@ -214,7 +214,7 @@ def markdown(data: dict[str, Any]) -> str:
         f"this run took **{data.get('elapsed_s', 0) / 60:.1f} min** of wall time.",
         "",
         *[
-            f"Sections {', '.join(o['sections'])} were run by a second invocation, in parallel "
+            f"Section(s) {', '.join(o['sections'])} came from another invocation, run in parallel "
             f"(load average at its start {o['load_average_at_start']}, "
             f"{(o['elapsed_s'] or 0) / 60:.1f} min): `{o['command']}`; merged with "
             "`python -m bench.run --merge <its report.json>`.\n"
@@ -344,7 +344,7 @@ def _claims_md(e: dict[str, Any], k: int) -> list[str]:
     speed = e.get("simoe_fast_compile_speedup")
     perf = e.get("simoe-fast_perf_vs_ms_full")
     lines.append(
-        f"- SiMoE fast compiles {_f(speed, '.1f')}x faster than MetaSchedule-full "
+        f"- Compile-time ratio MetaSchedule-full / SiMoE fast: {_f(speed, '.2f')}x "
         f"(target >= {TARGET_COMPILE_SPEEDUP:.0f}x, goal {GOAL_COMPILE_SPEEDUP:.0f}x: "
         f"{_verdict(speed, TARGET_COMPILE_SPEEDUP)}) and keeps {_f(perf and perf * 100, '.1f')}% "
         f"of its performance (target >= 95%: {_verdict(perf, TARGET_PERF_SHARE)})."
@@ -369,8 +369,8 @@ def _claims_md(e: dict[str, Any], k: int) -> list[str]:
         else:
             lines.append(
                 f"- {mode} reached 95% of MetaSchedule-full's performance after {reach:.0f} s "
-                f"of compile time: {_f(ratio, '.1f')}x less than MetaSchedule-full's "
-                f"{e['ms_full_compile_s']:.0f} s."
+                f"of compile time; MetaSchedule-full took {_f(ratio, '.2f')}x that ("
+                f"{e['ms_full_compile_s']:.0f} s)."
             )
     for peer in (f"ms-xgb-{k}", f"ms-mlp-pretrained-{k}"):
         value = e.get(f"speedup_vs_{peer}")
