@@ -299,6 +299,21 @@ def step_lr_accepts_verbose() -> Iterator[None]:
         torch.optim.lr_scheduler.StepLR = original
 
 
+def single_candidate_safe(trainer: Any) -> Any:
+    """TVM 0.27's MLP trainer fails on a batch of one measured candidate (a 0-d tensor in its
+    top-k score); such a batch is stored for later training but not trained on at once."""
+    original = trainer.update
+
+    def update(features: list[np.ndarray], costs: np.ndarray, group_hash: str) -> None:
+        if len(features) < 2:
+            trainer.state.add_to_group(features, costs, group_hash)
+            return
+        original(features, costs, group_hash)
+
+    trainer.update = update
+    return trainer
+
+
 def pretrained_mlp_trainer(train: list[DeviceDataset], epochs: int, seed: int) -> Any:
     """MetaSchedule's SegmentSumMLP trainer pre-trained on the training GPUs (164 features)."""
     from tvm.s_tir import meta_schedule as ms
@@ -546,7 +561,7 @@ def run_section(
             def mlp_model(trainer: Any = mlp) -> Any:
                 from tvm.s_tir.meta_schedule.cost_model.mlp_model import MLPModel
 
-                return MLPModel(trainer=copy.deepcopy(trainer))
+                return MLPModel(trainer=single_candidate_safe(copy.deepcopy(trainer)))
 
             def simoe_model_(online: bool, g: str = gpu, base: Any = simoe) -> Any:
                 return SiMoECostModel(copy.deepcopy(base), hv[g], online=online)
