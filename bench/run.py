@@ -433,7 +433,8 @@ def _cpu_md(c: dict[str, Any]) -> list[str]:
             f"| {_f(r['tvm_gflops'], '.1f')} | {pct(r['peak_share'])} "
             f"| {pct(r['pytorch_peak_share'])} |"
         )
-    lines += [f"- FAILED: {f['op']}: `{f['error']}`" for f in c.get("failed", [])]
+    if c.get("failed"):
+        lines += ["", *[f"- FAILED: {f['op']}: `{f['error']}`" for f in c["failed"]]]
     return [*lines, ""]
 
 
