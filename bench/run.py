@@ -214,7 +214,7 @@ def markdown(data: dict[str, Any]) -> str:
         f"this run took **{data.get('elapsed_s', 0) / 60:.1f} min** of wall time.",
         "",
         *[
-            f"Section(s) {', '.join(o['sections'])} came from another invocation, run in parallel "
+            f"Section(s) {', '.join(o['sections'])} came from another invocation "
             f"(load average at its start {o['load_average_at_start']}, "
             f"{(o['elapsed_s'] or 0) / 60:.1f} min): `{o['command']}`; merged with "
             "`python -m bench.run --merge <its report.json>`.\n"
@@ -234,7 +234,7 @@ def markdown(data: dict[str, Any]) -> str:
         lines += [f"- {name}: `{err}`" for name, err in data["errors"].items()]
         lines += [""]
     if "compile" in s:
-        lines += _compile_md(s["compile"])
+        lines += _compile_md(s["compile"], data.get("compile_repeats", []))
     if "offline" in s:
         o = s["offline"]
         lines += [
@@ -264,7 +264,35 @@ def markdown(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _compile_md(c: dict[str, Any]) -> list[str]:
+def _repeats_md(rows: list[dict[str, Any]], repeats: list[dict[str, Any]]) -> list[str]:
+    """The same section run again (same settings, same seed): how far the results move."""
+    if not repeats:
+        return []
+    lines = [
+        "**Run-to-run spread.** The same settings and seed were run again "
+        + "; ".join(f"(`{r['command']}`)" for r in repeats)
+        + ". Network latency in ms, this report's run first; the evolutionary search is not "
+        "deterministic across runs (threads, timing), and XGB scores at random in its warm-up:",
+        "",
+        "| network | GPU | method | "
+        + " | ".join(f"run {i + 1}" for i in range(len(repeats) + 1))
+        + " |",
+        "|---|---|---|" + "---|" * (len(repeats) + 1),
+    ]
+    for r in rows:
+        values = [r["network_latency_s"]]
+        for rep in repeats:
+            match = [
+                x for x in rep["rows"]
+                if (x["network"], x["gpu"], x["method"]) == (r["network"], r["gpu"], r["method"])
+            ]  # fmt: skip
+            values.append(match[0]["network_latency_s"] if match else None)
+        cells = " | ".join(_f(v and v * 1e3, ".4f") for v in values)
+        lines.append(f"| {r['network']} | {r['gpu']} | {r['method']} | {cells} |")
+    return [*lines, ""]
+
+
+def _compile_md(c: dict[str, Any], repeats: list[dict[str, Any]] | None = None) -> list[str]:
     st = c["settings"]
     lines = [
         "## 1. Compile time and network performance on unseen GPUs (SIMULATED)",
@@ -334,6 +362,7 @@ def _compile_md(c: dict[str, Any]) -> list[str]:
     lines += [""] if c.get("failed") else []
     for e in c.get("summary", []):
         lines += _claims_md(e, c["settings"]["tlm_budget"])
+    lines += _repeats_md(c["rows"], repeats or [])
     for plot in c.get("plots", []):
         lines += [f"![tuning curve](bench/reports/{plot})", ""]
     return lines
@@ -444,16 +473,26 @@ def merge_reports(out: Path, others: list[Path]) -> None:
     data = json.loads(path.read_text())
     for other in others:
         extra = json.loads(other.read_text())
+        merged = []
         for name, section in extra["sections"].items():
+            if name in ("compile", "offline") and name in data["sections"]:
+                if name == "compile":  # a repeat of the same section: kept to show the spread
+                    data.setdefault("compile_repeats", []).append(
+                        {"command": extra["command"], "rows": section["rows"]}
+                    )
+                continue
+            merged.append(name)
             data["sections"][name] = section
             data["section_seconds"][name] = extra["section_seconds"].get(name)
             data["errors"].pop(name, None)
             if name in extra["errors"]:
                 data["errors"][name] = extra["errors"][name]
+        if not merged:
+            continue
         data.setdefault("other_runs", []).append(
             {
                 "command": extra["command"],
-                "sections": sorted(extra["sections"]),
+                "sections": sorted(merged),
                 "elapsed_s": extra.get("elapsed_s"),
                 "load_average_at_start": extra["machine"]["load_average_at_start"],
             }
