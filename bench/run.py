@@ -322,6 +322,15 @@ def _compile_md(c: dict[str, Any], repeats: list[dict[str, Any]] | None = None) 
             "spends much of its budget in that warm-up, so it is a weak reference in this mode.",
             "",
         ]
+    lines += [
+        f"Limits of this run: {len(st['networks'])} network(s) ({', '.join(st['networks'])}), "
+        f"{len(st['unseen_gpus'])} unseen GPU(s), one seed, a full budget of "
+        f"{st['full_budget']} against TLM's {st['tlm_budget']} per task (so the measurement "
+        f"ratio, and with it the compile-time ratio, is about "
+        f"{st['full_budget'] / st['tlm_budget']:.0f}x at most apart from search time). "
+        "Differences smaller than the run-to-run spread below are not evidence either way.",
+        "",
+    ]
     for network, info in c.get("networks", {}).items():
         share = info.get("flops_share_tuned")
         lines += [
