@@ -123,6 +123,10 @@ def flwr_env(home: Path) -> dict[str, str]:
     env.update(
         {"FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
     )
+    # Flower's processes start their helpers (flower-superexec, flwr-serverapp,
+    # flwr-clientapp) by name: find them in this interpreter's venv even when it
+    # is not activated (`.venv/bin/python -m pytest`, a systemd unit).
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     return env
 
 
