@@ -439,12 +439,21 @@ def demo(
         return
     print_table(
         f"{report.network} on sim:{report.new_gpu} (SIMULATED GPU: modelled latencies)",
-        ["method", "trials/task", "compile (search wall) s", "network latency us"],
+        [
+            "method",
+            "trials/task",
+            "search wall s",
+            "modelled measuring s",
+            "compile s (sum)",
+            "network latency us",
+        ],
         [
             (
                 r.method,
                 r.trials_per_task,
                 f"{r.search_wall_s:.1f}",
+                "n/a" if r.modelled_measure_s is None else f"{r.modelled_measure_s:.1f}",
+                f"{r.compile_s:.1f}",
                 f"{r.network_latency_s * 1e6:.2f}" if r.network_latency_s else "n/a",
             )
             for r in report.rows
