@@ -120,16 +120,28 @@ def workload_key_of(mod: tvm.IRModule | tvm.tirx.PrimFunc) -> str:
 
 
 def plain_json(obj: Any) -> Any:
-    """A JSON value of plain Python types from one holding TVM containers and immediates."""
+    """A JSON value of plain Python types from one holding TVM containers and immediates.
+
+    Objects with no JSON shape of their own (the IndexMap of a layout-rewrite trace) become
+    TVM's JSON text, which is how traces already carry index maps.
+    """
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
     if isinstance(obj, (list, tuple)):
         return [plain_json(item) for item in obj]
     if isinstance(obj, dict):
         return {str(key): plain_json(value) for key, value in obj.items()}
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    from tvm.s_tir.meta_schedule.utils import _json_de_tvm
+    import tvm
+    from tvm.tirx import FloatImm, IntImm
+    from tvm_ffi import Array, Map
 
-    return plain_json(_json_de_tvm(obj))
+    if isinstance(obj, (IntImm, FloatImm)):
+        return obj.value
+    if isinstance(obj, Array):
+        return [plain_json(item) for item in obj]
+    if isinstance(obj, Map):
+        return {str(plain_json(key)): plain_json(value) for key, value in obj.items()}
+    return tvm.ir.save_json(obj)
 
 
 def trace_json(trace: Any) -> str:
@@ -740,7 +752,11 @@ def _from_ms_record(
     profile_id: str | None,
     simulated: bool,
 ) -> TuningRecord:
-    trace, run_secs, target, args_info = ms_record.as_json()
+    # Not `ms_record.as_json()`: its unpacking raises on the IndexMap of a layout-rewrite
+    # trace (dense, batch_matmul on llvm); plain_json handles it.
+    from tvm.s_tir.meta_schedule import _ffi_api as ms_api
+
+    trace, run_secs, target, args_info = plain_json(ms_api.TuningRecordAsJSON(ms_record))
     return TuningRecord(
         workload_key=workload_key,
         task_name=task_name,

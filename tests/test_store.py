@@ -425,3 +425,20 @@ def test_import_refuses_a_non_database_directory(tmp_path: Path) -> None:
         (tmp_path / "d" / "database_tuning_record.json").write_text("")
         with pytest.raises(BadInputError, match="not a valid MetaSchedule JSON database"):
             store.import_ms_json(tmp_path / "d", device="cpu")
+
+
+def test_plain_json_keeps_index_maps_of_layout_rewrite_traces() -> None:
+    """dense/batch_matmul traces on llvm carry an IndexMap; MetaSchedule's as_json raises."""
+    import json
+
+    import tvm
+    from tvm.tirx import IndexMap
+    from tvm_ffi import convert
+
+    from agent.store import plain_json
+
+    index_map = IndexMap.from_func(lambda i, j: (j, i))
+    value = plain_json(convert([1, "x", [index_map], {"k": 2.5}]))
+    assert value[:2] == [1, "x"] and value[3] == {"k": 2.5}
+    json.dumps(value)  # plain JSON all the way down
+    assert tvm.ir.load_json(value[2][0]).is_equivalent_to(index_map)
