@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -40,6 +40,9 @@ from schemas.messages import (
     TrainInstruction,
     key_fingerprint,
 )
+
+if TYPE_CHECKING:
+    from simoe_model.data import DeviceDataset
 
 log = logging.getLogger("simoe.agent")
 
@@ -134,29 +137,18 @@ def write_atomic(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def local_dataset(state_dir: Path, device: str, profile: HardwareProfile):  # noqa: ANN201
+def local_dataset(state_dir: Path, device: str, profile: HardwareProfile) -> DeviceDataset:
     """The node's measurements as a DeviceDataset (features cached in its store)."""
-    from simoe_model.data import DeviceDataset, TaskData
+    from agent.store import Store
+    from agent.training_data import load_device_dataset
+    from simoe_model.data import DeviceDataset
     from simoe_model.hardware import hardware_vector
 
-    dataset = DeviceDataset(device, hardware_vector(profile), [])
     store_path = state_dir / "store.sqlite"
     if not store_path.exists():
-        return dataset
-    from agent.store import Store
-
-    by_task: dict[str, tuple[list[np.ndarray], list[float]]] = defaultdict(lambda: ([], []))
+        return DeviceDataset(device, hardware_vector(profile), [])
     with Store(store_path) as store:
-        for item in store.labelled_candidates(device=device):
-            if item.latency_s is None or item.features is None:
-                continue
-            feats, lats = by_task[item.task_name]
-            feats.append(item.features)
-            lats.append(item.latency_s)
-    for task_name, (feats, lats) in sorted(by_task.items()):
-        if len(feats) >= 2:  # a ranking needs two candidates
-            dataset.tasks.append(TaskData(task_name, feats, np.asarray(lats)))
-    return dataset
+        return load_device_dataset(store, device, profile)
 
 
 def _arrays(record: ArrayRecord) -> dict[str, np.ndarray]:

@@ -46,7 +46,7 @@ def load_device_dataset(
 
 def store_devices(store: Store) -> list[str]:
     """The devices a store holds records of."""
-    return sorted({item.device for item in store.labelled_candidates()})
+    return sorted(store.devices())
 
 
 def load_store_file(path: Path, profile: HardwareProfile | None = None) -> DeviceDataset:
