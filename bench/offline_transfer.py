@@ -33,12 +33,10 @@ Writes DIR_OUT/offline_transfer.json, DIR_OUT/offline_transfer.md and figures.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import json
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +45,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import simoe_model  # noqa: E402,F401  (patches inspect before TVM is imported)
+from bench.compile_time import step_lr_accepts_verbose  # noqa: E402
 from simoe_model import synthetic  # noqa: E402
 from simoe_model.data import DeviceDataset, TaskData  # noqa: E402
 from simoe_model.metrics import task_metrics  # noqa: E402
@@ -237,24 +236,6 @@ def xgb_evaluate(split: Split, budget: int, seed: int) -> dict:
     return scores_table(lambda f: model._predict(xs=list(f)), split)  # noqa: SLF001
 
 
-@contextlib.contextmanager
-def _step_lr_accepts_verbose() -> Iterator[None]:
-    """TVM 0.27's trainer passes StepLR(verbose=...), which torch 2.13 no longer takes."""
-    import torch
-
-    original = torch.optim.lr_scheduler.StepLR
-
-    class StepLR(original):  # type: ignore[misc,valid-type]
-        def __init__(self, *args: object, verbose: object = None, **kwargs: object) -> None:
-            super().__init__(*args, **kwargs)
-
-    torch.optim.lr_scheduler.StepLR = StepLR
-    try:
-        yield
-    finally:
-        torch.optim.lr_scheduler.StepLR = original
-
-
 def _FlatSegmentSumMLP(base: type, config: object) -> object:  # noqa: N802
     """TVM's SegmentSumMLP squeezes a batch of one candidate to a 0-d tensor, which its own
     loss then cannot index; the same model with the output kept 1-d."""
@@ -287,7 +268,7 @@ class MetaScheduleMLP:
         self.trainer = mm.SegmentSumMLPTrainer(train_config=config, state=state)
         mm.logger.setLevel("WARNING")
         mm.random.seed(args.seed)
-        with _step_lr_accepts_verbose():
+        with step_lr_accepts_verbose():
             self.trainer.train_full()
 
     def evaluate(self, split: Split, budget: int) -> dict:
