@@ -283,14 +283,22 @@ def write_fleet_stores(sampled: list[Sampled], gpus: list[str], profiles: dict, 
 # -- cost models -------------------------------------------------------------------------------
 @contextlib.contextmanager
 def step_lr_accepts_verbose() -> Iterator[None]:
-    """TVM 0.27's MLP trainer passes StepLR(verbose=...), which torch 2.13 no longer takes."""
+    """TVM 0.27's MLP trainer passes StepLR(verbose=...), which torch 2.13 no longer takes,
+    and step_size=num_epoch_full // 10, which is 0 (a modulo by zero) below 10 epochs."""
     import torch
 
     original = torch.optim.lr_scheduler.StepLR
 
     class StepLR(original):  # type: ignore[misc,valid-type]
-        def __init__(self, *args: object, verbose: object = None, **kwargs: object) -> None:
-            super().__init__(*args, **kwargs)
+        def __init__(
+            self,
+            optimizer: Any,
+            step_size: int,
+            *args: object,
+            verbose: object = None,
+            **kwargs: object,
+        ) -> None:
+            super().__init__(optimizer, max(1, int(step_size)), *args, **kwargs)
 
     torch.optim.lr_scheduler.StepLR = StepLR
     try:

@@ -83,3 +83,25 @@ def test_markdown_says_which_targets_are_missed() -> None:
 def test_verdict_when_never_reached() -> None:
     assert run._verdict(None, 61.0) == "not reached"
     assert run._verdict(70.0, 61.0) == "met"
+
+
+def test_mlp_peer_trains_with_fewer_than_ten_epochs() -> None:
+    """TVM's trainer sets StepLR(step_size=epochs // 10): 0 below 10 epochs (a crash)."""
+    import numpy as np
+
+    from simoe_model.data import DeviceDataset, TaskData
+
+    rng = np.random.default_rng(0)
+    tasks = [
+        TaskData(
+            f"t{i}",
+            [rng.random((3, 164), dtype=np.float32) for _ in range(40)],
+            rng.random(40) * 1e-3 + 1e-4,
+            [f"t{i}/{j}" for j in range(40)],
+        )
+        for i in range(2)
+    ]
+    # TVM holds out whole groups (device x task) for validation: at least 5 groups needed
+    train = [DeviceDataset(f"sim:{g}", np.zeros(8, np.float32), tasks) for g in "abcde"]
+    trainer = compile_time.pretrained_mlp_trainer(train, epochs=2, seed=0)
+    assert trainer.state.untrained_size == 0
