@@ -1,0 +1,591 @@
+"""Federation helps: each node's federated cost model against one trained on its own data.
+
+    python bench/federation_helps.py --data DIR [DIR2 ...]     # the fleet dataset
+    python bench/federation_helps.py --synthetic                # synthetic fleet (development)
+
+A real federation runs in this process: the ServerApp's round loop
+(`server.server_app.run_rounds`), the real `SiMoEStrategy` and expert registry
+(SQLite), over the in-process Grid (`server.inprocess.InProcessGrid`), which hands
+every message (deep-copied, as serialization would) to the agent's real ClientApp
+(`agent.client_app:app`) over each node's state directory. Only the SuperLink
+processes and the network are left out (a real round costs ~30 s of process starts
+on 2 cores; tests/test_federation_processes.py covers that path).
+
+Each node is one simulated GPU of the fleet dataset. Its tasks (workloads) are
+split once (fixed seed) into TRAIN and HELD-OUT tasks; its state directory's store
+holds the candidates of its train tasks only (features and latencies copied from
+the fleet store; traces replaced by the candidate id, which training never reads).
+By default each node draws its own split (nodes of a real fleet tune different
+workloads); `--same-split` holds out the same tasks everywhere (no node has seen them).
+
+After the rounds, on each node's held-out tasks (all candidates), the top-1 score
+(TenSet definition, simoe_model.metrics) of:
+- federated: the node's model.pt as the ClientApp left it (global shared parts, the
+  experts the server sent, its own expert): what the node tunes with;
+- own-only: the same architecture trained on the node's own train tasks alone with
+  the same epochs and seeds as its ClientApp (one `train_expert` per round), no federation.
+
+Newcomers: GPUs that are none of the nodes enrol at the last round (hello, then a
+train message with no local data: served the global model and its k nearest
+experts) and are scored zero-shot on the test split of bench/offline_transfer.py
+(same seed, same shuffle: each task's candidates after its first 64), next to the
+offline SiMoE figure for the same GPUs (docs/results/offline_transfer.json).
+
+Everything here is SIMULATED: latencies come from the analytical GPU model.
+Writes OUT/federation_helps.json and OUT/federation_helps.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import simoe_model  # noqa: E402,F401  (patches inspect before TVM is imported)
+from schemas import BadInputError, HardwareProfile  # noqa: E402
+from simoe_model.data import DeviceDataset, TaskData  # noqa: E402
+
+DEFAULT_NODES = "m40,p100,1080ti,v100,t4,a100-40gb,l40s,h100-sxm"
+# the held-out GPUs of docs/results/offline_transfer.md: never nodes here
+DEFAULT_NEWCOMERS = "k80,titanxp,2080ti,a30,4090,h100-pcie,xavier"
+OFFLINE_REPORT = Path(__file__).resolve().parent.parent / "docs/results/offline_transfer.json"
+GOAL_NEWCOMER_GAP = 0.03
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class FleetGPU:
+    """One simulated GPU of the fleet: its node name, device, profile and all its data."""
+
+    name: str
+    profile: HardwareProfile
+    dataset: DeviceDataset
+
+    @property
+    def device(self) -> str:
+        return self.profile.device
+
+
+class NodeRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: str
+    train_tasks: int
+    held_out_tasks: int
+    train_candidates: int
+    held_out_candidates: int
+    experts: list[str]  # what the server sent it in the last round
+    own_only_top1: float
+    federated_top1: float
+
+    @property
+    def difference(self) -> float:
+        return self.federated_top1 - self.own_only_top1
+
+
+class NewcomerRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: str
+    experts: list[str]
+    test_tasks: int
+    zero_shot_top1: float  # on the offline benchmark's test split
+    zero_shot_top1_all: float  # on every candidate of every task
+    offline_top1: float | None  # bench/offline_transfer.py's SiMoE zero-shot, same GPU
+
+
+class FederationHelpsReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    simulated: bool = True
+    command: str
+    data: str
+    grid: str = "in-process Grid: ServerApp round loop + SiMoEStrategy + registry, agent ClientApp"
+    nodes: list[NodeRow]
+    newcomers: list[NewcomerRow]
+    rounds: int
+    epochs: int
+    k_experts: int
+    seed: int
+    split: str
+    held_out_fraction: float
+    offline_zero_shot_top1: float | None  # the offline mean over the same newcomers
+    bytes_per_node_last_round: dict[str, dict[str, int]]
+    federation_wall_s: float
+    own_only_wall_s: float
+    total_wall_s: float
+    load_average_start: list[float]
+    load_average_end: list[float]
+    threads: int
+
+
+# -- data ------------------------------------------------------------------------------------
+def load_gpus(directories: Sequence[Path], gpus: Sequence[str]) -> dict[str, FleetGPU]:
+    """The named GPUs of a fleet dataset (DIR/<gpu>.sqlite in each directory, tasks joined).
+
+    Tasks are joined in the order of bench/offline_transfer.py's `load_fleet` (sorted
+    paths), so `split_device` draws the same test split. Profiles come from the first
+    directory's profiles/ cache (written by the offline benchmark), else are taken.
+    """
+    from agent.devices import get_device
+    from agent.profiler import profile_device
+    from agent.store import Store
+    from agent.training_data import load_device_dataset, store_devices
+
+    out: dict[str, FleetGPU] = {}
+    for gpu in gpus:
+        paths = sorted(d / f"{gpu}.sqlite" for d in directories if (d / f"{gpu}.sqlite").exists())
+        if not paths:
+            raise BadInputError(f"GPU {gpu!r}: no {gpu}.sqlite in {[str(d) for d in directories]}")
+        cached = directories[0] / "profiles" / f"{gpu}.json"
+        if cached.exists():
+            profile = HardwareProfile.model_validate_json(cached.read_text())
+        else:
+            profile = profile_device(get_device(f"sim:{gpu}"))
+        tasks: list[TaskData] = []
+        for path in paths:
+            with Store(path) as store:
+                device = store_devices(store)[0]
+                tasks += load_device_dataset(store, device, profile).tasks
+        dataset = DeviceDataset(profile.device, _hardware_vector(profile), tasks)
+        out[gpu] = FleetGPU(gpu, profile, dataset)
+    return out
+
+
+def synthetic_gpus(n_devices: int, n_tasks: int, per_task: int) -> dict[str, FleetGPU]:
+    """A synthetic fleet (simoe_model.synthetic): for development and the smoke test."""
+    from simoe_model import synthetic
+
+    devices = synthetic.make_devices(n_devices, seed=0)
+    tasks = synthetic.make_tasks(n_tasks, per_task, seed=0)
+    out = {}
+    for i, device in enumerate(devices):
+        profile = device.profile()
+        dataset = synthetic.device_dataset(device, tasks, seed=i)
+        dataset.device = profile.device
+        out[device.name] = FleetGPU(device.name, profile, dataset)
+    return out
+
+
+def _hardware_vector(profile: HardwareProfile) -> np.ndarray:
+    from simoe_model.hardware import hardware_vector
+
+    return hardware_vector(profile)
+
+
+def split_tasks(
+    gpu: FleetGPU, fraction: float, seed: int, same_split: bool
+) -> tuple[list[TaskData], list[TaskData]]:
+    """(train, held-out) tasks of a node; the draw depends on the node's name unless shared."""
+    names = sorted(t.task_name for t in gpu.dataset.tasks)
+    rng = np.random.default_rng(seed if same_split else [seed, zlib.crc32(gpu.name.encode())])
+    count = min(len(names) - 1, max(1, round(fraction * len(names))))
+    held = set(rng.choice(names, size=count, replace=False).tolist())
+    train = [t for t in gpu.dataset.tasks if t.task_name not in held]
+    return train, [t for t in gpu.dataset.tasks if t.task_name in held]
+
+
+def write_node(state_dir: Path, gpu: FleetGPU, tasks: Sequence[TaskData]) -> None:
+    """A node's state directory as enrolment plus tuning of `tasks` would leave it."""
+    from agent.client_app import NodeState
+    from agent.enroll import create_node_key
+    from agent.store import Store
+    from schemas import AgentConfig, TuningRecord
+
+    config = AgentConfig(state_dir=state_dir, name=gpu.name, device=gpu.device)
+    config.save()
+    create_node_key(state_dir)
+    NodeState(state_dir).save_profile(gpu.profile)
+    with Store(config.store_path) as store:
+        store.save_profile(gpu.profile)
+        for task in tasks:
+            ids = task.candidate_ids or [f"c{i}" for i in range(len(task))]
+            records = [
+                TuningRecord(
+                    workload_key=f"wk:{task.task_name}",
+                    task_name=task.task_name,
+                    trace={"candidate": cid},
+                    run_secs=[float(latency)],
+                    target={"kind": "cuda"},
+                    device=gpu.device,
+                    simulated=True,
+                )
+                for cid, latency in zip(ids, task.latencies, strict=True)
+            ]
+            stored = store.add_records(records)
+            store.put_features(dict(zip(stored, task.features, strict=True)))
+
+
+# -- scoring ----------------------------------------------------------------------------------
+def top1(model, tasks: Sequence[TaskData], hardware_vector: np.ndarray) -> float:  # noqa: ANN001
+    """Mean over tasks of the TenSet top-1 score of the model's mixture on this hardware."""
+    from simoe_model.metrics import task_metrics
+    from simoe_model.train import predict
+
+    pairs = [(predict(model, t.features, hardware_vector), t.latencies) for t in tasks]
+    return task_metrics(pairs)["top1"]
+
+
+def own_only_model(gpu: FleetGPU, tasks: list[TaskData], rounds: int, epochs: int, seed: int):  # noqa: ANN201
+    """The node's model without federation: what its ClientApp trains, round after round."""
+    from server.similarity import initial_shared_arrays
+    from simoe_model.model import SiMoE, load_shared_arrays
+    from simoe_model.train import train_expert
+
+    model = SiMoE()
+    load_shared_arrays(model, initial_shared_arrays(seed))  # the federation's start, too
+    dataset = DeviceDataset(gpu.device, gpu.dataset.hardware_vector, tasks)
+    for server_round in range(1, rounds + 1):  # the strategy's seed is seed + round
+        train_expert(model, gpu.name, dataset, epochs=max(epochs, 1), seed=seed + server_round)
+    return model
+
+
+def offline_figures(path: Path = OFFLINE_REPORT) -> dict[str, float]:
+    """SiMoE's zero-shot top-1 per held-out GPU from the offline report (empty if absent)."""
+    if not path.exists():
+        return {}
+    report = json.loads(path.read_text())
+    rows = report.get("per_gpu", {}).get("simoe", {}).get("0", {})
+    return {device.removeprefix("sim:"): float(row["top1"]) for device, row in rows.items()}
+
+
+# -- the run ------------------------------------------------------------------------------------
+def run_federation_helps(
+    nodes: Sequence[FleetGPU],
+    newcomers: Sequence[FleetGPU],
+    work_dir: Path,
+    *,
+    rounds: int = 4,
+    epochs: int = 3,
+    k_experts: int = 3,
+    held_out_fraction: float = 1 / 3,
+    same_split: bool = False,
+    seed: int = 0,
+    offline: dict[str, float] | None = None,
+    command: str = "",
+    data: str = "",
+    threads: int = 1,
+    say: Say = lambda _text: None,
+) -> FederationHelpsReport:
+    """Federate `nodes` for `rounds`, newcomers join at the last round; score everyone."""
+    from agent.client_app import NodeState
+    from agent.client_app import app as client_app
+    from bench.offline_transfer import split_device
+    from server.inprocess import InProcessGrid
+    from server.registry import Registry
+    from server.server_app import run_rounds
+    from server.similarity import initial_shared_arrays, model_similarity
+    from server.strategy import SiMoEStrategy
+
+    if rounds < 2:
+        raise BadInputError("--rounds must be at least 2 (newcomers join at the last round)")
+    if len(nodes) < 2:
+        raise BadInputError("a federation needs at least 2 nodes")
+    overlap = {n.name for n in nodes} & {n.name for n in newcomers}
+    if overlap:
+        raise BadInputError(f"newcomers must not be nodes: {sorted(overlap)}")
+    load_start = list(os.getloadavg())
+    started = time.perf_counter()
+    work_dir.mkdir(parents=True, exist_ok=True)
+
+    splits = {g.name: split_tasks(g, held_out_fraction, seed, same_split) for g in nodes}
+    grid = InProcessGrid()
+    for index, gpu in enumerate(nodes):
+        state_dir = work_dir / "nodes" / gpu.name
+        write_node(state_dir, gpu, splits[gpu.name][0])
+        grid.add_node(1000 + index, client_app, {"state-dir": str(state_dir)})
+    say(f"{len(nodes)} nodes written; federation: {rounds} rounds, {epochs} epochs each")
+
+    registry = Registry(work_dir / "server" / "registry.sqlite")
+    strategy = SiMoEStrategy(
+        registry, model_similarity, k_experts=k_experts, epochs=epochs, seed=seed
+    )
+    fed_started = time.perf_counter()
+
+    def report_round(outcome) -> None:  # noqa: ANN001
+        say(
+            f"round {outcome.round}: {len(outcome.accepted)} trained, {len(outcome.served)} "
+            f"served, {len(outcome.rejected)} rejected, {outcome.failed} failed "
+            f"({time.perf_counter() - fed_started:.0f} s)"
+        )
+        if outcome.rejected or outcome.failed:
+            raise RuntimeError(f"round {outcome.round}: {outcome.rejected or 'a node failed'}")
+
+    run_rounds(
+        grid,
+        strategy,
+        initial_shared_arrays(seed),
+        num_rounds=rounds - 1,
+        wait_nodes_s=0,
+        on_round=report_round,
+    )
+    for index, gpu in enumerate(newcomers):  # enrolled: key and profile, no measurements
+        state_dir = work_dir / "newcomers" / gpu.name
+        write_node(state_dir, gpu, [])
+        grid.add_node(5000 + index, client_app, {"state-dir": str(state_dir)})
+    [last] = run_rounds(grid, strategy, {}, num_rounds=1, wait_nodes_s=0, on_round=report_round)
+    federation_wall = time.perf_counter() - fed_started
+    traffic = {
+        registry.node(row["node_key"])["name"]: {"down": row["bytes_down"], "up": row["bytes_up"]}
+        for row in registry.traffic(last.round)
+    }
+    registry.close()
+
+    own_started = time.perf_counter()
+    node_rows = []
+    for gpu in nodes:
+        train, held = splits[gpu.name]
+        node = NodeState(work_dir / "nodes" / gpu.name)
+        federated = top1(node.load_model(), held, gpu.dataset.hardware_vector)
+        alone = own_only_model(gpu, train, rounds, epochs, seed)
+        own = top1(alone, held, gpu.dataset.hardware_vector)
+        row = NodeRow(
+            gpu=gpu.name,
+            train_tasks=len(train),
+            held_out_tasks=len(held),
+            train_candidates=sum(len(t) for t in train),
+            held_out_candidates=sum(len(t) for t in held),
+            experts=node.load().experts,
+            own_only_top1=own,
+            federated_top1=federated,
+        )
+        say(f"{gpu.name}: own-only {own:.3f}, federated {federated:.3f} ({row.difference:+.3f})")
+        node_rows.append(row)
+    own_wall = time.perf_counter() - own_started
+
+    offline = offline or {}
+    newcomer_rows = []
+    for gpu in newcomers:
+        node = NodeState(work_dir / "newcomers" / gpu.name)
+        model = node.load_model()
+        test = split_device(gpu.dataset, seed).test
+        hv = gpu.dataset.hardware_vector
+        row = NewcomerRow(
+            gpu=gpu.name,
+            experts=node.load().experts,
+            test_tasks=len(test),
+            zero_shot_top1=top1(model, test, hv),
+            zero_shot_top1_all=top1(model, gpu.dataset.tasks, hv),
+            offline_top1=offline.get(gpu.name),
+        )
+        say(f"newcomer {gpu.name}: zero-shot {row.zero_shot_top1:.3f} (experts {row.experts})")
+        newcomer_rows.append(row)
+    offline_values = [r.offline_top1 for r in newcomer_rows if r.offline_top1 is not None]
+    return FederationHelpsReport(
+        command=command,
+        data=data,
+        nodes=node_rows,
+        newcomers=newcomer_rows,
+        rounds=rounds,
+        epochs=epochs,
+        k_experts=k_experts,
+        seed=seed,
+        split="same held-out tasks on every node" if same_split else "per node",
+        held_out_fraction=held_out_fraction,
+        offline_zero_shot_top1=(
+            float(np.mean(offline_values))
+            if offline_values and len(offline_values) == len(newcomer_rows)
+            else None
+        ),
+        bytes_per_node_last_round=traffic,
+        federation_wall_s=federation_wall,
+        own_only_wall_s=own_wall,
+        total_wall_s=time.perf_counter() - started,
+        load_average_start=load_start,
+        load_average_end=list(os.getloadavg()),
+        threads=threads,
+    )
+
+
+# -- the report -----------------------------------------------------------------------------------
+def markdown(report: FederationHelpsReport) -> str:
+    nodes = report.nodes
+    better = sum(r.difference > 0 for r in nodes)
+    mean_own = float(np.mean([r.own_only_top1 for r in nodes]))
+    mean_fed = float(np.mean([r.federated_top1 for r in nodes]))
+    lines = [
+        "# Federation helps (SIMULATED GPUs)",
+        "",
+        f"Command: `{report.command}`  ",
+        f"Data: {report.data}. All latencies are SIMULATED (analytical GPU model).  ",
+        f"Federation: {report.grid}; {len(nodes)} nodes, {report.rounds} rounds, "
+        f"{report.epochs} epochs per round, k = {report.k_experts} experts sent per node, "
+        f"seed {report.seed}; held-out tasks: {report.held_out_fraction:.0%} of each node's "
+        f"tasks, split {report.split}.  ",
+        f"Wall time: {report.total_wall_s:.0f} s (federation {report.federation_wall_s:.0f} s, "
+        f"own-only models and scoring {report.own_only_wall_s:.0f} s), {report.threads} torch "
+        f"thread(s); load average at start {_load(report.load_average_start)}, "
+        f"at end {_load(report.load_average_end)}.",
+        "",
+        "## Each node's held-out tasks: top-1 score (SIMULATED)",
+        "",
+        "federated = the node's model after the rounds (global shared parts, the experts the "
+        "server sent it, its own expert); own-only = same architecture, epochs and seeds, "
+        "trained on the node's own train tasks alone.",
+        "",
+        "| node (simulated GPU) | train tasks | held-out tasks | experts sent | own-only top-1 "
+        "| federated top-1 | difference |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in nodes:
+        lines.append(
+            f"| {r.gpu} | {r.train_tasks} | {r.held_out_tasks} | {', '.join(r.experts)} | "
+            f"{r.own_only_top1:.3f} | {r.federated_top1:.3f} | {r.difference:+.3f} |"
+        )
+    lines += [
+        f"| **mean** | | | | {mean_own:.3f} | {mean_fed:.3f} | {mean_fed - mean_own:+.3f} |",
+        "",
+        f"Federated better on {better} of {len(nodes)} nodes.",
+        "",
+        "## Newcomers: zero-shot top-1 (SIMULATED)",
+        "",
+        "GPUs that are none of the nodes join at the last round with no measurements; the "
+        "server sends them the global model and their nearest experts. Scored on the test "
+        "split of bench/offline_transfer.py (same seed), next to that benchmark's SiMoE "
+        "zero-shot figure for the same GPU (trained offline on 22 GPUs' full data).",
+        "",
+        "| newcomer (simulated GPU) | experts sent | zero-shot top-1 (test split) "
+        "| all candidates | offline SiMoE top-1 |",
+        "|---|---|---|---|---|",
+    ]
+    for r in report.newcomers:
+        offline = f"{r.offline_top1:.3f}" if r.offline_top1 is not None else "n/a"
+        lines.append(
+            f"| {r.gpu} | {', '.join(r.experts)} | {r.zero_shot_top1:.3f} | "
+            f"{r.zero_shot_top1_all:.3f} | {offline} |"
+        )
+    if report.newcomers:
+        mean_new = float(np.mean([r.zero_shot_top1 for r in report.newcomers]))
+        line = f"| **mean** | | {mean_new:.3f} | | "
+        if report.offline_zero_shot_top1 is not None:
+            gap = report.offline_zero_shot_top1 - mean_new
+            line += f"{report.offline_zero_shot_top1:.3f} |"
+            verdict = "met" if gap <= GOAL_NEWCOMER_GAP else "MISSED"
+            lines += [
+                line,
+                "",
+                f"Goal (within {GOAL_NEWCOMER_GAP} of the offline figure): "
+                f"{verdict} (offline - federated = {gap:+.3f}).",
+            ]
+        else:
+            lines += [line + "n/a |"]
+    lines += [
+        "",
+        "## Bytes per node in the last round (payload, from the registry)",
+        "",
+        "| node | down | up |",
+        "|---|---|---|",
+    ]
+    for name, row in sorted(report.bytes_per_node_last_round.items()):
+        lines.append(f"| {name} | {row['down']:,} | {row['up']:,} |")
+    return "\n".join(lines) + "\n"
+
+
+def _load(values: list[float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)
+
+
+def write_report(report: FederationHelpsReport, out: Path, stem: str = "federation_helps") -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(report.model_dump_json(indent=1))
+    (out / f"{stem}.md").write_text(markdown(report))
+
+
+def public_command(argv: Sequence[str]) -> str:
+    """The command line with data, work and output directories as placeholders."""
+    names = {"--data": "DIR", "--work": "WORK", "--out": "OUT"}
+    out, current, count = [], None, 0
+    for arg in argv:
+        if arg.startswith("--"):
+            current, count = names.get(arg), 0
+            out.append(arg)
+        elif current is not None:
+            count += 1
+            out.append(current if count == 1 else f"{current}{count}")
+        else:
+            out.append(arg)
+    return " ".join(["python", "bench/federation_helps.py", *out])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--data", type=Path, nargs="+", help="fleet dataset dirs (DIR/<gpu>.sqlite)"
+    )
+    parser.add_argument("--synthetic", action="store_true", help="a synthetic fleet instead")
+    parser.add_argument("--nodes", default=DEFAULT_NODES, help="GPUs that federate")
+    parser.add_argument("--newcomers", default=DEFAULT_NEWCOMERS, help="GPUs that join last")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=3, help="epochs per round on each node")
+    parser.add_argument("--k-experts", type=int, default=3)
+    parser.add_argument("--held-out-fraction", type=float, default=1 / 3)
+    parser.add_argument(
+        "--same-split", action="store_true", help="hold out the same tasks everywhere"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--work", type=Path, help="keep the nodes' state dirs here")
+    parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    args = parser.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    node_names = [g for g in args.nodes.split(",") if g]
+    newcomer_names = [g for g in args.newcomers.split(",") if g]
+    if args.synthetic:
+        fleet = synthetic_gpus(12, 12, 48)
+        node_names, newcomer_names = list(fleet)[:6], list(fleet)[6:8]
+        data, offline = "synthetic fleet (simoe_model.synthetic)", {}
+    elif args.data:
+        fleet = load_gpus(args.data, node_names + newcomer_names)
+        data = f"fleet dataset, {len(args.data)} dir(s), one store per simulated GPU"
+        offline = offline_figures()
+    else:
+        parser.error("give --data DIR or --synthetic")
+    work = args.work or Path(tempfile.mkdtemp(prefix="federation_helps-"))
+    if args.work and work.exists():
+        shutil.rmtree(work)
+    try:
+        report = run_federation_helps(
+            [fleet[g] for g in node_names],
+            [fleet[g] for g in newcomer_names],
+            work,
+            rounds=args.rounds,
+            epochs=args.epochs,
+            k_experts=args.k_experts,
+            held_out_fraction=args.held_out_fraction,
+            same_split=args.same_split,
+            seed=args.seed,
+            offline=offline,
+            command=public_command(sys.argv[1:] if argv is None else argv),
+            data=data,
+            threads=args.threads,
+            say=lambda text: print(text, flush=True),
+        )
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    stem = "federation_helps_synthetic" if args.synthetic else "federation_helps"
+    write_report(report, args.out, stem)
+    print(markdown(report))
+
+
+if __name__ == "__main__":
+    from schemas.errors import run_cli
+
+    run_cli(main, "federation_helps")
