@@ -337,7 +337,7 @@ def start(
     import signal
     import threading
 
-    from server.superlink import Certs, SuperLink, init_certs, submit_run
+    from server.superlink import Certs, SuperLink, check_certs, init_certs, submit_run
 
     directory = (state_dir or default_state_dir()).expanduser().resolve()
     if certs_dir is not None:
@@ -347,12 +347,16 @@ def start(
             raise BadInputError(f"--certs {certs_dir}: missing {', '.join(missing)}")
     else:
         certs = init_certs(directory / "certs")
+    check_certs(certs)
     link = SuperLink(directory, host=host, port=port, certs=certs)
+    stop = threading.Event()
+    # installed before the SuperLink starts: a SIGTERM while starting still stops it
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with console.status(f"starting the SuperLink on {link.address}"):
         link.start()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
+        if stop.is_set():
+            return
         run_config = {
             "registry": str(directory / "registry.sqlite"),
             "num-rounds": rounds,

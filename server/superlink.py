@@ -55,6 +55,28 @@ class Certs:
     key: Path
 
 
+def check_certs(certs: Certs) -> None:
+    """BadInputError (one line, naming the file) unless all three files are usable PEM.
+
+    Why: a SuperLink given a bad file dies at once with a message only in its log.
+    """
+    for path, what in ((certs.ca, "CA certificate"), (certs.cert, "server certificate")):
+        try:
+            x509.load_pem_x509_certificate(path.read_bytes())
+        except OSError as exc:
+            raise BadInputError(f"{path}: cannot read the {what} ({exc.strerror})") from None
+        except ValueError:
+            raise BadInputError(f"{path}: the {what} is not a PEM certificate") from None
+    try:
+        serialization.load_pem_private_key(certs.key.read_bytes(), password=None)
+    except OSError as exc:
+        raise BadInputError(f"{certs.key}: cannot read the server key ({exc.strerror})") from None
+    except (ValueError, TypeError):
+        raise BadInputError(
+            f"{certs.key}: the server key is not an unencrypted PEM private key"
+        ) from None
+
+
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
     data = key.private_bytes(
         serialization.Encoding.PEM,
@@ -159,14 +181,25 @@ def write_connection(flwr_home: Path, address: str, ca: Path) -> None:
     )
 
 
-def wait_port(host: str, port: int, timeout: float) -> bool:
+def port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def wait_port(
+    host: str, port: int, timeout: float, process: subprocess.Popen[bytes] | None = None
+) -> bool:
+    """True once something listens on host:port; False at the deadline or if `process` exits."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        try:
-            with socket.create_connection((host, port), timeout=1.0):
-                return True
-        except OSError:
-            time.sleep(0.3)
+        if port_open(host, port):
+            return True
+        if process is not None and process.poll() is not None:
+            return False  # it died (bad certificate, port taken): no point waiting
+        time.sleep(0.3)
     return False
 
 
@@ -206,6 +239,8 @@ class SuperLink:
         ]  # fmt: skip
 
     def start(self, timeout: float = 60.0) -> SuperLink:
+        if port_open(self.host, self.port):
+            raise RunFailure(f"{self.address} is in use already (another SuperLink?)")
         self.state_dir.mkdir(parents=True, exist_ok=True)
         write_connection(self.flwr_home, self.address, self.certs.ca)
         log_path = self.state_dir / "logs" / "superlink.log"
@@ -218,9 +253,15 @@ class SuperLink:
                 env=flwr_env(self.flwr_home),
                 start_new_session=True,
             )
-        if not wait_port(self.host, self.port, timeout) or self.process.poll() is not None:
+        if not wait_port(self.host, self.port, timeout, self.process) or (
+            self.process.poll() is not None
+        ):
             self.stop()
-            raise RunFailure(f"the SuperLink did not come up on {self.address}; see {log_path}")
+            lines = log_path.read_text(errors="replace").strip().splitlines()
+            why = f" ({lines[-1].strip()[:200]})" if lines else ""
+            raise RunFailure(
+                f"the SuperLink did not come up on {self.address}{why}; see {log_path}"
+            )
         return self
 
     def stop(self, timeout: float = 15.0) -> None:
