@@ -225,7 +225,8 @@ def train(message: Message, context: Context) -> Message:
         str(message.content.config_records[REC_CONFIG]["instruction"])
     )
     model = node.load_model()
-    load_shared_arrays(model, _arrays(message.content.array_records[REC_GLOBAL]))
+    received = _arrays(message.content.array_records[REC_GLOBAL])
+    load_shared_arrays(model, received)
     delivered = []
     for key, record in message.content.array_records.items():
         if key.startswith(REC_EXPERT_PREFIX):
@@ -261,6 +262,14 @@ def train(message: Message, context: Context) -> Message:
         state.rounds_trained += 1
         content[REC_SHARED] = _record(shared_arrays(model))
         content[REC_OWN_EXPERT] = _record(expert_arrays(model, name))
+        if delivered:
+            # The local update above is this node's contribution to the average; trained
+            # on its own tasks only, it forgets what the fleet taught the shared parts
+            # (bench/federation_helps.py: held-out tasks rank worse). The node tunes with
+            # the fleet's global shared parts, the delivered experts and its new expert.
+            # Without delivered experts (first round, a node alone) there is no fleet
+            # model yet and the node keeps what it trained.
+            load_shared_arrays(model, received)
     save_model(model, node.model_path)
     metrics = {k: v for k, v in metrics.items() if np.isfinite(v)}
     metrics["train-seconds"] = time.perf_counter() - started

@@ -1,0 +1,123 @@
+"""bench/federation_helps.py on a tiny synthetic fleet: the real federation, in seconds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.client_app import NodeState
+from agent.store import Store
+from bench import federation_helps as fh
+from schemas import BadInputError
+from server.registry import Registry, arrays_from_bytes
+from simoe_model.model import shared_arrays
+
+
+@pytest.fixture(scope="module")
+def fleet() -> dict[str, fh.FleetGPU]:
+    return fh.synthetic_gpus(4, 6, 16)
+
+
+@pytest.fixture(scope="module")
+def run(fleet, tmp_path_factory: pytest.TempPathFactory) -> tuple[fh.FederationHelpsReport, Path]:
+    work = tmp_path_factory.mktemp("federation_helps")
+    names = list(fleet)
+    report = fh.run_federation_helps(
+        [fleet[n] for n in names[:3]],
+        [fleet[names[3]]],
+        work,
+        rounds=2,
+        epochs=1,
+        k_experts=2,
+        held_out_fraction=1 / 3,
+        seed=0,
+        offline={names[3]: 0.5},
+        command="python bench/federation_helps.py --synthetic",
+        data="synthetic",
+    )
+    return report, work
+
+
+def test_nodes_are_scored_on_tasks_they_never_trained_on(run, fleet) -> None:
+    report, work = run
+    assert [r.gpu for r in report.nodes] == list(fleet)[:3]
+    for row in report.nodes:
+        assert (row.train_tasks, row.held_out_tasks) == (4, 2)
+        assert 0 < row.own_only_top1 <= 1 and 0 < row.federated_top1 <= 1
+        assert len(row.experts) == 2 and row.gpu not in row.experts
+        train, held = fh.split_tasks(fleet[row.gpu], 1 / 3, 0, same_split=False)
+        with Store(work / "nodes" / row.gpu / "store.sqlite") as store:
+            stored = {r.task_name for r in store.records()}
+        assert stored == {t.task_name for t in train}
+        assert not stored & {t.task_name for t in held}
+    # each node draws its own split unless told otherwise
+    splits = {
+        frozenset(t.task_name for t in fh.split_tasks(fleet[r.gpu], 1 / 3, 0, False)[1])
+        for r in report.nodes
+    }
+    assert len(splits) > 1
+    shared = {
+        frozenset(t.task_name for t in fh.split_tasks(fleet[r.gpu], 1 / 3, 0, True)[1])
+        for r in report.nodes
+    }
+    assert len(shared) == 1
+
+
+def test_node_tunes_with_the_global_shared_parts_it_was_sent(run) -> None:
+    """After a round with delivered experts, model.pt holds the global it received."""
+    report, work = run
+    with Registry(work / "server" / "registry.sqlite") as registry:
+        versions = {
+            r["version"]: arrays_from_bytes(r["weights"])
+            for r in registry.db["model_versions"].rows
+        }
+    sent = versions[max(versions) - 1]  # the last round was sent the version before its own
+    for row in report.nodes:
+        saved = shared_arrays(NodeState(work / "nodes" / row.gpu).load_model())
+        assert saved.keys() == sent.keys()
+        assert all(np.array_equal(saved[k], sent[k]) for k in sent)
+
+
+def test_newcomer_is_served_zero_shot(run, fleet) -> None:
+    report, work = run
+    [newcomer] = report.newcomers
+    assert newcomer.gpu == list(fleet)[3]
+    assert len(newcomer.experts) == 2 and 0 < newcomer.zero_shot_top1 <= 1
+    assert newcomer.offline_top1 == 0.5 and report.offline_zero_shot_top1 == 0.5
+    model = NodeState(work / "newcomers" / newcomer.gpu).load_model()
+    assert sorted(model.expert_names) == sorted(newcomer.experts)  # no expert of its own
+    assert newcomer.gpu in report.bytes_per_node_last_round
+
+
+def test_own_only_model_is_reproducible(fleet) -> None:
+    gpu = fleet[list(fleet)[0]]
+    train, held = fh.split_tasks(gpu, 1 / 3, 0, False)
+    scores = [
+        fh.top1(fh.own_only_model(gpu, train, 2, 1, 0), held, gpu.dataset.hardware_vector)
+        for _ in range(2)
+    ]
+    assert scores[0] == scores[1]
+
+
+def test_report_files_are_labelled_and_hold_no_local_paths(run, tmp_path: Path) -> None:
+    report, _ = run
+    fh.write_report(report, tmp_path, "fh")
+    data = json.loads((tmp_path / "fh.json").read_text())
+    assert data["simulated"] is True
+    assert fh.FederationHelpsReport.model_validate(data) == report
+    text = (tmp_path / "fh.md").read_text()
+    assert "SIMULATED" in text and report.command in text and "load average" in text
+    assert "Federated better on" in text and "within 0.03" in text
+    command = fh.public_command(["--data", "/x/d1", "/x/d2", "--rounds", "3", "--work", "/y"])
+    assert command == "python bench/federation_helps.py --data DIR DIR2 --rounds 3 --work WORK"
+
+
+def test_bad_settings_are_bad_input(fleet, tmp_path: Path) -> None:
+    gpus = list(fleet.values())
+    with pytest.raises(BadInputError, match="newcomers must not be nodes"):
+        fh.run_federation_helps(gpus[:2], gpus[1:2], tmp_path, rounds=2)
+    with pytest.raises(BadInputError, match="at least 2"):
+        fh.run_federation_helps(gpus[:2], [], tmp_path, rounds=1)
