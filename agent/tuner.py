@@ -173,15 +173,25 @@ def _close_loggers(loggers: list[logging.Logger]) -> None:
         _drop_own_handlers(logger)
 
 
-def _strategy(trials_per_task: int) -> ms.search_strategy.SearchStrategy:
-    """MetaSchedule's evolutionary search, its population scaled down for small budgets.
+def search_population(trials_per_task: int, population: int | None = None) -> int:
+    """Candidates sampled, mutated and scored per search round.
 
-    The default population (512 candidates sampled, mutated and scored per round) costs the
-    same for 4 trials as for 64; below 64 trials per task it shrinks to 8 per trial.
+    MetaSchedule's default is 512, which costs the same for 4 trials as for 64; below 64
+    trials per task it shrinks to 8 per trial. Where measurement is cheap and search is
+    the cost (a simulated GPU), a smaller population trades a little search breadth for
+    wall time: `--population`.
     """
+    if population is not None:
+        if population < 2:
+            raise BadInputError(f"--population must be at least 2, got {population}")
+        return population
+    return min(512, max(32, 8 * trials_per_task))
+
+
+def _strategy(population: int) -> ms.search_strategy.SearchStrategy:
+    """MetaSchedule's evolutionary search with `population` candidates per round."""
     from tvm.s_tir import meta_schedule as ms
 
-    population = min(512, max(32, 8 * trials_per_task))
     return ms.search_strategy.EvolutionarySearch(
         population_size=population, init_min_unmeasured=min(50, population)
     )
@@ -268,6 +278,7 @@ def _run_search(
     work_dir: Path | None,
     profile_id: str | None,
     log_level: int,
+    population: int | None = None,
 ) -> tuple[ms.database.Database, list[int], float, float | None]:
     """Run MetaSchedule over `tasks`.
 
@@ -278,6 +289,7 @@ def _run_search(
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
+    population = search_population(trials_per_task, population)
     for task in tasks:
         store.add_workload(
             workload_key_of(task.mod), task.name, tvm.ir.save_json(task.mod), task.spec
@@ -298,7 +310,7 @@ def _run_search(
                 mod=task.mod,
                 target=target,
                 space_generator="post-order-apply",
-                search_strategy=_strategy(trials_per_task),
+                search_strategy=_strategy(population),
                 task_name=task.name,
                 logger=logger,
                 rand_state=rand_state,
@@ -398,6 +410,7 @@ def tune_workload(
     work_dir: Path | None = None,
     profile_id: str | None = None,
     log_level: int = logging.WARNING,
+    population: int | None = None,
 ) -> TuneResult:
     """Tune one operator for `trials` candidates; every measurement goes to `store`."""
     from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
@@ -409,7 +422,7 @@ def tune_workload(
     database, counts, wall, modelled = _run_search(
         [task], device, store, trials_per_task=trials, cost_model=cost_model,
         progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
-        log_level=log_level,
+        log_level=log_level, population=population,
     )  # fmt: skip
     result = _task_result(task, database, device, counts[0], baseline=baseline, repeat=repeat)
     return TuneResult(
@@ -441,6 +454,7 @@ def tune_network(
     profile_id: str | None = None,
     log_level: int = logging.WARNING,
     on_stage: Callable[[str], None] | None = None,
+    population: int | None = None,
 ) -> TuneResult:
     """Tune every task of a network, compile it from the store's best schedules and check it."""
     if trials_per_task < 1:
@@ -464,7 +478,7 @@ def tune_network(
     database, counts, wall, modelled = _run_search(
         tasks, device, store, trials_per_task=trials_per_task, cost_model=cost_model,
         progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
-        log_level=log_level,
+        log_level=log_level, population=population,
     )  # fmt: skip
     stage(f"{network.name}: measuring the best and the untuned schedules")
     results = [

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -59,16 +60,27 @@ def bench_labelling(pairs_target: int = 2_000_000) -> dict:
     }
 
 
-def bench_tuning(trials: int) -> dict:
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and its finished children (builder/runner workers)."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def bench_tuning(trials: int, population: int | None = None) -> dict:
     import agent  # noqa: F401
     from agent.devices import get_device
     from agent.store import Store
-    from agent.tuner import tune_workload
+    from agent.tuner import search_population, tune_workload
     from agent.workloads import parse_workload
 
     device = get_device("sim:a100")
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "store.sqlite")
+        load_before = os.getloadavg()
+        cpu0 = _cpu_seconds()
         t0 = time.perf_counter()
         result = tune_workload(
             parse_workload("matmul:1024,1024,1024"),
@@ -77,15 +89,21 @@ def bench_tuning(trials: int) -> dict:
             trials=trials,
             baseline=False,
             seed=0,
+            population=population,
         )
         total = time.perf_counter() - t0
+        cpu = _cpu_seconds() - cpu0
         store.close()
     task = result.tasks[0]
     return {
         "workload": "matmul:1024,1024,1024",
         "device": device.name,
         "trials": result.trials,
+        "population": search_population(trials, population),
         "total_wall_s": total,
+        "cpu_s": cpu,
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
         "search_wall_s": result.search_wall_s,
         "modelled_measure_s": device.modelled_measure_seconds,
         "modelled_measurements": device.measurements,
@@ -148,6 +166,12 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=256)
     parser.add_argument("--skip-labelling", action="store_true")
     parser.add_argument(
+        "--population",
+        type=int,
+        default=None,
+        help="search population of the tuner (default: the tuner's, 512 at 256 trials)",
+    )
+    parser.add_argument(
         "--direct-population", type=int, default=0, help="also tune via MetaSchedule directly"
     )
     args = parser.parse_args()
@@ -159,8 +183,9 @@ def main() -> None:
         report["tuning_direct"] = bench_tuning_direct(args.trials, args.direct_population)
         print(json.dumps(report["tuning_direct"], indent=1), flush=True)
     if not args.skip_tune:
-        report["tuning"] = bench_tuning(args.trials)
-        print(json.dumps(report["tuning"], indent=1, default=str), flush=True)
+        key = "tuning" if args.population is None else f"tuning_population_{args.population}"
+        report[key] = bench_tuning(args.trials, args.population)
+        print(json.dumps(report[key], indent=1, default=str), flush=True)
     DOCS.mkdir(exist_ok=True)
     out = DOCS / "sim_speed.json"
     old = json.loads(out.read_text()) if out.exists() else {}

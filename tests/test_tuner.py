@@ -58,6 +58,7 @@ BAD_INPUTS = [
     ["--workload", "matmul:4,4,4", "--trials", "0"],
     ["--workload", "matmul:4,4,4", "--cost-model", "nope"],
     ["--workload", "matmul:4,4,4", "--device", "tpu"],
+    ["--workload", "matmul:4,4,4", "--population", "1"],
 ]
 if not Path("/dev/nvidiactl").exists():  # no GPU here: asking for one is the user's mistake
     BAD_INPUTS.append(["--workload", "matmul:4,4,4", "--device", "cuda:0"])
@@ -123,7 +124,7 @@ def test_simulated_gpu_tuning_is_labelled_simulated(tmp_path: Path) -> None:
     result = runner.invoke(
         app,
         ["tune", "--workload", "matmul:64,64,64", "--device", "sim:t4", "--trials", "4",
-         "--cost-model", "random", "--json", "--state-dir", str(state)],
+         "--cost-model", "random", "--population", "16", "--json", "--state-dir", str(state)],
     )  # fmt: skip
     assert result.exit_code == 0, (result.output, result.exception)
     data = json.loads(result.stdout)

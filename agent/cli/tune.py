@@ -121,6 +121,12 @@ def tune(
         None, "--cost-model", help="xgb, mlp, random or simoe (default: the config's)"
     ),
     seed: int = typer.Option(0, "--seed", help="seed of the search"),
+    population: int | None = typer.Option(
+        None,
+        "--population",
+        help="evolutionary search population per round (default: 512, or 8 per trial below "
+        "64 trials); smaller is faster where search, not measurement, is the cost (sim:)",
+    ),
     baseline: bool = typer.Option(
         True, "--baseline/--no-baseline", help="also measure the untuned default schedule"
     ),
@@ -132,7 +138,7 @@ def tune(
     from agent.devices import get_device
     from agent.networks import NETWORK_SUITE
     from agent.store import Store
-    from agent.tuner import check_cost_model, tune_network, tune_workload
+    from agent.tuner import check_cost_model, search_population, tune_network, tune_workload
     from agent.workloads import parse_workload
 
     if (workload is None) == (model is None):
@@ -147,6 +153,7 @@ def tune(
         raise BadInputError(f"--trials must be at least 1, got {trials}")
     cost_model = cost_model or config.cost_model
     check_cost_model(cost_model)
+    search_population(trials, population)  # a bad --population fails before any work
     device = get_device(device_name or config.device)
 
     log_level = logging.INFO if verbose else logging.WARNING
@@ -168,6 +175,7 @@ def tune(
             result = tune_workload(
                 parsed, device, store, trials=trials, cost_model=cost_model, progress=bars,
                 seed=seed, baseline=baseline, profile_id=profile_id, log_level=log_level,
+                population=population,
             )  # fmt: skip
         else:
             assert model is not None
@@ -175,7 +183,7 @@ def tune(
             result = tune_network(
                 model, device, store, trials_per_task=trials, cost_model=cost_model,
                 progress=bars, seed=seed, baseline=baseline, profile_id=profile_id,
-                log_level=log_level,
+                log_level=log_level, population=population,
                 on_stage=lambda text: progress.update(status, description=text),
             )  # fmt: skip
             progress.update(status, visible=False)
