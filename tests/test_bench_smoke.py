@@ -75,9 +75,28 @@ def test_markdown_says_which_targets_are_missed() -> None:
     assert "SIMULATED" in text
     # 50x against the 61x target: missed by 18%; 1.15x against 1.25x vs the MLP: missed by 8%
     assert "SiMoE fast: 50.00x (target >= 61x, goal 100x: MISSED by 18%)" in text
-    assert "ms-mlp-pretrained-32's (target >= 1.25x: MISSED by 8%)" in text
-    assert "ms-xgb-32's (target >= 1.25x: met)" in text
+    assert "ms-mlp-pretrained-32's (target >= 1.25x: MISSED by 8%; met on 0 of 1" in text
+    assert "ms-xgb-32's (target >= 1.25x: met; met on 1 of 1" in text
     assert "| net | a10 | simoe-fast | 32 |" in text
+    assert "| net | a10 | 50.00x | 96.2% | 1.442x | 1.154x | 20 | 30 | 1000 |" in text
+
+
+def test_budget_section_reports_the_ratio_and_when_metaschedule_catches_up() -> None:
+    rows = [
+        {**_row("ms-xgb-1000", 1.0e-3, 2000.0, [(50.0, 3e-3), (400.0, 1.2e-3), (2000.0, 1e-3)]),
+         "trials_per_task": 1000},
+        _row("simoe-fast", 1.02e-3, 40.0, [(40.0, 1.02e-3)]),
+    ]  # fmt: skip
+    section = {
+        "settings": compile_time.QUICK.model_dump(),
+        "networks": {"net": {}},
+        "rows": rows,
+        "summary": compile_time.summarize(rows, 32, full_method="ms-xgb-1000"),
+    }
+    text = "\n".join(run._budget_md(section))
+    assert "ms-xgb-1000 / SiMoE fast: 50.0x (target >= 61x, goal 100x: MISSED by 18%)" in text
+    assert "SiMoE fast reached 95% of ms-xgb-1000's performance after 40 s" in text
+    assert "ms-xgb-1000 first matched SiMoE fast's latency after 2000 s" in text
 
 
 def test_verdict_when_never_reached() -> None:
