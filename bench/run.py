@@ -128,7 +128,8 @@ def section_budget(report: Report, args: argparse.Namespace, say: Callable[[str]
         report.save()
 
     result = compile_time.run_budget_section(settings, args.work, say=say, on_row=on_row)
-    result["plots"] = compile_time.plot_curves(result, report.out, prefix="budget")
+    names = compile_time.plot_curves(result, report.out, prefix="budget")
+    result["plots"] = [(report.out / n).as_posix() for n in names]  # relative to the repo
     report.data["sections"]["budget"] = result
 
 
@@ -562,7 +563,7 @@ def _budget_md(b: dict[str, Any]) -> list[str]:
                 else f"- {long} never matched SiMoE fast's latency within its budget."
             )
     for plot in b.get("plots", []):
-        lines += ["", f"![tuning curve, realistic budget](bench/reports/{plot})"]
+        lines += ["", f"![tuning curve, realistic budget]({plot})"]
     return [*lines, ""]
 
 
