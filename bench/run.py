@@ -600,9 +600,16 @@ def _cpu_md(c: dict[str, Any]) -> list[str]:
         "",
         f"{c['hardware']}, {c['threads']} threads, target `{c['target']}`. Peak FP32 "
         f"{c['peak_fp32_gflops']:.0f} GFLOP/s ({c['peak_from']}). PyTorch {c['torch_version']}, "
-        f"numpy {c['numpy_version']}. TVM tuned with MetaSchedule's XGB model; TVM latencies "
-        "are the median of the tuned kernel's re-measurement, numpy/PyTorch the best of 5 "
-        "timings (threads that lose their core to other jobs slow BLAS calls many-fold).",
+        f"numpy {c['numpy_version']}. TVM tuned with MetaSchedule's XGB model"
+        + (
+            " (with fewer than its 100 warm-up measurements per op, XGB scores at random: the "
+            "tuned figures are those of the evolutionary search's first batches)"
+            if c["rows"] and max(r["trials"] for r in c["rows"]) < 100
+            else ""
+        )
+        + "; TVM latencies are the median of the tuned kernel's re-measurement, numpy/PyTorch "
+        "the best of 5 timings (threads that lose their core to other jobs slow BLAS calls "
+        "many-fold).",
         "",
         "| op | trials | tune wall s | TVM untuned ms | TVM tuned ms | numpy ms | PyTorch ms "
         "| TVM GFLOP/s | TVM share of peak | PyTorch share of peak |",
