@@ -16,6 +16,7 @@ State directory layout used here:
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from pathlib import Path
@@ -254,22 +255,29 @@ def train(message: Message, context: Context) -> Message:
             )
             metrics["shared-loss"] = float(shared.get("loss", float("nan")))
         model.ensure_expert(name, dataset.hardware_vector)
-        own = train_expert(
-            model, name, dataset, epochs=max(instruction.epochs, 1), seed=instruction.seed
-        )
+        epochs = max(instruction.epochs, 1)
+        if delivered:
+            # Two parts, as in FedRep. The contribution to the average: the program
+            # encoder trained with the own expert on local data (a copy). What the node
+            # keeps and sends as its expert: the own expert trained on the global encoder
+            # it was sent, frozen, so that expert and encoder match (and match the other
+            # nodes' experts). Trained on its own tasks only, the local encoder forgets
+            # what the fleet taught it: the node tunes with the global shared parts.
+            contribution = copy.deepcopy(model)
+            train_expert(contribution, name, dataset, epochs=epochs, seed=instruction.seed)
+            shared_update = shared_arrays(contribution)
+            own = train_expert(
+                model, name, dataset, epochs=epochs, seed=instruction.seed, train_encoder=False
+            )
+            load_shared_arrays(model, received)
+        else:  # no fleet model yet (first round, a node alone): encoder and expert together
+            own = train_expert(model, name, dataset, epochs=epochs, seed=instruction.seed)
+            shared_update = shared_arrays(model)
         metrics["expert-loss"] = float(own.get("loss", float("nan")))
         metrics[WEIGHT_METRIC] = float(dataset.num_candidates)
         state.rounds_trained += 1
-        content[REC_SHARED] = _record(shared_arrays(model))
+        content[REC_SHARED] = _record(shared_update)
         content[REC_OWN_EXPERT] = _record(expert_arrays(model, name))
-        if delivered:
-            # The local update above is this node's contribution to the average; trained
-            # on its own tasks only, it forgets what the fleet taught the shared parts
-            # (bench/federation_helps.py: held-out tasks rank worse). The node tunes with
-            # the fleet's global shared parts, the delivered experts and its new expert.
-            # Without delivered experts (first round, a node alone) there is no fleet
-            # model yet and the node keeps what it trained.
-            load_shared_arrays(model, received)
     save_model(model, node.model_path)
     metrics = {k: v for k, v in metrics.items() if np.isfinite(v)}
     metrics["train-seconds"] = time.perf_counter() - started

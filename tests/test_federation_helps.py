@@ -35,6 +35,7 @@ def run(fleet, tmp_path_factory: pytest.TempPathFactory) -> tuple[fh.FederationH
         held_out_fraction=1 / 3,
         seed=0,
         offline={names[3]: 0.5},
+        central_epochs=1,
         command="python bench/federation_helps.py --synthetic",
         data="synthetic",
     )
@@ -87,6 +88,7 @@ def test_newcomer_is_served_zero_shot(run, fleet) -> None:
     assert newcomer.gpu == list(fleet)[3]
     assert len(newcomer.experts) == 2 and 0 < newcomer.zero_shot_top1 <= 1
     assert newcomer.offline_top1 == 0.5 and report.offline_zero_shot_top1 == 0.5
+    assert newcomer.central_top1 is not None and 0 < newcomer.central_top1 <= 1
     model = NodeState(work / "newcomers" / newcomer.gpu).load_model()
     assert sorted(model.expert_names) == sorted(newcomer.experts)  # no expert of its own
     assert newcomer.gpu in report.bytes_per_node_last_round
@@ -111,6 +113,7 @@ def test_report_files_are_labelled_and_hold_no_local_paths(run, tmp_path: Path) 
     text = (tmp_path / "fh.md").read_text()
     assert "SIMULATED" in text and report.command in text and "load average" in text
     assert "Federated better on" in text and "within 0.03" in text
+    assert "central, same data" in text and report.central_epochs == 1
     command = fh.public_command(["--data", "/x/d1", "/x/d2", "--rounds", "3", "--work", "/y"])
     assert command == "python bench/federation_helps.py --data DIR DIR2 --rounds 3 --work WORK"
 
