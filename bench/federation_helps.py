@@ -469,6 +469,8 @@ def markdown(report: FederationHelpsReport) -> str:
         "server sent it, its own expert); own-only = same architecture, epochs and seeds, "
         "trained on the node's own train tasks alone.",
         "",
+        _split_note(report.split),
+        "",
         "| node (simulated GPU) | train tasks | held-out tasks | experts sent | own-only top-1 "
         "| federated top-1 | difference |",
         "|---|---|---|---|---|---|---|",
@@ -534,6 +536,20 @@ def markdown(report: FederationHelpsReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _split_note(split: str) -> str:
+    if split == "per node":
+        return (
+            "Split per node: each node holds out its own random third of its tasks, so other "
+            "nodes may have trained on a node's held-out tasks (on their hardware), as in a "
+            "fleet whose GPUs tune different workloads; that knowledge is what the "
+            "federation can pass on. `--same-split` holds out the same tasks on every node."
+        )
+    return (
+        "Same split on every node: no node trained on the held-out tasks; the federation "
+        "can only help through what the fleet's other tasks teach."
+    )
+
+
 def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
@@ -590,7 +606,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work", type=Path, help="keep the nodes' state dirs here")
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--tag", default="", help="suffix of the report files")
+    parser.add_argument("--render", type=Path, help="rewrite the .md of this .json report, exit")
     args = parser.parse_args(argv)
+    if args.render:
+        report = FederationHelpsReport.model_validate_json(args.render.read_text())
+        args.render.with_suffix(".md").write_text(markdown(report))
+        return
 
     import torch
 
