@@ -48,7 +48,7 @@ import simoe_model  # noqa: E402,F401  (patches inspect before TVM is imported)
 from bench.compile_time import step_lr_accepts_verbose  # noqa: E402
 from simoe_model import synthetic  # noqa: E402
 from simoe_model.data import DeviceDataset, TaskData  # noqa: E402
-from simoe_model.metrics import task_metrics  # noqa: E402
+from simoe_model.metrics import task_metrics, top_k_score  # noqa: E402
 from simoe_model.model import SiMoE, SiMoEConfig, save_model  # noqa: E402
 from simoe_model.train import (  # noqa: E402
     adapt,
@@ -128,8 +128,10 @@ def synthetic_fleet(n_devices: int, n_tasks: int, per_task: int) -> dict[str, De
 
 
 # -- methods -----------------------------------------------------------------------------
-def scores_table(predict_fn, split: Split) -> dict[str, float]:  # noqa: ANN001
-    return task_metrics([(predict_fn(t.features), t.latencies) for t in split.test])
+def scores_table(predict_fn, split: Split) -> dict:  # noqa: ANN001
+    """Mean metrics over the split's test tasks, plus each task's top-1 (key 'top1_tasks')."""
+    scored = [(predict_fn(t.features), t.latencies) for t in split.test]
+    return {**task_metrics(scored), "top1_tasks": [top_k_score(s, lat, 1) for s, lat in scored]}
 
 
 class SiMoEFamily:
@@ -147,8 +149,11 @@ class SiMoEFamily:
         train_shared(self.base, train, epochs=args.shared_epochs, seed=args.seed)
         self.shared_seconds = time.perf_counter() - t0
 
-    def variant(self, train: list[DeviceDataset], **changes: object) -> SiMoE:
+    def variant(self, train: list[DeviceDataset], seed: int, **changes: object) -> SiMoE:
         """Same experts and program encoder, a fresh hardware encoder and gate trained anew."""
+        import torch
+
+        torch.manual_seed(seed)  # the fresh encoder's and gate's initial weights
         model = SiMoE(self.base.config.model_copy(update=changes))
         for name in self.base.expert_names:
             model.ensure_expert(name, self.base.expert(name).hardware)
@@ -158,7 +163,7 @@ class SiMoEFamily:
             if k.startswith(("program_encoder", "experts"))
         }
         model.load_state_dict(state, strict=False)
-        train_shared(model, train, epochs=self.args.shared_epochs, seed=self.args.seed)
+        train_shared(model, train, epochs=self.args.shared_epochs, seed=seed)
         return model
 
     def evaluate(self, model: SiMoE, split: Split, budget: int) -> tuple[dict, dict]:
@@ -281,6 +286,102 @@ class MetaScheduleMLP:
         return scores_table(lambda f: trainer.predict_incremental(list(f)), split)
 
 
+# -- diagnostics ------------------------------------------------------------------------------
+def held_out_agreements(
+    fleet: dict[str, DeviceDataset], held: list[str], train: list[DeviceDataset]
+) -> dict[str, dict[str, float]]:
+    """Measured rank agreement (mean Spearman over shared candidates) of each held-out GPU
+    with each training GPU: what the hardware encoder's similarity should reproduce."""
+    from simoe_model.train import _agreements
+
+    out: dict[str, dict[str, float]] = {}
+    for gpu in held:
+        pairs, values = _agreements([fleet[gpu], *train])
+        out[gpu] = {
+            train[j - 1].device: float(v)
+            for (i, j), v in zip(pairs.tolist(), values.tolist(), strict=True)
+            if i == 0
+        }
+    return out
+
+
+def similarity_fidelity(
+    model: SiMoE, fleet: dict[str, DeviceDataset], agreements: dict[str, dict[str, float]]
+) -> float:
+    """Spearman correlation, over the training GPUs, between the model's similarity to a
+    held-out GPU (cos in z) and their measured rank agreement; mean over held-out GPUs."""
+    from scipy.stats import spearmanr
+
+    rhos = []
+    for gpu, agree in agreements.items():
+        names = sorted(agree)
+        sims = [
+            model.similarity(fleet[gpu].hardware_vector, model.expert(n).hardware.numpy())
+            for n in names
+        ]
+        rhos.append(spearmanr([agree[n] for n in names], sims).statistic)
+    return float(np.mean(rhos))
+
+
+def reference_scores(
+    fleet: dict[str, DeviceDataset], splits: list[Split], train: list[DeviceDataset], seed: int
+) -> dict[str, float]:
+    """Two references for the top-1 score on the held-out test sets (not methods).
+
+    - noise-ceiling: ranking by the recorded latency, scored against a fresh draw of the
+      simulator's run-to-run noise (uniform +-noise per run, mean of 3 runs): what a perfect
+      predictor of the noiseless latency would get (expected over 20 draws).
+    - best-training-gpu-oracle: ranking by the measured latencies of the one training GPU
+      that does best on that held-out GPU (chosen with the test labels: an upper reference
+      for transfer from a single similar GPU, which no method can pick).
+    """
+    from agent.devices.sim.catalog import lookup
+    from agent.devices.sim.latency import GpuParams
+
+    rng = np.random.default_rng(seed)
+    ceiling, oracle = [], []
+    for split in splits:
+        noise = float(GpuParams.from_specs([lookup(split.device.split(":", 1)[1])]).noise[0, 0])
+        for _ in range(20):
+            for t in split.test:
+                drawn = t.latencies * (1 + noise * (2 * rng.random((len(t), 3)) - 1)).mean(1)
+                ceiling.append(top_k_score(-t.latencies, drawn, 1))
+        best = 0.0
+        for other in train:
+            table = {
+                (t.task_name, c): lat
+                for t in other.tasks
+                for c, lat in zip(t.candidate_ids or [], t.latencies, strict=True)
+            }
+            score = np.mean(
+                [
+                    top_k_score(
+                        np.array([-table.get((t.task_name, c), np.inf) for c in t.candidate_ids]),
+                        t.latencies,
+                        1,
+                    )
+                    for t in split.test
+                ]
+            )
+            best = max(best, float(score))
+        oracle.append(best)
+    return {
+        "noise-ceiling": float(np.mean(ceiling)),
+        "best-training-gpu-oracle": float(np.mean(oracle)),
+    }
+
+
+def paired_difference(
+    ours: dict[str, list[float]], theirs: dict[str, list[float]], seed: int = 0
+) -> tuple[float, float, float]:
+    """Mean per-task top-1 difference (ours - theirs) and a 95% paired bootstrap interval."""
+    gpus = sorted(set(ours) & set(theirs))
+    diff = np.concatenate([np.asarray(ours[g]) - np.asarray(theirs[g]) for g in gpus])
+    rng = np.random.default_rng(seed)
+    means = diff[rng.integers(0, len(diff), (2000, len(diff)))].mean(1)
+    return float(diff.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
 # -- the run --------------------------------------------------------------------------------
 def mean_rows(rows: list[dict]) -> dict[str, float]:
     return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
@@ -304,6 +405,18 @@ def main() -> None:
     parser.add_argument("--methods", default="simoe,nearest-expert,pooled,xgb,mlp-finetune")
     parser.add_argument("--ablations", action="store_true", help="also run the ablations")
     parser.add_argument("--ablation-budgets", default="0")
+    parser.add_argument(
+        "--ablation-seeds",
+        type=int,
+        default=1,
+        help="train each ablation's hardware encoder and gate with this many seeds (mean reported)",
+    )
+    parser.add_argument(
+        "--references",
+        action="store_true",
+        help="also score two references: the simulator's noise ceiling and the best training "
+        "GPU's own measured latencies (an oracle no method has)",
+    )
     parser.add_argument("--tag", default="", help="suffix of the output files")
     parser.add_argument(
         "--save-model",
@@ -326,6 +439,8 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
+    if args.synthetic and args.references:
+        parser.error("--references needs the simulated fleet (--data), not --synthetic")
     if args.synthetic:
         n_dev, n_tasks, per_task = (int(x) for x in args.synthetic_size.split(","))
         fleet = synthetic_fleet(n_dev, n_tasks, per_task)
@@ -348,9 +463,13 @@ def main() -> None:
     config = SiMoEConfig()
     results: dict[str, dict[int, dict[str, float]]] = {}
     per_gpu: dict[str, dict[int, dict[str, dict[str, float]]]] = {}
+    per_task: dict[str, dict[int, dict[str, list[float]]]] = {}
     timings: dict[str, float] = {}
+    ablation_seeds: dict[str, dict[str, list[float]]] = {}
 
     def record(method: str, budget: int, gpu: str, row: dict) -> None:
+        row = dict(row)
+        per_task.setdefault(method, {}).setdefault(budget, {})[gpu] = row.pop("top1_tasks")
         per_gpu.setdefault(method, {}).setdefault(budget, {})[gpu] = row
 
     family = None
@@ -389,18 +508,41 @@ def main() -> None:
                 record("mlp-finetune", b, split.device, mlp.evaluate(split, b))
         timings["mlp-finetune"] = time.perf_counter() - t0
     if args.ablations:
+        agreements = held_out_agreements(fleet, held, train)
         for label, changes in [
+            ("simoe-hybrid", {}),
             ("simoe-analytical-only", {"hardware_input": "analytical"}),
             ("simoe-empirical-only", {"hardware_input": "empirical"}),
             ("simoe-no-prior", {"use_similarity_prior": False}),
         ]:
             t0 = time.perf_counter()
-            model = family.variant(train, **changes)
-            for split in splits:
+            runs: dict[int, list[dict[str, dict]]] = {b: [] for b in ablation_budgets}
+            fidelity = []
+            for k in range(args.ablation_seeds):
+                model = family.variant(train, seed=args.seed + k, **changes)
+                fidelity.append(similarity_fidelity(model, fleet, agreements))
                 for b in ablation_budgets:
-                    record(label, b, split.device, family.evaluate(model, split, b)[0])
+                    runs[b].append({s.device: family.evaluate(model, s, b)[0] for s in splits})
+            for b, seeds in runs.items():
+                for split in splits:
+                    rows = [r[split.device] for r in seeds]
+                    row = mean_rows(
+                        [{k: v for k, v in r.items() if k != "top1_tasks"} for r in rows]
+                    )
+                    row["top1_tasks"] = np.mean([r["top1_tasks"] for r in rows], 0).tolist()
+                    record(label, b, split.device, row)
+            ablation_seeds[label] = {
+                "top1_per_seed": [
+                    float(np.mean([row["top1"] for row in r.values()]))
+                    for r in runs[ablation_budgets[0]]
+                ],
+                "similarity_fidelity_per_seed": fidelity,
+            }
             timings[label] = time.perf_counter() - t0
-            print(f"{label}: {mean_rows(list(per_gpu[label][0].values()))}", flush=True)
+            print(f"{label}: {ablation_seeds[label]}", flush=True)
+    references: dict[str, float] = {}
+    if args.references:
+        references = reference_scores(fleet, splits, train, args.seed)
 
     for method, by_budget in per_gpu.items():
         results[method] = {b: mean_rows(list(rows.values())) for b, rows in by_budget.items()}
@@ -414,6 +556,9 @@ def main() -> None:
         "budgets": budgets,
         "results": results,
         "per_gpu": per_gpu,
+        "per_task_top1": per_task,
+        "ablation_seeds": ablation_seeds,
+        "references": references,
         "seconds": {**timings, "total": time.perf_counter() - started},
         "simoe_train_seconds": {
             "experts": family.expert_seconds if family else None,
@@ -444,6 +589,9 @@ def merge(paths: list[Path], out: Path, stem: str) -> None:
         "command": " && ".join(r["command"] for r in reports),
         "results": {k: v for r in reports for k, v in r["results"].items()},
         "per_gpu": {k: v for r in reports for k, v in r["per_gpu"].items()},
+        "per_task_top1": {k: v for r in reports for k, v in r.get("per_task_top1", {}).items()},
+        "ablation_seeds": {k: v for r in reports for k, v in r.get("ablation_seeds", {}).items()},
+        "references": {k: v for r in reports for k, v in r.get("references", {}).items()},
         "seconds": {k: v for r in reports for k, v in r["seconds"].items()},
         "simoe_train_seconds": next(
             (r["simoe_train_seconds"] for r in reports if r["simoe_train_seconds"]["experts"]),
@@ -469,6 +617,43 @@ def markdown(report: dict) -> str:
                 f"| {method} | {budget} | {row['top1']:.3f} | {row['top5']:.3f} | "
                 f"{row['pairwise']:.3f} | {row['aps']:.3f} |"
             )
+    per_task = report.get("per_task_top1", {})
+    if "simoe" in per_task:
+        lines += [
+            "",
+            "SiMoE minus each baseline, top-1 per task (mean over all held-out tasks, "
+            "95% paired bootstrap interval):",
+            "",
+            "| baseline | budget | difference | 95% interval |",
+            "|---|---|---|---|",
+        ]
+        for method, by_budget in per_task.items():
+            if method == "simoe" or method.startswith("simoe-"):
+                continue
+            for budget in sorted(by_budget, key=int):
+                if budget not in per_task["simoe"]:
+                    continue
+                mean, low, high = paired_difference(per_task["simoe"][budget], by_budget[budget])
+                lines.append(f"| {method} | {budget} | {mean:+.3f} | [{low:+.3f}, {high:+.3f}] |")
+    if report.get("ablation_seeds"):
+        lines += [
+            "",
+            "Ablations, hardware encoder and gate trained anew per seed on the same experts "
+            "(top-1 at budget 0 per seed; similarity fidelity = Spearman, over the training "
+            "GPUs, between cos(z) to the held-out GPU and the measured rank agreement):",
+            "",
+            "| variant | top-1 per seed | mean | fidelity per seed | mean |",
+            "|---|---|---|---|---|",
+        ]
+        for label, info in report["ablation_seeds"].items():
+            top1, fid = info["top1_per_seed"], info["similarity_fidelity_per_seed"]
+            lines.append(
+                f"| {label} | {', '.join(f'{x:.3f}' for x in top1)} | {np.mean(top1):.3f} | "
+                f"{', '.join(f'{x:.2f}' for x in fid)} | {np.mean(fid):.3f} |"
+            )
+    if report.get("references"):
+        lines += ["", "References (top-1 on the same test sets; not methods):", ""]
+        lines += [f"- {name}: {value:.4f}" for name, value in report["references"].items()]
     return "\n".join(lines) + "\n"
 
 

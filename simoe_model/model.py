@@ -32,7 +32,10 @@ from simoe_model.features import FEATURE_DIM
 from simoe_model.hardware import ANALYTICAL_SLICE, EMPIRICAL_SLICE, HARDWARE_DIM
 
 FORMAT_NAME = "simoe-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Older versions this code still reads, with the config values their files were made with
+# (version 1 had no hardware_clip: the normalized hardware vector was never clipped).
+OLDER_VERSIONS: dict[int, dict[str, object]] = {1: {"hardware_clip": 0.0}}
 SHARED_PARTS = ("hardware_encoder", "program_encoder", "gate")
 
 HardwareInput = Literal["hybrid", "analytical", "empirical", "none"]
@@ -54,6 +57,12 @@ class SiMoEConfig(BaseModel):
     use_similarity_prior: bool = True
     hardware_input: HardwareInput = Field(
         default="hybrid", description="which half of h the encoder sees (ablations)"
+    )
+    hardware_clip: float = Field(
+        default=2.0,
+        ge=0,
+        description="clip the normalized h to +-this many training stds (0: off), so a "
+        "device unlike every training device (k80: the only Kepler) is not extrapolated far",
     )
 
 
@@ -114,12 +123,16 @@ class HardwareEncoder(nn.Module):
         elif cfg.hardware_input == "none":
             mask[:] = 0
         self.register_buffer("mask", mask)
+        self.clip = cfg.hardware_clip
         self.mlp = nn.Sequential(
             nn.Linear(cfg.hardware_dim, 64), nn.ReLU(), nn.Linear(64, cfg.z_dim)
         )
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.mlp(self.norm(h) * self.mask)
+        x = self.norm(h)
+        if self.clip > 0:
+            x = x.clamp(-self.clip, self.clip)
+        return self.mlp(x * self.mask)
 
 
 class Expert(nn.Module):
@@ -379,12 +392,13 @@ def load_model(path: str | Path) -> SiMoE:
         header = json.loads(blob["header"])
         if header.get("format") != FORMAT_NAME:
             raise BadInputError(f"{path}: not a SiMoE model file")
-        if header.get("version") != FORMAT_VERSION:
+        version = header.get("version")
+        if version != FORMAT_VERSION and version not in OLDER_VERSIONS:
+            readable = sorted([FORMAT_VERSION, *OLDER_VERSIONS])
             raise BadInputError(
-                f"{path}: model format version {header.get('version')}, "
-                f"this code reads version {FORMAT_VERSION}"
+                f"{path}: model format version {version}, this code reads versions {readable}"
             )
-        config = SiMoEConfig.model_validate(header["config"])
+        config = SiMoEConfig.model_validate({**OLDER_VERSIONS.get(version, {}), **header["config"]})
         names = [str(n) for n in header["experts"]]
     except (ValueError, KeyError, TypeError, ValidationError) as exc:
         if isinstance(exc, BadInputError):

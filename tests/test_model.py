@@ -125,6 +125,32 @@ def test_load_refuses_bad_files(trained: SiMoE, tmp_path: Path) -> None:
         load_model(tmp_path / "shape.pt")
 
 
+def test_version_1_file_loads_without_hardware_clip(
+    trained: SiMoE, fleet: list[DeviceDataset], tmp_path: Path
+) -> None:
+    """Version 1 had no hardware_clip: such a file must predict as it did (no clipping)."""
+    import json
+
+    good = tmp_path / "good.pt"
+    save_model(trained, good)
+    blob = torch.load(good, weights_only=True)
+    header = json.loads(blob["header"])
+    assert header["version"] == 2 and header["config"]["hardware_clip"] == 2.0
+    header["version"] = 1
+    del header["config"]["hardware_clip"]
+    torch.save({"header": json.dumps(header), "state": blob["state"]}, tmp_path / "v1.pt")
+    old = load_model(tmp_path / "v1.pt")
+    assert old.config.hardware_clip == 0.0
+    unclipped = SiMoE(trained.config.model_copy(update={"hardware_clip": 0.0}))
+    unclipped.experts.update({k: v for k, v in trained.experts.items()})
+    unclipped.load_state_dict(trained.state_dict())
+    # a device far outside the training devices: clipping changes its z, v1 must not clip
+    far = fleet[3].hardware_vector * 5.0
+    feats = fleet[3].tasks[0].features
+    np.testing.assert_array_equal(predict(old, feats, far), predict(unclipped, feats, far))
+    assert not np.array_equal(predict(trained, feats, far), predict(unclipped, feats, far))
+
+
 def test_shared_arrays_round_trip_and_validation(trained: SiMoE) -> None:
     arrays = shared_arrays(trained)
     assert all(k.split(".")[0] in ("hardware_encoder", "program_encoder", "gate") for k in arrays)
