@@ -381,7 +381,12 @@ def _compile_md(c: dict[str, Any], repeats: list[dict[str, Any]] | None = None) 
         f"{st['full_budget']} against TLM's {st['tlm_budget']} per task (so the measurement "
         f"ratio, and with it the compile-time ratio, is about "
         f"{st['full_budget'] / st['tlm_budget']:.0f}x at most apart from search time). "
-        "Differences smaller than the run-to-run spread below are not evidence either way.",
+        + (
+            "Differences smaller than the run-to-run spread below are not evidence either way."
+            if repeats
+            else "One run of each: the evolutionary search is not deterministic across runs "
+            "(its threads), so small differences are not evidence either way."
+        ),
         "",
     ]
     for network, info in c.get("networks", {}).items():
