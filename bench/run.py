@@ -562,10 +562,32 @@ def _budget_md(b: dict[str, Any]) -> list[str]:
         fast = next((r for r in b["rows"] if r["method"] == "simoe-fast"), None)
         if ms_row and fast and fast["network_latency_s"]:
             t = _first_at(ms_row["curve"], fast["network_latency_s"])
+            n = sum(1 for sec, _ in ms_row["curve"] if t is not None and sec <= t)
             lines.append(
-                f"- {long} first matched SiMoE fast's latency after {t:.0f} s of compile time."
+                f"- {long} first matched SiMoE fast's latency after {t:.0f} s of compile time "
+                f"(about its first {n} measurements)."
                 if t
                 else f"- {long} never matched SiMoE fast's latency within its budget."
+            )
+            if t and n <= 100:
+                lines.append(
+                    f"- Why the performance is what it is: {long} matched SiMoE fast within its "
+                    "XGB warm-up (the first 100 measurements, scored at random), so on this task "
+                    "and GPU the zero-shot model's 32 picks were no better than random picks "
+                    f"from MetaSchedule's evolutionary search; the model was trained on "
+                    f"{st['samples_per_task']} sampled candidates of this one task per training "
+                    "GPU."
+                )
+            cap = ms_row["modelled_measure_s"] / fast["modelled_measure_s"]
+            share = fast["search_wall_s"] / fast["compile_s"]
+            lines.append(
+                f"- Why the ratio is what it is: the measurements alone ({ms_row['measured']} "
+                f"against {fast['measured']}) give {cap:.1f}x; SiMoE fast's model-only search "
+                f"took {fast['search_wall_s']:.0f} s on this machine, {share * 100:.0f}% of its "
+                f"compile time, against {ms_row['search_wall_s']:.0f} s of search for "
+                f"{long}. A 61x ratio needs both a budget of more than 61 x "
+                f"{fast['measured']} measurements for MetaSchedule and a SiMoE search that "
+                "costs less than its measurements."
             )
     for plot in b.get("plots", []):
         lines += ["", f"![tuning curve, realistic budget]({plot})"]
