@@ -67,6 +67,9 @@ class CompileSettings(BaseModel):
     long_budget: int = 1000  # the budget section: MetaSchedule's trials on one task
     trials_per_iter: int = 64  # measurements per evolutionary search (MetaSchedule: 64)
     xgb_warmup: int = 100  # measurements before XGB's scores are used (MetaSchedule: 100)
+    # random valid schedules each search samples before evolving: MetaSchedule's 50 for its
+    # default population of 512; scaled with the population when True (the same share)
+    scale_init_min: bool = False
     seed: int = 0
 
 
@@ -80,6 +83,9 @@ class CompileSettings(BaseModel):
 # method (ms-xgb-32, simoe-fast) are the first search of those runs, the same computation,
 # taken as a snapshot instead of a second run. XGB's warm-up is cut from 100 to 32 so that
 # MetaSchedule-full's second search uses its model (a stronger peer, not a weaker one).
+# Each search samples random valid schedules until it holds 50 (MetaSchedule's default for its
+# population of 512), at ~5% valid for CUDA most of a search's time: here the 50 is scaled with
+# the population (12 for 128, 25 for 256), the same share of it, for every method alike.
 QUICK = CompileSettings(
     networks=["resnet50", "mobilenet_v2", "bert_layer"],
     max_tasks=1,
@@ -94,6 +100,7 @@ QUICK = CompileSettings(
     simoe_fast_genetic_iters=2,
     trials_per_iter=32,
     xgb_warmup=32,
+    scale_init_min=True,
     expert_epochs=10,
     shared_epochs=10,
     mlp_epochs=10,
@@ -413,6 +420,7 @@ def tune_method(
     work_dir: Path,
     trials_per_iter: int = 64,
     snapshots: dict[str, int] | None = None,
+    init_min_unmeasured: int = 50,
 ) -> list[MethodRow]:
     """Tune every task for `trials` measurements with one cost model; track the curve.
 
@@ -499,7 +507,9 @@ def tune_method(
             target=device.target(),
             space_generator="post-order-apply",
             search_strategy=ms.search_strategy.EvolutionarySearch(
-                population_size=population, genetic_num_iters=genetic_iters
+                population_size=population,
+                genetic_num_iters=genetic_iters,
+                init_min_unmeasured=init_min_unmeasured,
             ),
             task_name=t.name,
             logger=logger,
@@ -588,6 +598,11 @@ def _prepare(
     return info, net_tasks, simoe, mlp, hv
 
 
+def init_min(settings: CompileSettings, population: int) -> int:
+    """Random valid schedules a search samples first: 50 (MetaSchedule's), or scaled."""
+    return min(50, max(8, round(50 * population / 512))) if settings.scale_init_min else 50
+
+
 Plan = tuple[str, Callable[[], Any], int, int, int, dict[str, int]]
 
 
@@ -611,7 +626,7 @@ def _run_plans(
                     tasks, gpu, method, make_model(), trials=trials, population=pop,
                     genetic_iters=iters, seed=settings.seed, network=network,
                     work_dir=work_dir, trials_per_iter=settings.trials_per_iter,
-                    snapshots=snapshots,
+                    snapshots=snapshots, init_min_unmeasured=init_min(settings, pop),
                 )  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - one failed method must not lose the rest
             result.setdefault("failed", []).append(
@@ -724,7 +739,7 @@ def run_budget_section(
          settings.population, settings.genetic_iters, {}),
     ]  # fmt: skip
     # MetaSchedule's own defaults here: 64 measurements per search, XGB warm-up 100
-    default_iter = settings.model_copy(update={"trials_per_iter": 64})
+    default_iter = settings.model_copy(update={"trials_per_iter": 64, "scale_init_min": False})
     _run_plans(plans, tasks, network, gpu, default_iter, work_dir / "budget", result, say, on_row)
     result["summary"] = summarize(
         result["rows"], settings.tlm_budget, full_method=f"ms-xgb-{settings.long_budget}"

@@ -333,7 +333,16 @@ def _compile_md(c: dict[str, Any], repeats: list[dict[str, Any]] | None = None) 
         f"task; full budget {st['full_budget']}, TLM's budget {st['tlm_budget']}. "
         f"MetaSchedule's evolutionary search: population {st['population']}, "
         f"{st['genetic_iters']} genetic iterations; SiMoE fast mode's model-only search: "
-        f"population {st['simoe_fast_population']}, {st['simoe_fast_genetic_iters']} iterations. "
+        f"population {st['simoe_fast_population']}, {st['simoe_fast_genetic_iters']} iterations"
+        + (
+            f"; each search first samples random valid schedules until it holds "
+            f"{compile_time_init_min(st, st['population'])} (MetaSchedule) or "
+            f"{compile_time_init_min(st, st['simoe_fast_population'])} (SiMoE fast): "
+            "MetaSchedule's default of 50 for its population of 512, scaled with the population"
+            if st.get("scale_init_min")
+            else ""
+        )
+        + ". "
         "Tasks scheduled round-robin so every method measures exactly its budget per task. "
         f"Each evolutionary search proposes {st.get('trials_per_iter', 64)} candidates to "
         "measure"
@@ -432,6 +441,12 @@ def _compile_md(c: dict[str, Any], repeats: list[dict[str, Any]] | None = None) 
     for plot in c.get("plots", []):
         lines += [f"![tuning curve](bench/reports/{plot})", ""]
     return lines
+
+
+def compile_time_init_min(st: dict[str, Any], population: int) -> int:
+    from bench import compile_time
+
+    return compile_time.init_min(compile_time.CompileSettings(**st), population)
 
 
 def _row_order(r: dict[str, Any]) -> tuple[Any, ...]:
