@@ -35,6 +35,7 @@ REPORTS = Path("bench") / "reports"
 SECTIONS = ("compile", "offline", "federation", "cpu", "budget")
 QUICK_SECTIONS = ("compile", "offline", "federation", "cpu")  # budget: hours-scale, --full only
 CPU_QUICK_TRIALS = 16
+QUICK_TARGET_MIN = 15.0
 TARGET_COMPILE_SPEEDUP = 61.0
 GOAL_COMPILE_SPEEDUP = 100.0
 TARGET_PERF_SHARE = 0.95
@@ -238,7 +239,14 @@ def markdown(data: dict[str, Any]) -> str:
         f"    {data['command']}",
         "",
         f"Mode: **{data['mode']}**. Started {data['started_utc']} UTC; "
-        f"this run took **{data.get('elapsed_s', 0) / 60:.1f} min** of wall time.",
+        f"this run took **{data.get('elapsed_s', 0) / 60:.1f} min** of wall time"
+        + (
+            f" (target for --quick: under {QUICK_TARGET_MIN} min on 2 cores: "
+            f"{_verdict(data.get('elapsed_s', 0) / 60, QUICK_TARGET_MIN, higher_is_better=False)}"
+            "; where the time went: section timings at the end)."
+            if data["mode"] == "quick"
+            else "."
+        ),
         "",
         *[
             f"Section(s) {', '.join(o['sections'])} came from another invocation "
@@ -436,6 +444,27 @@ def _compile_md(c: dict[str, Any], repeats: list[dict[str, Any]] | None = None) 
     for f in c.get("failed", []):
         lines += [f"- FAILED: {f['method']} on {f['network']} / sim:{f['gpu']}: `{f['error']}`"]
     lines += [""] if c.get("failed") else []
+    snaps = (
+        {f"ms-xgb-{st['tlm_budget']}", "simoe-fast"}
+        if st.get("trials_per_iter") == st["tlm_budget"]
+        else set()
+    )
+    runs = [r for r in c.get("rows", []) if r["method"] not in snaps]
+    if runs:
+        per_iter = st.get("trials_per_iter", 64)
+        wall: dict[str, float] = {}
+        searches: dict[str, int] = {}
+        for r in runs:
+            n = -(-r["trials_per_task"] // per_iter) * max(1, len(r["task_best_s"]))
+            wall[r["method"]] = wall.get(r["method"], 0.0) + r["search_wall_s"]
+            searches[r["method"]] = searches.get(r["method"], 0) + n
+        lines += [
+            f"Search wall time of the {len(runs)} tuning runs (snapshots not counted twice): "
+            f"{sum(wall.values()):.0f} s; per evolutionary search: "
+            + ", ".join(f"{m} {wall[m] / searches[m]:.0f} s" for m in sorted(wall))
+            + ".",
+            "",
+        ]
     lines += _claims_table(c.get("summary", []), c["settings"]["tlm_budget"])
     lines += _repeats_md(c["rows"], repeats or [])
     for plot in c.get("plots", []):
