@@ -288,6 +288,16 @@ def offline_figures(path: Path = OFFLINE_REPORT) -> dict[str, float]:
     return {device.removeprefix("sim:"): float(row["top1"]) for device, row in rows.items()}
 
 
+def with_offline_figures(
+    report: FederationHelpsReport, offline: dict[str, float]
+) -> FederationHelpsReport:
+    """The report compared against these offline figures (the offline report was rerun)."""
+    rows = [r.model_copy(update={"offline_top1": offline.get(r.gpu)}) for r in report.newcomers]
+    values = [r.offline_top1 for r in rows if r.offline_top1 is not None]
+    mean = float(np.mean(values)) if values and len(values) == len(rows) else None
+    return report.model_copy(update={"newcomers": rows, "offline_zero_shot_top1": mean})
+
+
 # -- the run ------------------------------------------------------------------------------------
 def run_federation_helps(
     nodes: Sequence[FleetGPU],
@@ -607,9 +617,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--tag", default="", help="suffix of the report files")
     parser.add_argument("--render", type=Path, help="rewrite the .md of this .json report, exit")
+    parser.add_argument(
+        "--refresh-offline",
+        action="store_true",
+        help="with --render: take the offline figures from the current offline report",
+    )
     args = parser.parse_args(argv)
     if args.render:
         report = FederationHelpsReport.model_validate_json(args.render.read_text())
+        if args.refresh_offline:
+            report = with_offline_figures(report, offline_figures())
+            args.render.write_text(report.model_dump_json(indent=1))
         args.render.with_suffix(".md").write_text(markdown(report))
         return
 
