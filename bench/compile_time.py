@@ -350,6 +350,17 @@ def single_candidate_safe(trainer: Any) -> Any:
     return trainer
 
 
+def add_training_groups(state: Any, train: list[DeviceDataset]) -> None:
+    """Every training GPU's tasks into an MLP trainer's state, one group per GPU and task."""
+    for ds in train:
+        for task in ds.tasks:
+            state.add_to_group(
+                list(task.features),
+                task.latencies.astype("float64"),
+                f"{ds.device}/{task.task_name}",
+            )
+
+
 def pretrained_mlp_trainer(train: list[DeviceDataset], epochs: int, seed: int) -> Any:
     """MetaSchedule's SegmentSumMLP trainer pre-trained on the training GPUs (164 features)."""
     from tvm.s_tir import meta_schedule as ms
@@ -359,13 +370,7 @@ def pretrained_mlp_trainer(train: list[DeviceDataset], epochs: int, seed: int) -
         model_config=mm.SegmentSumMLPConfig(input_dim=164),
         extractor=ms.feature_extractor.PerStoreFeature(),
     )
-    for ds in train:
-        for task in ds.tasks:
-            state.add_to_group(
-                list(task.features),
-                task.latencies.astype("float64"),
-                f"{ds.device}/{task.task_name}",
-            )
+    add_training_groups(state, train)
     config = mm.TrainerConfig(num_epoch_full=epochs, num_epoch_incremental=5)
     trainer = mm.SegmentSumMLPTrainer(train_config=config, state=state)
     mm.logger.setLevel("WARNING")

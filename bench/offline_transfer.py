@@ -45,7 +45,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import simoe_model  # noqa: E402,F401  (patches inspect before TVM is imported)
-from bench.compile_time import step_lr_accepts_verbose  # noqa: E402
+from bench.compile_time import add_training_groups, step_lr_accepts_verbose  # noqa: E402
 from simoe_model import synthetic  # noqa: E402
 from simoe_model.data import DeviceDataset, TaskData  # noqa: E402
 from simoe_model.metrics import task_metrics, top_k_score  # noqa: E402
@@ -262,13 +262,7 @@ class MetaScheduleMLP:
         model_config = mm.SegmentSumMLPConfig(input_dim=164)
         state = mm.State(model_config=model_config)
         state.model = _FlatSegmentSumMLP(mm.SegmentSumMLP, model_config)
-        for ds in train:
-            for task in ds.tasks:
-                state.add_to_group(
-                    list(task.features),
-                    task.latencies.astype("float64"),
-                    f"{ds.device}/{task.task_name}",
-                )
+        add_training_groups(state, train)
         config = mm.TrainerConfig(num_epoch_full=args.mlp_epochs, num_epoch_incremental=5)
         self.trainer = mm.SegmentSumMLPTrainer(train_config=config, state=state)
         mm.logger.setLevel("WARNING")
