@@ -59,8 +59,13 @@ class CompileSettings(BaseModel):
     tlm_budget: int = 32
     population: int  # MetaSchedule's evolutionary search population
     genetic_iters: int
-    simoe_fast_population: int  # SiMoE fast mode's larger model-only search
+    simoe_fast_population: int  # SiMoE fast mode's model-only search (simoe_model.model_search)
     simoe_fast_genetic_iters: int
+    simoe_fast_rounds: int = 5  # chained model-only searches of simoe_fast_per_round each
+    simoe_fast_per_round: int = 32
+    # the training GPUs' tuning records: a chained search steered by their simulated latencies
+    fleet_rounds: int = 6
+    fleet_per_round: int = 32
     expert_epochs: int
     shared_epochs: int
     mlp_epochs: int
@@ -96,8 +101,10 @@ QUICK = CompileSettings(
     small_budgets=[32],
     population=128,
     genetic_iters=2,
-    simoe_fast_population=256,
+    simoe_fast_population=128,
     simoe_fast_genetic_iters=2,
+    simoe_fast_rounds=5,
+    fleet_rounds=6,
     trials_per_iter=32,
     xgb_warmup=32,
     scale_init_min=True,
@@ -130,8 +137,12 @@ FULL = CompileSettings(
     small_budgets=[32, 64, 128],
     population=512,
     genetic_iters=4,
-    simoe_fast_population=2048,
+    simoe_fast_population=512,
     simoe_fast_genetic_iters=4,
+    simoe_fast_rounds=8,
+    simoe_fast_per_round=64,
+    fleet_rounds=16,
+    fleet_per_round=64,
     expert_epochs=30,
     shared_epochs=30,
     mlp_epochs=30,
@@ -202,16 +213,51 @@ def profile_vectors(gpus: list[str], cache: Path) -> dict[str, Any]:
     return out
 
 
+def simulate_on(mods: list[Any], target: Any, gpus: list[str]) -> np.ndarray:
+    """Mean simulated seconds of each scheduled module on each GPU, [n, gpus] (inf = fails)."""
+    from agent.devices.sim import candidate_key, latency, tir_analysis
+    from agent.devices.sim.catalog import lookup
+
+    kernels = []
+    for mod in mods:
+        try:
+            kernels.append(tir_analysis.analyse(mod, target))
+        except Exception:  # noqa: BLE001 - unreadable by the model: fails everywhere
+            kernels.append([])
+    keys = np.asarray([candidate_key(m) for m in mods], np.uint64)
+    matrix, owner = latency.kernel_matrix(kernels)
+    params = latency.GpuParams.from_specs([lookup(g) for g in gpus])
+    return latency.simulate(matrix, owner, keys, params, repeats=3).mean(axis=2)
+
+
+def _labelled(
+    task: NetTask, mods: list[Any], traces: list[Any], target: Any, gpus: list[str]
+) -> Sampled:
+    from tvm import s_tir
+    from tvm.s_tir import meta_schedule as ms
+
+    ctx = ms.TuneContext(mod=task.mod, target=target)
+    args = ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])
+    cands = [ms.MeasureCandidate(s_tir.Schedule(m), args) for m in mods]
+    feats = ms.feature_extractor.PerStoreFeature().extract_from(ctx, cands)
+    secs = simulate_on(mods, target, gpus)
+    return Sampled(
+        task,
+        traces,
+        [np.asarray(f.numpy(), dtype=np.float32) for f in feats],
+        {g: secs[:, i] for i, g in enumerate(gpus)},
+    )
+
+
 def sample_task(task: NetTask, gpus: list[str], per_task: int, seed: int) -> Sampled:
     """Sample candidates once for a generic target, featurize, label on every GPU."""
     from tvm.s_tir import meta_schedule as ms
 
     from agent.dataset import generic_target
-    from agent.devices.sim import candidate_key, latency, tir_analysis
+    from agent.devices.sim import candidate_key
     from agent.devices.sim.catalog import lookup
 
-    specs = [lookup(g) for g in gpus]
-    target = generic_target(specs)
+    target = generic_target([lookup(g) for g in gpus])
     ctx = ms.TuneContext(
         mod=task.mod,
         target=target,
@@ -231,19 +277,56 @@ def sample_task(task: NetTask, gpus: list[str], per_task: int, seed: int) -> Sam
         if key not in seen:
             seen.add(key)
             cands.append(cand)
-    feats = ms.feature_extractor.PerStoreFeature().extract_from(ctx, cands)
-    features = [np.asarray(f.numpy(), dtype=np.float32) for f in feats]
-    kernels = []
-    for cand in cands:
-        try:
-            kernels.append(tir_analysis.analyse(cand.sch.mod, target))
-        except Exception:  # noqa: BLE001 - unreadable by the model: fails everywhere
-            kernels.append([])
-    keys = np.asarray([candidate_key(c.sch.mod) for c in cands], np.uint64)
-    matrix, owner = latency.kernel_matrix(kernels)
-    secs = latency.simulate(matrix, owner, keys, latency.GpuParams.from_specs(specs), repeats=3)
-    lat = {g: secs[:, i, :].mean(axis=1) for i, g in enumerate(gpus)}
-    return Sampled(task, [c.sch.trace for c in cands], features, lat)
+    return _labelled(task, [c.sch.mod for c in cands], [c.sch.trace for c in cands], target, gpus)
+
+
+def fleet_steered_score(target: Any, all_gpus: list[str], steer_gpus: list[str]) -> Any:
+    """Geometric-mean simulated latency over `steer_gpus` (inf where most of them fail)."""
+    cols = [all_gpus.index(g) for g in steer_gpus]
+
+    def score(_task_mod: Any, mods: Any) -> np.ndarray:
+        secs = simulate_on(list(mods), target, all_gpus)[:, cols]
+        ok = np.isfinite(secs)
+        logs = np.log(np.where(ok, secs, 1.0))
+        mean = logs.sum(axis=1) / np.maximum(ok.sum(axis=1), 1)
+        return np.where(ok.sum(axis=1) * 2 >= len(cols), np.exp(mean), np.inf)
+
+    return score
+
+
+def fleet_tuning_records(
+    task: NetTask, gpus: list[str], train_gpus: list[str], settings: CompileSettings, seed: int
+) -> Sampled:
+    """What the training GPUs' own tuning runs would have measured, labelled on every GPU.
+
+    A node's tuning records are biased toward its good schedules, and that is what the
+    federation's experts learn from (as TenSet's and TLM's models learn from tuning logs).
+    To save time one chained search stands in for the training nodes' separate runs: it is
+    steered by their geometric-mean simulated latency and never by an unseen GPU's."""
+    from agent.dataset import generic_target
+    from agent.devices.sim.catalog import lookup
+    from simoe_model.model_search import ScoreCostModel, model_only_search
+
+    target = generic_target([lookup(g) for g in gpus])
+    score = fleet_steered_score(target, gpus, train_gpus)
+    found = model_only_search(
+        task.mod, target, score, cost_model=ScoreCostModel(score),
+        rounds=settings.fleet_rounds, per_round=settings.fleet_per_round,
+        population=settings.population, genetic_iters=settings.genetic_iters,
+        init_min_unmeasured=init_min(settings, settings.population), seed=seed,
+        task_name=task.name,
+    )  # fmt: skip
+    return _labelled(task, [f.mod for f in found], [f.trace for f in found], target, gpus)
+
+
+def merged(a: Sampled, b: Sampled) -> Sampled:
+    """One task's candidates from two sources (the same task, the same GPUs)."""
+    return Sampled(
+        a.task,
+        a.traces + b.traces,
+        a.features + b.features,
+        {g: np.concatenate([a.latency[g], b.latency[g]]) for g in a.latency},
+    )
 
 
 def device_dataset(gpu: str, hv: np.ndarray, sampled: list[Sampled]) -> DeviceDataset:
@@ -426,12 +509,15 @@ def tune_method(
     trials_per_iter: int = 64,
     snapshots: dict[str, int] | None = None,
     init_min_unmeasured: int = 50,
+    start: tuple[MethodRow, Any] | None = None,
 ) -> list[MethodRow]:
     """Tune every task for `trials` measurements with one cost model; track the curve.
 
     `snapshots` {method: k}: the state after the first k // trials_per_iter searches (of up to
     trials_per_iter measurements) per task is also returned as a row of that method: the same
-    run stopped at k (round-robin gives every task its searches before any task gets more)."""
+    run stopped at k (round-robin gives every task its searches before any task gets more).
+    `start` (row, database): continue an earlier run of the same tasks: its measurements are
+    in the database, its time and best latencies count toward this run's."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.measure_callback import (
@@ -445,9 +531,16 @@ def tune_method(
     from agent.devices.sim import modelled_cost_seconds
 
     device = get_device(f"sim:{gpu}")
+    before, database = start if start else (None, ms.database.MemoryDatabase())
     best: list[float] = [math.inf] * len(tasks)
     measured = [0]
     curve: list[tuple[float, float]] = []
+    wall0 = modelled0 = 0.0
+    if before is not None:
+        best = [math.inf if b is None else b for b in before.task_best_s.values()]
+        measured[0] = before.measured
+        curve = list(before.curve)
+        wall0, modelled0 = before.search_wall_s, before.modelled_measure_s
     started = [0.0]
     modelled_done = [0.0]
     taken: dict[str, MethodRow] = {}
@@ -462,9 +555,9 @@ def tune_method(
             method=name,
             trials_per_task=k,
             measured=measured[0],
-            search_wall_s=wall,
-            modelled_measure_s=modelled,
-            compile_s=wall + modelled,
+            search_wall_s=wall0 + wall,
+            modelled_measure_s=modelled0 + modelled,
+            compile_s=wall0 + wall + modelled0 + modelled,
             network_latency_s=(
                 sum(t.weight * b for t, b in zip(tasks, best, strict=True)) if finite else None
             ),
@@ -491,7 +584,7 @@ def tune_method(
                     best[task_id] = min(best[task_id], sum(secs) / len(secs))
                 if all(math.isfinite(b) for b in best):
                     lat = sum(t.weight * b for t, b in zip(tasks, best, strict=True))
-                    curve.append((wall + modelled, lat))
+                    curve.append((wall0 + modelled0 + wall + modelled, lat))
             modelled_done[0] = float(device.modelled_measure_seconds)
             batches[0] += 1
             for name, k in (snapshots or {}).items():  # after k // per_iter searches per task
@@ -533,7 +626,7 @@ def tune_method(
         num_trials_per_iter=per_iter,
         builder=device.builder(),
         runner=device.runner(),
-        database=ms.database.MemoryDatabase(),
+        database=database,
         cost_model=cost_model,
         measure_callbacks=[*callbacks, Curve()],
         task_scheduler="round-robin",
@@ -543,6 +636,78 @@ def tune_method(
         row_now(method, trials, wall, float(device.modelled_measure_seconds)),
         *taken.values(),
     ]
+
+
+def simoe_fast(
+    tasks: list[NetTask],
+    gpu: str,
+    make_model: Callable[[], Any],
+    settings: CompileSettings,
+    network: str,
+    method: str = "simoe-fast",
+) -> tuple[MethodRow, Any]:
+    """SiMoE fast mode: per task, a chained model-only search (simoe_model.model_search),
+    then the top `tlm_budget` candidates by the model measured on the device.
+
+    Returns the row and a MetaSchedule database holding the measurements, for SiMoE full
+    mode to continue from."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from agent.devices import get_device
+    from simoe_model.model_search import cost_model_scorer, model_only_search
+
+    device = get_device(f"sim:{gpu}")
+    target = device.target()
+    database = ms.database.MemoryDatabase()
+    best = [math.inf] * len(tasks)
+    curve: list[tuple[float, float]] = []
+    measured = 0
+    started = time.perf_counter()
+    for i, task in enumerate(tasks):
+        model = make_model()
+        found = model_only_search(
+            task.mod, target, cost_model_scorer(model, target), cost_model=model,
+            rounds=settings.simoe_fast_rounds, per_round=settings.simoe_fast_per_round,
+            population=settings.simoe_fast_population,
+            genetic_iters=settings.simoe_fast_genetic_iters,
+            init_min_unmeasured=init_min(settings, settings.simoe_fast_population),
+            seed=settings.seed + i, task_name=task.name,
+        )[: settings.tlm_budget]  # fmt: skip
+        workload = database.commit_workload(task.mod)
+        args = ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])
+        for cand, outcome in zip(found, device.simulate_batch([c.mod for c in found]), strict=True):
+            measured += 1
+            if isinstance(outcome, str):  # fails on this GPU: no time, no result
+                continue
+            device.account_measurement(outcome)
+            database.commit_tuning_record(
+                ms.database.TuningRecord(cand.trace, workload, outcome, target, args)
+            )
+            best[i] = min(best[i], sum(outcome) / len(outcome))
+            if all(math.isfinite(b) for b in best):
+                wall = time.perf_counter() - started
+                lat = sum(t.weight * b for t, b in zip(tasks, best, strict=True))
+                curve.append((wall + device.modelled_measure_seconds, lat))
+    wall = time.perf_counter() - started
+    finite = all(math.isfinite(b) for b in best)
+    row = MethodRow(
+        network=network,
+        gpu=gpu,
+        method=method,
+        trials_per_task=settings.tlm_budget,
+        measured=measured,
+        search_wall_s=wall,
+        modelled_measure_s=float(device.modelled_measure_seconds),
+        compile_s=wall + float(device.modelled_measure_seconds),
+        network_latency_s=(
+            sum(t.weight * b for t, b in zip(tasks, best, strict=True)) if finite else None
+        ),
+        task_best_s={
+            t.name: (b if math.isfinite(b) else None) for t, b in zip(tasks, best, strict=True)
+        },
+        curve=curve,
+    )
+    return row, database
 
 
 # -- the section -------------------------------------------------------------------------------
@@ -572,12 +737,18 @@ def _prepare(
         t0 = time.perf_counter()
         say(f"{network}: extracting tasks")
         tasks, total_tasks, share = network_tasks(network, target, max_tasks)
-        say(f"{network}: sampling {settings.samples_per_task} candidates x {len(tasks)} tasks")
+        say(
+            f"{network}: {len(tasks)} task(s): {settings.samples_per_task} random candidates "
+            f"and {settings.fleet_rounds} x {settings.fleet_per_round} from the training "
+            "GPUs' tuning, labelled on every GPU"
+        )
         t1 = time.perf_counter()
-        mine = [
-            sample_task(t, all_gpus, settings.samples_per_task, settings.seed + len(sampled) + i)
-            for i, t in enumerate(tasks)
-        ]
+        mine = []
+        for i, t in enumerate(tasks):
+            seed = settings.seed + len(sampled) + i
+            random_part = sample_task(t, all_gpus, settings.samples_per_task, seed)
+            tuned_part = fleet_tuning_records(t, all_gpus, settings.train_gpus, settings, seed)
+            mine.append(merged(random_part, tuned_part))
         sampled += mine
         net_tasks[network] = tasks
         info["networks"][network] = {
@@ -634,11 +805,7 @@ def _run_plans(
                     snapshots=snapshots, init_min_unmeasured=init_min(settings, pop),
                 )  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - one failed method must not lose the rest
-            result.setdefault("failed", []).append(
-                {"network": network, "gpu": gpu, "method": method,
-                 "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-            )  # fmt: skip
-            on_row(result)
+            _failed(result, network, gpu, method, exc, on_row)
             continue
         result["rows"] += [r.model_dump() for r in rows]
         on_row(result)
@@ -667,6 +834,72 @@ def _simoe_model(base: Any, hv: np.ndarray, online: bool) -> Any:
     return SiMoECostModel(copy.deepcopy(base), hv, online=online)
 
 
+def _run_simoe(
+    tasks: list[NetTask],
+    network: str,
+    gpu: str,
+    model: Any,
+    hv: np.ndarray,
+    settings: CompileSettings,
+    work_dir: Path,
+    result: dict[str, Any],
+    say: Say,
+    on_row: Callable[[dict[str, Any]], None],
+    *,
+    full: bool,
+) -> None:
+    """SiMoE fast mode, then (when `full`) full mode: fast mode's measurements continued by
+    MetaSchedule's search with SiMoE learning online, up to the full budget."""
+    k = settings.tlm_budget
+    say(
+        f"{network} on sim:{gpu}: simoe-fast ({settings.simoe_fast_rounds} model-only searches "
+        f"of {settings.simoe_fast_per_round}, then {k} measured per task)"
+    )
+    try:
+        fast, database = simoe_fast(
+            tasks, gpu, lambda: _simoe_model(model, hv, False), settings, network
+        )
+    except Exception as exc:  # noqa: BLE001 - one failed method must not lose the rest
+        _failed(result, network, gpu, "simoe-fast", exc, on_row)
+        return
+    result["rows"].append(fast.model_dump())
+    on_row(result)
+    if not full or settings.full_budget <= k:
+        return
+    say(f"{network} on sim:{gpu}: simoe-full (continues to {settings.full_budget} trials/task)")
+    try:
+        with step_lr_accepts_verbose():
+            [row] = tune_method(
+                tasks, gpu, "simoe-full", _simoe_model(model, hv, True),
+                trials=settings.full_budget - k, population=settings.population,
+                genetic_iters=settings.genetic_iters, seed=settings.seed, network=network,
+                work_dir=work_dir, trials_per_iter=settings.trials_per_iter,
+                init_min_unmeasured=init_min(settings, settings.population),
+                start=(fast, database),
+            )  # fmt: skip
+    except Exception as exc:  # noqa: BLE001
+        _failed(result, network, gpu, "simoe-full", exc, on_row)
+        return
+    row.trials_per_task = settings.full_budget
+    result["rows"].append(row.model_dump())
+    on_row(result)
+
+
+def _failed(
+    result: dict[str, Any],
+    network: str,
+    gpu: str,
+    method: str,
+    exc: Exception,
+    on_row: Callable[[dict[str, Any]], None],
+) -> None:
+    result.setdefault("failed", []).append(
+        {"network": network, "gpu": gpu, "method": method,
+         "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    )  # fmt: skip
+    on_row(result)
+
+
 def run_section(
     settings: CompileSettings,
     work_dir: Path,
@@ -685,37 +918,24 @@ def run_section(
     xgb_snaps = {
         f"ms-xgb-{b}": b for b in sorted({k, *settings.small_budgets}) if b % per_iter == 0
     }
-    share_simoe = k % per_iter == 0 and settings.simoe_fast_population > 0
-    for gpu in settings.unseen_gpus:
-        plans: list[Plan] = [
-            ("ms-xgb-full", xgb, settings.full_budget, settings.population,
-             settings.genetic_iters, xgb_snaps),
-        ]  # fmt: skip
-        for budget in sorted({k, *settings.small_budgets} - set(xgb_snaps.values())):
-            plans.append(
-                (f"ms-xgb-{budget}", xgb, budget, settings.population,
-                 settings.genetic_iters, {})
-            )  # fmt: skip
+    plans: list[Plan] = [
+        ("ms-xgb-full", xgb, settings.full_budget, settings.population,
+         settings.genetic_iters, xgb_snaps),
+    ]  # fmt: skip
+    for budget in sorted({k, *settings.small_budgets} - set(xgb_snaps.values())):
         plans.append(
-            (f"ms-mlp-pretrained-{k}", lambda: _mlp_model(mlp), k, settings.population,
-             settings.genetic_iters, {})
-        )  # fmt: skip
-        if share_simoe:  # SiMoE full = SiMoE fast's search, continued with online updates
-            plans.append(
-                ("simoe-full", lambda g=gpu: _simoe_model(simoe, hv[g], True),
-                 settings.full_budget, settings.simoe_fast_population,
-                 settings.simoe_fast_genetic_iters, {"simoe-fast": k})
-            )  # fmt: skip
-        else:
-            plans += [
-                ("simoe-fast", lambda g=gpu: _simoe_model(simoe, hv[g], False), k,
-                 settings.simoe_fast_population, settings.simoe_fast_genetic_iters, {}),
-                ("simoe-full", lambda g=gpu: _simoe_model(simoe, hv[g], True),
-                 settings.full_budget, settings.population, settings.genetic_iters, {}),
-            ]  # fmt: skip
-        # SiMoE first, then the cheap runs: a timeout still leaves the comparison at k
-        plans.sort(key=lambda p: (not p[0].startswith("simoe"), p[2], p[0]))
+            (f"ms-xgb-{budget}", xgb, budget, settings.population, settings.genetic_iters, {})
+        )
+    plans.append(
+        (f"ms-mlp-pretrained-{k}", lambda: _mlp_model(mlp), k, settings.population,
+         settings.genetic_iters, {})
+    )  # fmt: skip
+    plans.sort(key=lambda p: (p[2], p[0]))  # cheap runs first: a timeout keeps the comparison
+    for gpu in settings.unseen_gpus:
         for network, tasks in net_tasks.items():
+            # SiMoE first, then the peers
+            _run_simoe(tasks, network, gpu, simoe, hv[gpu], settings, work_dir, result, say,
+                       on_row, full=True)  # fmt: skip
             _run_plans(plans, tasks, network, gpu, settings, work_dir, result, say, on_row)
     result["summary"] = summarize(result["rows"], settings.tlm_budget)
     return result
@@ -737,9 +957,9 @@ def run_budget_section(
     on_row(result)
     [(network, tasks)] = net_tasks.items()
     gpu = settings.unseen_gpus[0]
+    _run_simoe(tasks, network, gpu, simoe, hv[gpu], settings, work_dir / "budget", result, say,
+               on_row, full=False)  # fmt: skip
     plans: list[Plan] = [
-        ("simoe-fast", lambda: _simoe_model(simoe, hv[gpu], False), settings.tlm_budget,
-         settings.simoe_fast_population, settings.simoe_fast_genetic_iters, {}),
         (f"ms-xgb-{settings.long_budget}", _xgb_model(100), settings.long_budget,
          settings.population, settings.genetic_iters, {}),
     ]  # fmt: skip

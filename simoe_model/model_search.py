@@ -1,0 +1,208 @@
+"""SiMoE fast mode's model-only search: MetaSchedule's evolutionary search, chained over
+rounds, with a scoring function standing in for the device.
+
+MetaSchedule gets deep by seeding each evolutionary search with the best *measured*
+candidates so far (its database's top k): a 1,000-trial run is ~16 chained searches. One
+long search does not do the same: its population converges after a few generations. A
+model-only search gets the chaining for free by "measuring" with the model: a builder that
+scores each candidate and a runner that hands the score back as seconds. After `rounds`
+searches of `per_round` candidates, the `top_k` distinct candidates by score are what the
+real device measures (TLM's budget: 32 per task).
+
+`score(task_mod, scheduled_mods)` returns seconds-like numbers (lower = better; inf =
+invalid). `cost_model_scorer` wraps any MetaSchedule cost model (SiMoE's among them) into
+one; the benchmarks also steer it with simulated latencies (bench/compile_time.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+
+Score = Callable[[tvm.IRModule, Sequence[tvm.IRModule]], np.ndarray]
+
+
+@dataclass
+class Scored:
+    """One distinct candidate the search proposed, and its score (seconds-like, lower wins)."""
+
+    mod: tvm.IRModule
+    trace: Any
+    score: float
+    order: int  # how many candidates had been scored before it (search effort to find it)
+
+
+@derived_object
+class _Collect(ms.measure_callback.PyMeasureCallback):
+    """Keeps every scored candidate: its scheduled module, its trace and its score."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scored: list[Scored] = []
+
+    def apply(self, _scheduler: Any, _task: int, candidates: Any, _builds: Any, runs: Any) -> None:
+        for cand, run in zip(candidates, runs, strict=True):
+            if run.error_msg is None and run.run_secs:
+                value = float(run.run_secs[0])
+                self.scored.append(Scored(cand.sch.mod, cand.sch.trace, value, len(self.scored)))
+
+
+@derived_object
+class _ScoringBuilder(ms.builder.PyBuilder):
+    """'Builds' a batch by scoring it; the score waits for the runner under a key."""
+
+    def __init__(self, task_mod: tvm.IRModule, score: Score) -> None:
+        super().__init__()
+        self.task_mod = task_mod
+        self.score = score
+        self.table: dict[str, float] = {}
+        self.counter = itertools.count()
+        self.lock = threading.Lock()
+
+    def build(self, build_inputs: list[ms.builder.BuilderInput]) -> list[ms.builder.BuilderResult]:
+        mods = [inp.mod for inp in build_inputs]
+        values = np.asarray(self.score(self.task_mod, mods), dtype=np.float64)
+        out = []
+        with self.lock:
+            for value in values:
+                if not math.isfinite(value):
+                    out.append(ms.builder.BuilderResult(None, "invalid by the scorer"))
+                    continue
+                key = f"score:{next(self.counter)}"
+                self.table[key] = float(value)
+                out.append(ms.builder.BuilderResult(key, None))
+        return out
+
+
+@derived_object
+class _ScoreRunner(ms.runner.PyRunner):
+    """Hands the builder's score back as the 'measured' seconds (positive, order kept)."""
+
+    def __init__(self, builder: _ScoringBuilder) -> None:
+        super().__init__()
+        self.builder = builder
+
+    def run(self, runner_inputs: list[ms.runner.RunnerInput]) -> list[ms.runner.RunnerFuture]:
+        futures = []
+        for inp in runner_inputs:
+            value = self.builder.table.pop(str(inp.artifact_path), None)
+            result = (
+                ms.runner.RunnerResult(None, "unknown artifact")
+                if value is None
+                else ms.runner.RunnerResult([value], None)
+            )
+            futures.append(ms.runner.RunnerFuture(f_done=lambda: True, f_result=lambda r=result: r))
+        return futures
+
+
+def model_only_search(
+    mod: tvm.IRModule,
+    target: tvm.target.Target,
+    score: Score,
+    *,
+    cost_model: Any,
+    rounds: int,
+    per_round: int,
+    population: int,
+    genetic_iters: int = 2,
+    init_min_unmeasured: int = 16,
+    seed: int = 0,
+    task_name: str = "task",
+) -> list[Scored]:
+    """Every distinct candidate `rounds` chained searches scored, best first.
+
+    `cost_model` guides each search's evolution (usually the model behind `score`);
+    `score` plays the device, so the next search starts from the best scored so far.
+    """
+    if min(rounds, per_round, population) < 1:
+        raise ValueError("rounds, per_round and population must be at least 1")
+    builder = _ScoringBuilder(mod, score)
+    collect = _Collect()
+    logger = logging.getLogger(f"simoe.model_search.{task_name}")
+    logger.propagate = False
+    logger.setLevel(logging.WARNING)
+    context = ms.TuneContext(
+        mod=mod,
+        target=target,
+        space_generator="post-order-apply",
+        search_strategy=ms.search_strategy.EvolutionarySearch(
+            population_size=population,
+            genetic_num_iters=genetic_iters,
+            init_min_unmeasured=min(init_min_unmeasured, population),
+        ),
+        task_name=task_name,
+        logger=logger,
+        rand_state=seed,
+        num_threads=2,
+    ).clone()
+    with tempfile.TemporaryDirectory(prefix="simoe-model-search-") as work_dir:
+        ms.tune_tasks(
+            tasks=[context],
+            task_weights=[1.0],
+            work_dir=work_dir,
+            max_trials_global=rounds * per_round,
+            max_trials_per_task=rounds * per_round,
+            num_trials_per_iter=per_round,
+            builder=builder,
+            runner=_ScoreRunner(builder),
+            database=ms.database.MemoryDatabase(),
+            cost_model=cost_model,
+            # AddToDatabase: the next search starts from the best scored so far
+            measure_callbacks=[ms.measure_callback.AddToDatabase(), collect],
+            task_scheduler="round-robin",
+        )
+    best: dict[int, Scored] = {}
+    for cand in collect.scored:
+        key = int(tvm_ffi.structural_hash(cand.mod))
+        if key not in best or cand.score < best[key].score:
+            best[key] = cand
+    return sorted(best.values(), key=lambda s: s.score)
+
+
+@derived_object
+class ScoreCostModel(ms.cost_model.PyCostModel):
+    """A score as a MetaSchedule cost model (predicts -log score), to steer a search with
+    something other than a learned model (the benchmarks steer with simulated latencies)."""
+
+    def __init__(self, score: Score) -> None:
+        super().__init__()
+        self.score = score
+
+    def load(self, path: str) -> None:
+        pass
+
+    def save(self, path: str) -> None:
+        pass
+
+    def update(self, context: Any, candidates: Any, results: Any) -> None:
+        pass
+
+    def predict(self, context: Any, candidates: list[Any]) -> np.ndarray:
+        values = np.asarray(self.score(context.mod, [c.sch.mod for c in candidates]), np.float64)
+        ok = np.isfinite(values) & (values > 0)
+        return np.where(ok, -np.log(np.where(ok, values, 1.0)), -1e3)
+
+
+def cost_model_scorer(cost_model: Any, target: tvm.target.Target) -> Score:
+    """A MetaSchedule cost model's predictions as seconds-like scores (exp(-prediction))."""
+
+    def score(task_mod: tvm.IRModule, mods: Sequence[tvm.IRModule]) -> np.ndarray:
+        context = ms.TuneContext(mod=task_mod, target=target)
+        args = ms.arg_info.ArgInfo.from_prim_func(task_mod["main"])
+        candidates = [ms.MeasureCandidate(tvm.s_tir.Schedule(m), args) for m in mods]
+        predicted = np.asarray(cost_model.predict(context, candidates), dtype=np.float64)
+        return np.exp(-np.clip(predicted, -50.0, 50.0))
+
+    return score
