@@ -279,11 +279,15 @@ def _run_search(
     profile_id: str | None,
     log_level: int,
     population: int | None = None,
+    model_rounds: int = 0,
 ) -> tuple[ms.database.Database, list[int], float, float | None]:
     """Run MetaSchedule over `tasks`.
 
-    Returns the database, trials per task, search wall seconds, and (simulated devices only)
-    the modelled seconds those measurements would have taken on the real GPU.
+    `model_rounds` > 0 is fast mode: per task, that many chained model-only searches
+    (simoe_model.model_search), then the device measures only the model's top
+    `trials_per_task`. Returns the database, trials per task, search wall seconds, and
+    (simulated devices only) the modelled seconds those measurements would have taken on
+    the real GPU.
     """
     import tvm
     from tvm.s_tir import meta_schedule as ms
@@ -302,6 +306,13 @@ def _run_search(
     counts = [0] * len(tasks)
     budgets = [trials_per_task] * len(tasks)
     callback = _progress_callback([t.name for t in tasks], budgets, progress, counts)
+    started = time.perf_counter()
+    strategies = (
+        [_model_picks(t, target, model, trials_per_task, model_rounds, population, seed)
+         for t in tasks]
+        if model_rounds > 0
+        else [_strategy(population) for _ in tasks]
+    )  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="simoe-tune-") as tmp:
         logs = str(work_dir or tmp)
         loggers = _task_loggers(logs, [t.name for t in tasks], log_level)
@@ -310,21 +321,20 @@ def _run_search(
                 mod=task.mod,
                 target=target,
                 space_generator="post-order-apply",
-                search_strategy=_strategy(population),
+                search_strategy=strategy,
                 task_name=task.name,
                 logger=logger,
                 rand_state=rand_state,
                 num_threads="physical",
             ).clone()
-            for task, logger, rand_state in zip(
-                tasks, loggers, fork_seed(seed, n=len(tasks)), strict=True
+            for task, logger, rand_state, strategy in zip(
+                tasks, loggers, fork_seed(seed, n=len(tasks)), strategies, strict=True
             )
         ]
         if progress is not None:  # every task's bar shows from the start
             for task, budget in zip(tasks, budgets, strict=True):
                 progress(task.name, 0, budget)
         modelled_before = getattr(device, "modelled_measure_seconds", None)
-        started = time.perf_counter()
         try:
             ms.tune_tasks(
                 tasks=contexts,
@@ -351,6 +361,32 @@ def _run_search(
     if modelled_before is not None:
         modelled = float(device.modelled_measure_seconds) - float(modelled_before)
     return database, counts, wall, modelled
+
+
+def _model_picks(
+    task: _Task,
+    target: tvm.target.Target,
+    model: ms.cost_model.CostModel | str,
+    trials: int,
+    rounds: int,
+    population: int,
+    seed: int | None,
+) -> ms.search_strategy.SearchStrategy:
+    """Fast mode's search for one task: chained model-only searches; the device then
+    measures the model's top `trials` (a strategy that proposes exactly those)."""
+    from simoe_model.model_search import ProposedCandidates, cost_model_scorer, model_only_search
+
+    if isinstance(model, str):
+        raise BadInputError(
+            f"--model-rounds needs a trained cost model to search with (--cost-model simoe), "
+            f"not {model!r}"
+        )
+    found = model_only_search(
+        task.mod, target, cost_model_scorer(model, target), cost_model=model,
+        rounds=rounds, per_round=min(64, trials), population=population,
+        init_min_unmeasured=min(50, population), seed=seed or 0, task_name=task.name,
+    )  # fmt: skip
+    return ProposedCandidates(found[:trials])
 
 
 def _task_result(
@@ -411,8 +447,11 @@ def tune_workload(
     profile_id: str | None = None,
     log_level: int = logging.WARNING,
     population: int | None = None,
+    model_rounds: int = 0,
 ) -> TuneResult:
-    """Tune one operator for `trials` candidates; every measurement goes to `store`."""
+    """Tune one operator for `trials` candidates; every measurement goes to `store`.
+
+    `model_rounds` > 0: fast mode (see `_run_search`)."""
     from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
 
     if trials < 1:
@@ -422,7 +461,7 @@ def tune_workload(
     database, counts, wall, modelled = _run_search(
         [task], device, store, trials_per_task=trials, cost_model=cost_model,
         progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
-        log_level=log_level, population=population,
+        log_level=log_level, population=population, model_rounds=model_rounds,
     )  # fmt: skip
     result = _task_result(task, database, device, counts[0], baseline=baseline, repeat=repeat)
     return TuneResult(
@@ -455,8 +494,11 @@ def tune_network(
     log_level: int = logging.WARNING,
     on_stage: Callable[[str], None] | None = None,
     population: int | None = None,
+    model_rounds: int = 0,
 ) -> TuneResult:
-    """Tune every task of a network, compile it from the store's best schedules and check it."""
+    """Tune every task of a network, compile it from the store's best schedules and check it.
+
+    `model_rounds` > 0: fast mode (see `_run_search`)."""
     if trials_per_task < 1:
         raise BadInputError(f"--trials must be at least 1, got {trials_per_task}")
     stage = on_stage or (lambda _text: None)
@@ -478,7 +520,7 @@ def tune_network(
     database, counts, wall, modelled = _run_search(
         tasks, device, store, trials_per_task=trials_per_task, cost_model=cost_model,
         progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
-        log_level=log_level, population=population,
+        log_level=log_level, population=population, model_rounds=model_rounds,
     )  # fmt: skip
     stage(f"{network.name}: measuring the best and the untuned schedules")
     results = [

@@ -70,6 +70,8 @@ class CompileSettings(BaseModel):
     shared_epochs: int
     mlp_epochs: int
     long_budget: int = 1000  # the budget section: MetaSchedule's trials on one task
+    # ... and SiMoE full mode's there: a quarter of it (64-trial searches, as MetaSchedule's)
+    long_simoe_budget: int = 256
     trials_per_iter: int = 64  # measurements per evolutionary search (MetaSchedule: 64)
     xgb_warmup: int = 100  # measurements before XGB's scores are used (MetaSchedule: 100)
     # random valid schedules each search samples before evolving: MetaSchedule's 50 for its
@@ -746,9 +748,11 @@ def _prepare(
         mine = []
         for i, t in enumerate(tasks):
             seed = settings.seed + len(sampled) + i
-            random_part = sample_task(t, all_gpus, settings.samples_per_task, seed)
-            tuned_part = fleet_tuning_records(t, all_gpus, settings.train_gpus, settings, seed)
-            mine.append(merged(random_part, tuned_part))
+            part = sample_task(t, all_gpus, settings.samples_per_task, seed)
+            if settings.fleet_rounds > 0:
+                tuned = fleet_tuning_records(t, all_gpus, settings.train_gpus, settings, seed)
+                part = merged(part, tuned)
+            mine.append(part)
         sampled += mine
         net_tasks[network] = tasks
         info["networks"][network] = {
@@ -846,10 +850,10 @@ def _run_simoe(
     say: Say,
     on_row: Callable[[dict[str, Any]], None],
     *,
-    full: bool,
+    full: CompileSettings | None,
 ) -> None:
-    """SiMoE fast mode, then (when `full`) full mode: fast mode's measurements continued by
-    MetaSchedule's search with SiMoE learning online, up to the full budget."""
+    """SiMoE fast mode, then full mode (when `full`, its settings): fast mode's measurements
+    continued by MetaSchedule's search with SiMoE learning online, up to the full budget."""
     k = settings.tlm_budget
     say(
         f"{network} on sim:{gpu}: simoe-fast ({settings.simoe_fast_rounds} model-only searches "
@@ -864,23 +868,23 @@ def _run_simoe(
         return
     result["rows"].append(fast.model_dump())
     on_row(result)
-    if not full or settings.full_budget <= k:
+    if full is None or full.full_budget <= k:
         return
-    say(f"{network} on sim:{gpu}: simoe-full (continues to {settings.full_budget} trials/task)")
+    say(f"{network} on sim:{gpu}: simoe-full (continues to {full.full_budget} trials/task)")
     try:
         with step_lr_accepts_verbose():
             [row] = tune_method(
                 tasks, gpu, "simoe-full", _simoe_model(model, hv, True),
-                trials=settings.full_budget - k, population=settings.population,
-                genetic_iters=settings.genetic_iters, seed=settings.seed, network=network,
-                work_dir=work_dir, trials_per_iter=settings.trials_per_iter,
-                init_min_unmeasured=init_min(settings, settings.population),
+                trials=full.full_budget - k, population=full.population,
+                genetic_iters=full.genetic_iters, seed=full.seed, network=network,
+                work_dir=work_dir, trials_per_iter=full.trials_per_iter,
+                init_min_unmeasured=init_min(full, full.population),
                 start=(fast, database),
             )  # fmt: skip
     except Exception as exc:  # noqa: BLE001
         _failed(result, network, gpu, "simoe-full", exc, on_row)
         return
-    row.trials_per_task = settings.full_budget
+    row.trials_per_task = full.full_budget
     result["rows"].append(row.model_dump())
     on_row(result)
 
@@ -935,7 +939,7 @@ def run_section(
         for network, tasks in net_tasks.items():
             # SiMoE first, then the peers
             _run_simoe(tasks, network, gpu, simoe, hv[gpu], settings, work_dir, result, say,
-                       on_row, full=True)  # fmt: skip
+                       on_row, full=settings)  # fmt: skip
             _run_plans(plans, tasks, network, gpu, settings, work_dir, result, say, on_row)
     result["summary"] = summarize(result["rows"], settings.tlm_budget)
     return result
@@ -957,14 +961,17 @@ def run_budget_section(
     on_row(result)
     [(network, tasks)] = net_tasks.items()
     gpu = settings.unseen_gpus[0]
-    _run_simoe(tasks, network, gpu, simoe, hv[gpu], settings, work_dir / "budget", result, say,
-               on_row, full=False)  # fmt: skip
+    # MetaSchedule's own defaults here: 64 measurements per search, XGB warm-up 100
+    default_iter = settings.model_copy(
+        update={"trials_per_iter": 64, "scale_init_min": False,
+                "full_budget": settings.long_simoe_budget}
+    )  # fmt: skip
+    _run_simoe(tasks, network, gpu, simoe, hv[gpu], settings, work_dir / "budget", result,
+               say, on_row, full=default_iter)  # fmt: skip
     plans: list[Plan] = [
         (f"ms-xgb-{settings.long_budget}", _xgb_model(100), settings.long_budget,
          settings.population, settings.genetic_iters, {}),
     ]  # fmt: skip
-    # MetaSchedule's own defaults here: 64 measurements per search, XGB warm-up 100
-    default_iter = settings.model_copy(update={"trials_per_iter": 64, "scale_init_min": False})
     _run_plans(plans, tasks, network, gpu, default_iter, work_dir / "budget", result, say, on_row)
     result["summary"] = summarize(
         result["rows"], settings.tlm_budget, full_method=f"ms-xgb-{settings.long_budget}"

@@ -341,8 +341,12 @@ def _compile_md(c: dict[str, Any], repeats: list[dict[str, Any]] | None = None) 
         f"Unseen target GPUs: {', '.join(st['unseen_gpus'])}. Budgets are measurements per "
         f"task; full budget {st['full_budget']}, TLM's budget {st['tlm_budget']}. "
         f"MetaSchedule's evolutionary search: population {st['population']}, "
-        f"{st['genetic_iters']} genetic iterations; SiMoE fast mode's model-only search: "
-        f"population {st['simoe_fast_population']}, {st['simoe_fast_genetic_iters']} iterations"
+        f"{st['genetic_iters']} genetic iterations. SiMoE fast mode (simoe_model/model_search.py): "
+        f"{st.get('simoe_fast_rounds', 1)} chained model-only searches of "
+        f"{st.get('simoe_fast_per_round', 32)} candidates each (population "
+        f"{st['simoe_fast_population']}, {st['simoe_fast_genetic_iters']} iterations), each "
+        "starting from the best the model has scored so far as MetaSchedule's searches start "
+        f"from the best measured; then the model's top {st['tlm_budget']} per task are measured"
         + (
             f"; each search first samples random valid schedules until it holds "
             f"{compile_time_init_min(st, st['population'])} (MetaSchedule) or "
@@ -363,15 +367,19 @@ def _compile_md(c: dict[str, Any], repeats: list[dict[str, Any]] | None = None) 
         )
         + ". "
         + (
-            f"A {st['tlm_budget']}-measurement run is the first search of the "
-            f"{st['full_budget']}-measurement run of the same method (the same computation, "
-            f"taken as a snapshot): ms-xgb-{st['tlm_budget']} of ms-xgb-full, simoe-fast of "
-            "simoe-full (SiMoE full mode = fast mode's search continued with online updates). "
+            f"ms-xgb-{st['tlm_budget']} is the first search of ms-xgb-full (the same "
+            "computation, taken as a snapshot). "
             if st["tlm_budget"] % st.get("trials_per_iter", 64) == 0
             else ""
         )
-        + f"Training data: {st['samples_per_task']} sampled candidates per task labelled on "
-        "each training GPU; SiMoE and the MLP peer are trained once on all the tuned tasks "
+        + "SiMoE full mode = SiMoE fast's measurements continued by MetaSchedule's search with "
+        "SiMoE learning online (its own expert, few-shot) up to the full budget; its compile "
+        "time includes fast mode's. "
+        + f"Training data: per task, {st['samples_per_task']} random candidates plus the "
+        "training GPUs' tuning records (candidates of "
+        f"{st.get('fleet_rounds', 0)} chained searches of {st.get('fleet_per_round', 0)} "
+        "steered by the training GPUs' simulated latencies, never by an unseen GPU's), labelled "
+        "on each training GPU; SiMoE and the MLP peer are trained once on all the tuned tasks "
         f"of all networks (SiMoE {_f(prep.get('simoe_train_offline'), '.0f')} s, MLP "
         f"pre-training {_f(prep.get('mlp_pretrain_offline'), '.0f')} s).",
         "",
@@ -445,24 +453,15 @@ def _compile_md(c: dict[str, Any], repeats: list[dict[str, Any]] | None = None) 
     for f in c.get("failed", []):
         lines += [f"- FAILED: {f['method']} on {f['network']} / sim:{f['gpu']}: `{f['error']}`"]
     lines += [""] if c.get("failed") else []
-    snaps = (
-        {f"ms-xgb-{st['tlm_budget']}", "simoe-fast"}
-        if st.get("trials_per_iter") == st["tlm_budget"]
-        else set()
-    )
-    runs = [r for r in c.get("rows", []) if r["method"] not in snaps]
-    if runs:
-        per_iter = st.get("trials_per_iter", 64)
+    rows = c.get("rows", [])
+    if rows:
         wall: dict[str, float] = {}
-        searches: dict[str, int] = {}
-        for r in runs:
-            n = -(-r["trials_per_task"] // per_iter) * max(1, len(r["task_best_s"]))
+        for r in rows:
             wall[r["method"]] = wall.get(r["method"], 0.0) + r["search_wall_s"]
-            searches[r["method"]] = searches.get(r["method"], 0) + n
         lines += [
-            f"Search wall time of the {len(runs)} tuning runs (snapshots not counted twice): "
-            f"{sum(wall.values()):.0f} s; per evolutionary search: "
-            + ", ".join(f"{m} {wall[m] / searches[m]:.0f} s" for m in sorted(wall))
+            "Search wall time per method, summed over the pairs (a snapshot counts its part of "
+            "the run it comes from; simoe-full includes simoe-fast's): "
+            + ", ".join(f"{m} {wall[m]:.0f} s" for m in sorted(wall))
             + ".",
             "",
         ]
@@ -567,12 +566,15 @@ def _budget_md(b: dict[str, Any]) -> list[str]:
         f"One task (the top one of {', '.join(b.get('networks', {}))} by weight x FLOPs) on "
         f"sim:{st['unseen_gpus'][0]}: MetaSchedule with its XGB model and its defaults (64 "
         f"measurements per search, XGB warm-up 100) for {st['long_budget']} trials, against "
-        f"SiMoE fast ({st['tlm_budget']} measurements, model-only search of population "
-        f"{st['simoe_fast_population']}, {st['simoe_fast_genetic_iters']} genetic iterations); "
-        "MetaSchedule's search population "
-        f"{st['population']}, {st['genetic_iters']} genetic iterations. SiMoE trained on the "
-        f"training GPUs' {st['samples_per_task']} sampled candidates of the task. Compile time "
-        "as in section 1.",
+        f"SiMoE fast ({st.get('simoe_fast_rounds', 1)} chained model-only searches of "
+        f"{st.get('simoe_fast_per_round', 32)}, population {st['simoe_fast_population']}, "
+        f"{st['simoe_fast_genetic_iters']} genetic iterations; then {st['tlm_budget']} "
+        "measurements); MetaSchedule's search population "
+        f"{st['population']}, {st['genetic_iters']} genetic iterations. SiMoE is trained on the "
+        f"training GPUs' data of this task only: {st['samples_per_task']} random candidates and "
+        f"their tuning records ({st.get('fleet_rounds', 0)} x {st.get('fleet_per_round', 0)} "
+        "candidates of a search steered by their simulated latencies). Compile time as in "
+        "section 1.",
         "",
         "| method | trials | measured | search wall s | modelled measure s | compile s "
         "| latency ms |",
@@ -604,6 +606,21 @@ def _budget_md(b: dict[str, Any]) -> list[str]:
                 else f"- SiMoE fast never reached 95% of {long}'s performance."
             ),
         ]
+        full_reach = e.get("simoe-full_compile_s_to_95pct")
+        full_perf = e.get("simoe-full_perf_vs_ms_full")
+        if full_perf is not None:
+            lines.append(
+                f"- SiMoE full mode (fast mode's measurements continued to "
+                f"{st.get('long_simoe_budget', '?')} trials with online updates) kept "
+                f"{full_perf * 100:.1f}% of {long}'s performance; "
+                + (
+                    f"it reached 95% after {full_reach:.0f} s of compile time, "
+                    f"{_f(e.get('simoe-full_speedup_to_95pct'), '.1f')}x less than {long}'s "
+                    f"{e['ms_full_compile_s']:.0f} s (the paper's ratio at 95%)."
+                    if full_reach
+                    else "it never reached 95%."
+                )
+            )
         ms_row = next((r for r in b["rows"] if r["method"] == long), None)
         fast = next((r for r in b["rows"] if r["method"] == "simoe-fast"), None)
         if ms_row and fast and fast["network_latency_s"]:
@@ -619,10 +636,8 @@ def _budget_md(b: dict[str, Any]) -> list[str]:
                 lines.append(
                     f"- Why the performance is what it is: {long} matched SiMoE fast within its "
                     "XGB warm-up (the first 100 measurements, scored at random), so on this task "
-                    "and GPU the zero-shot model's 32 picks were no better than random picks "
-                    f"from MetaSchedule's evolutionary search; the model was trained on "
-                    f"{st['samples_per_task']} sampled candidates of this one task per training "
-                    "GPU."
+                    "and GPU the zero-shot model's picks were no better than random picks "
+                    "from MetaSchedule's evolutionary search."
                 )
             cap = ms_row["modelled_measure_s"] / fast["modelled_measure_s"]
             share = fast["search_wall_s"] / fast["compile_s"]

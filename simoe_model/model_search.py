@@ -206,3 +206,54 @@ def cost_model_scorer(cost_model: Any, target: tvm.target.Target) -> Score:
         return np.exp(-np.clip(predicted, -50.0, 50.0))
 
     return score
+
+
+@derived_object
+class ProposedCandidates(ms.search_strategy.PySearchStrategy):
+    """A search strategy that proposes given candidates, best first, then stops: how fast
+    mode has the device measure the model's top picks through MetaSchedule's usual
+    builder, runner, database and callbacks."""
+
+    def __init__(self, candidates: list[Scored]) -> None:
+        super().__init__()
+        self.candidates = candidates
+        self.schedules: list[Any] = []
+        self.args: list[Any] = []
+        self.next = 0
+        self.stop = 0
+        self.per_iter = 1
+
+    def _initialize_with_tune_context(self, context: Any) -> None:
+        self.args = ms.arg_info.ArgInfo.from_prim_func(context.mod["main"])
+        self.schedules = []
+        for cand in self.candidates:
+            sch = tvm.s_tir.Schedule(context.mod)
+            cand.trace.apply_to_schedule(sch, remove_postproc=False)
+            self.schedules.append(sch)
+
+    def pre_tuning(
+        self,
+        max_trials: int,
+        num_trials_per_iter: int,
+        design_spaces: Any,
+        database: Any = None,
+        cost_model: Any = None,
+    ) -> None:
+        self.next, self.stop = 0, min(max_trials, len(self.schedules))
+        self.per_iter = max(1, num_trials_per_iter)
+
+    def post_tuning(self) -> None:
+        pass
+
+    def generate_measure_candidates(self) -> list[Any] | None:
+        if self.next >= self.stop:
+            return None
+        batch = self.schedules[self.next : min(self.stop, self.next + self.per_iter)]
+        self.next += len(batch)
+        return [ms.MeasureCandidate(sch, self.args) for sch in batch]
+
+    def notify_runner_results(self, candidates: Any, results: Any) -> None:
+        pass
+
+    def clone(self) -> ProposedCandidates:
+        return ProposedCandidates(self.candidates)

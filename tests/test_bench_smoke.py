@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from bench import compile_time, run
@@ -106,7 +107,6 @@ def test_verdict_when_never_reached() -> None:
 
 def test_mlp_peer_trains_with_fewer_than_ten_epochs() -> None:
     """TVM's trainer sets StepLR(step_size=epochs // 10): 0 below 10 epochs (a crash)."""
-    import numpy as np
 
     from simoe_model.data import DeviceDataset, TaskData
 
@@ -124,3 +124,42 @@ def test_mlp_peer_trains_with_fewer_than_ten_epochs() -> None:
     train = [DeviceDataset(f"sim:{g}", np.zeros(8, np.float32), tasks) for g in "abcde"]
     trainer = compile_time.pretrained_mlp_trainer(train, epochs=2, seed=0)
     assert trainer.state.untrained_size == 0
+
+
+@pytest.mark.slow
+def test_simoe_fast_then_full_continues_its_measurements(tmp_path: Any) -> None:
+    """SiMoE fast's chained model-only search measures its top k; full mode continues from
+    those measurements (their time and best latencies count) up to the full budget."""
+    import tvm
+
+    from agent.workloads import parse_workload, prim_func
+    from simoe_model.model import SiMoE
+
+    task = compile_time.NetTask(
+        "matmul", tvm.IRModule({"main": prim_func(parse_workload("matmul:64,64,64"))}), 2.0, 0.0
+    )
+    settings = compile_time.QUICK.model_copy(
+        update={"tlm_budget": 4, "full_budget": 8, "trials_per_iter": 4, "population": 16,
+                "simoe_fast_population": 16, "simoe_fast_rounds": 2, "simoe_fast_per_round": 4}
+    )  # fmt: skip
+    torch_model = SiMoE()  # untrained: scores are arbitrary, the mechanics are under test
+    hv = np.zeros(torch_model.config.hardware_dim, np.float32)
+    fast, database = compile_time.simoe_fast(
+        [task], "a100-40gb", lambda: compile_time._simoe_model(torch_model, hv, False),
+        settings, "net",
+    )  # fmt: skip
+    assert fast.measured == 4 and fast.network_latency_s is not None
+    assert fast.network_latency_s == pytest.approx(2.0 * fast.task_best_s["matmul"])
+    assert len(database.get_all_tuning_records()) == 4
+    assert fast.modelled_measure_s > 0 and fast.compile_s > fast.search_wall_s
+    [full] = compile_time.tune_method(
+        [task], "a100-40gb", "simoe-full", compile_time._simoe_model(torch_model, hv, True),
+        trials=4, population=16, genetic_iters=1, seed=0, network="net",
+        work_dir=tmp_path, trials_per_iter=4, init_min_unmeasured=4, start=(fast, database),
+    )  # fmt: skip
+    assert full.measured == 8
+    assert full.compile_s > fast.compile_s
+    assert full.network_latency_s <= fast.network_latency_s
+    assert full.curve[: len(fast.curve)] == fast.curve
+    times = [t for t, _ in full.curve]
+    assert times == sorted(times)

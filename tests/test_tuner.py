@@ -59,6 +59,17 @@ BAD_INPUTS = [
     ["--workload", "matmul:4,4,4", "--cost-model", "nope"],
     ["--workload", "matmul:4,4,4", "--device", "tpu"],
     ["--workload", "matmul:4,4,4", "--population", "1"],
+    ["--workload", "matmul:4,4,4", "--model-rounds", "-1"],
+    [
+        "--workload",
+        "matmul:4,4,4",
+        "--device",
+        "sim:t4",
+        "--cost-model",
+        "random",
+        "--model-rounds",
+        "2",
+    ],
 ]
 if not Path("/dev/nvidiactl").exists():  # no GPU here: asking for one is the user's mistake
     BAD_INPUTS.append(["--workload", "matmul:4,4,4", "--device", "cuda:0"])
@@ -134,3 +145,22 @@ def test_simulated_gpu_tuning_is_labelled_simulated(tmp_path: Path) -> None:
         records = store.records(device="sim:t4")
         assert records and all(r.simulated for r in records)
         assert store.count_records(device="cpu") == 0
+
+
+def test_fast_mode_measures_only_the_models_picks(tmp_path: Path) -> None:
+    """--model-rounds: chained model-only searches, then exactly --trials measured."""
+    state = tmp_path / "state"
+    profiled = runner.invoke(app, ["profile", "--device", "sim:t4", "--state-dir", str(state)])
+    assert profiled.exit_code == 0, (profiled.output, profiled.exception)
+    result = runner.invoke(
+        app,
+        ["tune", "--workload", "matmul:64,64,64", "--device", "sim:t4", "--trials", "4",
+         "--cost-model", "simoe", "--model-rounds", "2", "--population", "16", "--no-baseline",
+         "--json", "--state-dir", str(state)],
+    )  # fmt: skip
+    assert result.exit_code == 0, (result.output, result.exception)
+    data = json.loads(result.stdout)
+    assert data["trials"] == 4 and data["cost_model"] == "simoe"
+    assert data["tasks"][0]["best_latency_s"] > 0
+    with Store(state / "store.sqlite") as store:
+        assert store.count_records(device="sim:t4") == 4

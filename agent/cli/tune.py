@@ -127,6 +127,12 @@ def tune(
         help="evolutionary search population per round (default: 512, or 8 per trial below "
         "64 trials); smaller is faster where search, not measurement, is the cost (sim:)",
     ),
+    model_rounds: int = typer.Option(
+        0,
+        "--model-rounds",
+        help="fast mode: this many chained model-only searches per task first, then measure "
+        "only the model's top --trials (e.g. --cost-model simoe --trials 32 --model-rounds 5)",
+    ),
     baseline: bool = typer.Option(
         True, "--baseline/--no-baseline", help="also measure the untuned default schedule"
     ),
@@ -154,6 +160,8 @@ def tune(
     cost_model = cost_model or config.cost_model
     check_cost_model(cost_model)
     search_population(trials, population)  # a bad --population fails before any work
+    if model_rounds < 0:
+        raise BadInputError(f"--model-rounds must be 0 or more, got {model_rounds}")
     device = get_device(device_name or config.device)
 
     log_level = logging.INFO if verbose else logging.WARNING
@@ -175,7 +183,7 @@ def tune(
             result = tune_workload(
                 parsed, device, store, trials=trials, cost_model=cost_model, progress=bars,
                 seed=seed, baseline=baseline, profile_id=profile_id, log_level=log_level,
-                population=population,
+                population=population, model_rounds=model_rounds,
             )  # fmt: skip
         else:
             assert model is not None
@@ -183,7 +191,7 @@ def tune(
             result = tune_network(
                 model, device, store, trials_per_task=trials, cost_model=cost_model,
                 progress=bars, seed=seed, baseline=baseline, profile_id=profile_id,
-                log_level=log_level, population=population,
+                log_level=log_level, population=population, model_rounds=model_rounds,
                 on_stage=lambda text: progress.update(status, description=text),
             )  # fmt: skip
             progress.update(status, visible=False)
