@@ -81,18 +81,16 @@ class CompileSettings(BaseModel):
 
 
 # Quick: the top task (weight x FLOPs) of each network on two unseen GPUs of different
-# generations (Ampere, Pascal). One evolutionary search per method and task (trials per
-# search = min(64, budget)): each search first samples random valid CUDA schedules until it
-# holds 50 (most random ones fail VerifyGPUCode), ~12 CPU-s whatever the population, so the
-# number of searches, not their population, sets the section's time. 32 measurements per
-# search (TLM's budget): the 64-trial runs search twice, with their model updated in between
-# (with 64 per search the model would never be used), and the 32-trial runs of the same
-# method (ms-xgb-32, simoe-fast) are the first search of those runs, the same computation,
-# taken as a snapshot instead of a second run. XGB's warm-up is cut from 100 to 32 so that
-# MetaSchedule-full's second search uses its model (a stronger peer, not a weaker one).
-# Each search samples random valid schedules until it holds 50 (MetaSchedule's default for its
-# population of 512), at ~5% valid for CUDA most of a search's time: here the 50 is scaled with
-# the population (12 for 128, 25 for 256), the same share of it, for every method alike.
+# generations (Ampere, Pascal), sized to fit the 15-minute quick run on 2 cores. Search, not
+# measurement, is the cost of a simulated GPU: each evolutionary search first samples random
+# valid CUDA schedules (~5% pass VerifyGPUCode) until it holds 50 for MetaSchedule's
+# population of 512, then mutates its population. Here every search, of every method, uses a
+# population of 64 and samples 8 first (50 scaled with the population). 32 measurements per
+# search (TLM's budget): MetaSchedule-full's 64 trials are two searches with its model updated
+# in between, and ms-xgb-32 is the first of them (the same computation, taken as a snapshot).
+# XGB's warm-up is cut from 100 to 32 so that MetaSchedule-full's second search uses its model
+# (a stronger peer, not a weaker one). SiMoE fast: 3 chained model-only searches, then 32
+# measured; SiMoE full: one more search of 32 with online updates.
 QUICK = CompileSettings(
     networks=["resnet50", "mobilenet_v2", "bert_layer"],
     max_tasks=1,
@@ -101,12 +99,12 @@ QUICK = CompileSettings(
     samples_per_task=64,
     full_budget=64,
     small_budgets=[32],
-    population=128,
+    population=64,
     genetic_iters=2,
-    simoe_fast_population=128,
+    simoe_fast_population=64,
     simoe_fast_genetic_iters=2,
-    simoe_fast_rounds=5,
-    fleet_rounds=6,
+    simoe_fast_rounds=3,
+    fleet_rounds=4,
     trials_per_iter=32,
     xgb_warmup=32,
     scale_init_min=True,
@@ -114,6 +112,12 @@ QUICK = CompileSettings(
     shared_epochs=10,
     mlp_epochs=10,
 )
+
+# The budget section in --quick: one task, so each search can be larger (population 128).
+QUICK_BUDGET = QUICK.model_copy(
+    update={"population": 128, "simoe_fast_population": 128, "simoe_fast_rounds": 5,
+            "fleet_rounds": 6}
+)  # fmt: skip
 
 FULL = CompileSettings(
     networks=["resnet50", "mobilenet_v2", "bert_layer"],
@@ -910,10 +914,16 @@ def run_section(
     *,
     say: Say,
     on_row: Callable[[dict[str, Any]], None],
+    done: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Every network x unseen GPU x method; `on_row` gets the partial result after each run."""
+    """Every network x unseen GPU x method; `on_row` gets the partial result after each run.
+
+    `done`: rows of an interrupted run with the same settings, kept and not run again (a
+    simoe-fast row without its simoe-full is run again: full mode continues fast's search)."""
     info, net_tasks, simoe, mlp, hv = _prepare(settings, work_dir, say, settings.max_tasks)
-    result: dict[str, Any] = {"settings": settings.model_dump(), **info, "rows": []}
+    kept = _resumable(done or [])
+    result: dict[str, Any] = {"settings": settings.model_dump(), **info, "rows": kept}
+    have = {(r["network"], r["gpu"], r["method"]) for r in kept}
     on_row(result)
     k = settings.tlm_budget
     per_iter = settings.trials_per_iter
@@ -938,11 +948,28 @@ def run_section(
     for gpu in settings.unseen_gpus:
         for network, tasks in net_tasks.items():
             # SiMoE first, then the peers
-            _run_simoe(tasks, network, gpu, simoe, hv[gpu], settings, work_dir, result, say,
-                       on_row, full=settings)  # fmt: skip
-            _run_plans(plans, tasks, network, gpu, settings, work_dir, result, say, on_row)
+            if (network, gpu, "simoe-full") not in have:
+                _run_simoe(tasks, network, gpu, simoe, hv[gpu], settings, work_dir, result,
+                           say, on_row, full=settings)  # fmt: skip
+            todo = [p for p in plans if (network, gpu, p[0]) not in have]
+            _run_plans(todo, tasks, network, gpu, settings, work_dir, result, say, on_row)
     result["summary"] = summarize(result["rows"], settings.tlm_budget)
     return result
+
+
+def _resumable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of an earlier run worth keeping: all but a simoe-fast without its simoe-full, and
+    a snapshot (ms-xgb-k) without the run it was taken from."""
+    have = {(r["network"], r["gpu"], r["method"]) for r in rows}
+
+    def keep(r: dict[str, Any]) -> bool:
+        if r["method"] == "simoe-fast":
+            return (r["network"], r["gpu"], "simoe-full") in have
+        if r["method"].startswith("ms-xgb-") and r["method"] != "ms-xgb-full":
+            return (r["network"], r["gpu"], "ms-xgb-full") in have
+        return True
+
+    return [r for r in rows if keep(r)]
 
 
 def run_budget_section(

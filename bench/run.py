@@ -109,7 +109,15 @@ def section_compile(report: Report, args: argparse.Namespace, say: Callable[[str
         report.data["sections"]["compile"] = partial
         report.save()
 
-    result = compile_time.run_section(settings, args.work, say=say, on_row=on_row)
+    done: list[dict[str, Any]] = []
+    if args.previous is not None:
+        section = args.previous.get("sections", {}).get("compile", {})
+        if section.get("settings") == settings.model_dump():
+            done = section.get("rows", [])
+            say(f"resuming: {len(done)} finished run(s) of the compile section kept")
+        else:
+            say("--resume: the earlier compile section has other settings; starting afresh")
+    result = compile_time.run_section(settings, args.work, say=say, on_row=on_row, done=done)
     result["plots"] = compile_time.plot_curves(result, report.out)
     report.data["sections"]["compile"] = result
 
@@ -118,7 +126,7 @@ def section_budget(report: Report, args: argparse.Namespace, say: Callable[[str]
     """One task, MetaSchedule at a realistic budget (1,000 trials) against SiMoE fast's 32."""
     from bench import compile_time
 
-    settings = compile_time.FULL if args.full else compile_time.QUICK
+    settings = compile_time.FULL if args.full else compile_time.QUICK_BUDGET
     full_method = f"ms-xgb-{settings.long_budget}"
 
     def on_row(partial: dict[str, Any]) -> None:
@@ -826,6 +834,12 @@ def main(argv: list[str] | None = None) -> int:
         help="add the sections of these report.json files (runs of other --sections) to the "
         "report in --out, then regenerate the markdown",
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the compile section's finished runs from --out's report.json (same "
+        "settings) and run only the rest: --full takes days on 2 cores",
+    )
     args = parser.parse_args(argv)
     if args.merge:
         merge_reports(ROOT / args.out, [ROOT / p for p in args.merge])
@@ -840,6 +854,12 @@ def main(argv: list[str] | None = None) -> int:
     import simoe_model  # noqa: F401  (patches inspect before TVM is imported)
 
     args.work.mkdir(parents=True, exist_ok=True)
+    args.previous = None  # read before the new report overwrites it
+    if args.resume:
+        path = args.out / "report.json"
+        if not path.exists():
+            parser.error(f"--resume: no {path} to resume from")
+        args.previous = json.loads(path.read_text())
     console = Console(stderr=True)
     report = Report(args.out, args.markdown, "full" if args.full else "quick", argv)
     report.save()

@@ -44,7 +44,7 @@ def main() -> None:
     )
 
     load_start = os.getloadavg()
-    settings = ct.QUICK.model_copy(update={"networks": [args.network], "fleet_rounds": 0})
+    settings = ct.QUICK_BUDGET.model_copy(update={"networks": [args.network], "fleet_rounds": 0})
     say = lambda text: print(time.strftime("%X"), text, flush=True)  # noqa: E731
     # the random-samples-only model: _prepare with no tuning records
     info, net_tasks, simoe_random, _mlp, hv = ct._prepare(settings, args.work, say, 1)
@@ -53,7 +53,7 @@ def main() -> None:
     say("the training GPUs' tuning records, and SiMoE trained on them as well")
     tuned = ct.merged(
         ct.sample_task(task, gpus, settings.samples_per_task, settings.seed),
-        ct.fleet_tuning_records(task, gpus, settings.train_gpus, ct.QUICK, settings.seed),
+        ct.fleet_tuning_records(task, gpus, settings.train_gpus, ct.QUICK_BUDGET, settings.seed),
     )
     simoe_tuned = ct.train_simoe(
         [ct.device_dataset(g, hv[g], [tuned]) for g in settings.train_gpus], settings

@@ -163,3 +163,12 @@ def test_simoe_fast_then_full_continues_its_measurements(tmp_path: Any) -> None:
     assert full.curve[: len(fast.curve)] == fast.curve
     times = [t for t, _ in full.curve]
     assert times == sorted(times)
+
+
+def test_resume_keeps_finished_runs_but_not_orphans() -> None:
+    """A simoe-fast without its simoe-full, or a snapshot without its run, is run again."""
+    rows = [_row("simoe-fast", 1e-3, 1.0, []), _row("ms-xgb-32", 1e-3, 1.0, []),
+            _row("ms-mlp-pretrained-32", 1e-3, 1.0, [])]  # fmt: skip
+    kept = compile_time._resumable(rows)
+    assert [r["method"] for r in kept] == ["ms-mlp-pretrained-32"]
+    assert len(compile_time._resumable(ROWS)) == len(ROWS)
