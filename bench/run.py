@@ -752,6 +752,22 @@ def _cpu_md(c: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _adopt_plots(plots: list[str], source: Path, out: Path) -> list[str]:
+    """Copy a merged section's plots next to this report; their paths relative to the repo."""
+    import shutil
+
+    adopted = []
+    for plot in plots:
+        src = Path(plot) if Path(plot).is_absolute() else ROOT / plot
+        if not src.exists():
+            src = source / Path(plot).name
+        if src.exists() and src.resolve() != (out / src.name).resolve():
+            shutil.copyfile(src, out / src.name)
+        dest = out / src.name
+        adopted.append(dest.relative_to(ROOT).as_posix() if dest.is_relative_to(ROOT) else plot)
+    return adopted
+
+
 def merge_reports(out: Path, others: list[Path]) -> None:
     """Sections run by other invocations (e.g. in parallel) join the main report."""
     path = out / "report.json"
@@ -767,6 +783,8 @@ def merge_reports(out: Path, others: list[Path]) -> None:
                     )
                 continue
             merged.append(name)
+            if name == "budget":  # its plots join this report's directory
+                section["plots"] = _adopt_plots(section.get("plots", []), other.parent, out)
             data["sections"][name] = section
             data["section_seconds"][name] = extra["section_seconds"].get(name)
             data["errors"].pop(name, None)
