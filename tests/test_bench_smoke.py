@@ -172,3 +172,19 @@ def test_resume_keeps_finished_runs_but_not_orphans() -> None:
     kept = compile_time._resumable(rows)
     assert [r["method"] for r in kept] == ["ms-mlp-pretrained-32"]
     assert len(compile_time._resumable(ROWS)) == len(ROWS)
+
+
+def test_budget_claims_are_also_read_against_metaschedules_best_run() -> None:
+    long = {**_row("ms-xgb-1000", 2.0e-3, 2000.0, [(2000.0, 2e-3)]), "trials_per_task": 1000}
+    other = {**long, "network_latency_s": 1.0e-3}
+    section = {
+        "settings": compile_time.QUICK_BUDGET.model_dump(),
+        "networks": {"net": {}},
+        "rows": [long, _row("simoe-fast", 1.1e-3, 40.0, [(40.0, 1.1e-3)])],
+    }
+    section["summary"] = compile_time.summarize(section["rows"], 32, full_method="ms-xgb-1000")
+    repeats = [{"command": "again", "rows": [other], "load_average_at_start": [1.0, 1.0, 1.0]}]
+    text = "\n".join(run._budget_md(section, repeats))
+    assert "1.0000 ms in 2000 s of compile time (`again`" in text
+    # 1.0 / 1.1 = 90.9% of the best run: missed by 4%
+    assert "simoe-fast keeps 90.9% of its performance (target >= 95%: MISSED by 4%)" in text
