@@ -665,38 +665,60 @@ def _budget_md(b: dict[str, Any], repeats: list[dict[str, Any]] | None = None) -
 
 
 def _budget_spread(b: dict[str, Any], repeats: list[dict[str, Any]], long: str) -> list[str]:
-    """MetaSchedule's own run-to-run spread at the long budget, and the claims against its
-    best run (the conservative reading)."""
-    runs = [r for rep in repeats for r in rep["rows"] if r["method"] == long]
+    """Every method's latency in each run of this section (run to run), and the claims
+    against MetaSchedule's best run (the conservative reading). A repeat's SiMoE rows count
+    only if it ran the same SiMoE settings (an earlier fast mode is not this one)."""
+    simoe_keys = ("simoe_fast_rounds", "simoe_fast_population", "fleet_rounds")
+
+    def same_simoe(rep: dict[str, Any]) -> bool:
+        return all(rep.get("settings", {}).get(k) == b["settings"].get(k) for k in simoe_keys)
+
+    def latency(rep: dict[str, Any], method: str) -> float | None:
+        if method.startswith("simoe") and not same_simoe(rep):
+            return None
+        row = next((r for r in rep["rows"] if r["method"] == method), None)
+        return row["network_latency_s"] if row else None
+
     mine = next((r for r in b.get("rows", []) if r["method"] == long), None)
-    if not runs or mine is None:
+    if not repeats or mine is None:
         return []
     lines = [
         "",
-        f"**{long} run to run.** The same {long} (same settings, same seed) in other "
-        "invocations: "
-        + "; ".join(
-            f"{r['network_latency_s'] * 1e3:.4f} ms in {r['compile_s']:.0f} s of compile time "
-            f"(`{rep['command']}`, load average {rep['load_average_at_start'][0]:.1f} at its "
-            "start)"
-            for rep in repeats
-            for r in rep["rows"]
-            if r["method"] == long and r["network_latency_s"]
-        )
-        + f", against {mine['network_latency_s'] * 1e3:.4f} ms here. MetaSchedule's search "
-        "is not deterministic across runs (threads, XGB's random warm-up), and one run can "
-        "stall far from another. Only the rows of its own method are taken from those runs.",
+        "**Run to run.** The same section (same settings for MetaSchedule, same seed) in "
+        "other invocations; latency in ms, this run first. MetaSchedule's search is not "
+        "deterministic across runs (threads, XGB's random warm-up): one run can stall far from "
+        "another. n/a: that run did not have the method (or had an earlier SiMoE fast mode).",
+        "",
+        "| method | this run | " + " | ".join(f"run {i + 2}" for i in range(len(repeats))) + " |",
+        "|---|---|" + "---|" * len(repeats),
     ]
-    best = min([r for r in [mine, *runs] if r["network_latency_s"]],
-               key=lambda r: r["network_latency_s"])  # fmt: skip
+    for r in b["rows"]:
+        cells = [_f(r["network_latency_s"] and r["network_latency_s"] * 1e3, ".4f")]
+        cells += [_f((v := latency(rep, r["method"])) and v * 1e3, ".4f") for rep in repeats]
+        lines.append(f"| {r['method']} | " + " | ".join(cells) + " |")
+    lines += [""]
+    lines += [
+        f"- run {i + 2}: `{rep['command']}` (load average {rep['load_average_at_start'][0]:.1f} "
+        "at its start)"
+        for i, rep in enumerate(repeats)
+    ]
+    longs = [v for v in [mine["network_latency_s"], *(latency(x, long) for x in repeats)] if v]
+    best = min(longs)
     for method in ("simoe-fast", "simoe-full"):
-        r = next((x for x in b["rows"] if x["method"] == method), None)
-        if r and r["network_latency_s"]:
-            keep = best["network_latency_s"] / r["network_latency_s"]
+        values = [
+            v
+            for v in [
+                next((x["network_latency_s"] for x in b["rows"] if x["method"] == method), None),
+                *(latency(x, method) for x in repeats),
+            ]
+            if v
+        ]
+        if values:
+            keep = best / float(np.median(values))
             lines.append(
-                f"- Against the best {long} run ({best['network_latency_s'] * 1e3:.4f} ms): "
-                f"{method} keeps {keep * 100:.1f}% of its performance (target >= 95%: "
-                f"{_verdict(keep, TARGET_PERF_SHARE)})."
+                f"- Against the best {long} run ({best * 1e3:.4f} ms), {method}'s median over "
+                f"its {len(values)} run(s) keeps {keep * 100:.1f}% of the performance (target "
+                f">= 95%: {_verdict(keep, TARGET_PERF_SHARE)})."
             )
     return lines
 
@@ -818,6 +840,7 @@ def merge_reports(out: Path, others: list[Path]) -> None:
                 if name in ("compile", "budget"):  # a repeat: kept to show the spread
                     data.setdefault(f"{name}_repeats", []).append(
                         {"command": extra["command"], "rows": section["rows"],
+                         "settings": section.get("settings", {}),
                          "load_average_at_start": extra["machine"]["load_average_at_start"]}
                     )  # fmt: skip
                 continue

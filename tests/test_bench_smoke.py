@@ -183,8 +183,14 @@ def test_budget_claims_are_also_read_against_metaschedules_best_run() -> None:
         "rows": [long, _row("simoe-fast", 1.1e-3, 40.0, [(40.0, 1.1e-3)])],
     }
     section["summary"] = compile_time.summarize(section["rows"], 32, full_method="ms-xgb-1000")
-    repeats = [{"command": "again", "rows": [other], "load_average_at_start": [1.0, 1.0, 1.0]}]
+    repeats = [{"command": "again", "rows": [other], "load_average_at_start": [1.0, 1.0, 1.0],
+                "settings": section["settings"]}]  # fmt: skip
     text = "\n".join(run._budget_md(section, repeats))
-    assert "1.0000 ms in 2000 s of compile time (`again`" in text
+    assert "| ms-xgb-1000 | 2.0000 | 1.0000 |" in text
+    assert "| simoe-fast | 1.1000 | n/a |" in text
+    assert "run 2: `again`" in text
     # 1.0 / 1.1 = 90.9% of the best run: missed by 4%
-    assert "simoe-fast keeps 90.9% of its performance (target >= 95%: MISSED by 4%)" in text
+    assert (
+        "simoe-fast's median over its 1 run(s) keeps 90.9% of the performance "
+        "(target >= 95%: MISSED by 4%)"
+    ) in text
