@@ -1,7 +1,7 @@
 """The one entry point of the benchmarks: runs every section, writes the report and BENCHMARKS.md.
 
     python -m bench.run --quick      # scaled down: minutes on 2 cores
-    python -m bench.run --full       # the paper-sized settings: hours
+    python -m bench.run --full       # the paper-sized settings: weeks on 2 cores (--resume)
 
 Sections (each writes its part of bench/reports/report.json as soon as it is done, so a
 timeout still leaves the finished ones; BENCHMARKS.md is regenerated from that JSON after
@@ -33,7 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = Path("bench") / "reports"
 SECTIONS = ("compile", "offline", "federation", "cpu", "budget")
-QUICK_SECTIONS = ("compile", "offline", "federation", "cpu")  # budget: hours-scale, --full only
+QUICK_SECTIONS = ("compile", "offline", "federation", "cpu")  # budget (~15 min): on request
 CPU_QUICK_TRIALS = 16
 QUICK_TARGET_MIN = 15.0
 TARGET_COMPILE_SPEEDUP = 61.0
@@ -887,7 +887,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="scaled-down settings (default)")
-    mode.add_argument("--full", action="store_true", help="the paper-sized settings (hours)")
+    mode.add_argument(
+        "--full", action="store_true", help="the paper-sized settings (weeks on 2 cores)"
+    )
     parser.add_argument(
         "--sections",
         default=None,
@@ -918,7 +920,7 @@ def main(argv: list[str] | None = None) -> int:
         "--resume",
         action="store_true",
         help="keep the compile section's finished runs from --out's report.json (same "
-        "settings) and run only the rest: --full takes days on 2 cores",
+        "settings) and run only the rest: --full takes weeks on 2 cores",
     )
     args = parser.parse_args(argv)
     if args.merge:
