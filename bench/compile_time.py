@@ -320,7 +320,7 @@ def fleet_tuning_records(
         rounds=settings.fleet_rounds, per_round=settings.fleet_per_round,
         population=settings.population, genetic_iters=settings.genetic_iters,
         init_min_unmeasured=init_min(settings, settings.population), seed=seed,
-        task_name=task.name,
+        task_name=task.name, num_threads=2,
     )  # fmt: skip
     return _labelled(task, [f.mod for f in found], [f.trace for f in found], target, gpus)
 
@@ -677,7 +677,7 @@ def simoe_fast(
             population=settings.simoe_fast_population,
             genetic_iters=settings.simoe_fast_genetic_iters,
             init_min_unmeasured=init_min(settings, settings.simoe_fast_population),
-            seed=settings.seed + i, task_name=task.name,
+            seed=settings.seed + i, task_name=task.name, num_threads=2,
         )[: settings.tlm_budget]  # fmt: skip
         workload = database.commit_workload(task.mod)
         args = ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])

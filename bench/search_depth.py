@@ -83,6 +83,7 @@ def main() -> None:
             task.mod, target, score, cost_model=model, rounds=rounds, per_round=32,
             population=population, genetic_iters=iters,
             init_min_unmeasured=ct.init_min(settings, population), seed=settings.seed,
+            num_threads=2,
         )  # fmt: skip
         seconds = time.perf_counter() - started
         best = float(np.min(on_gpu(task.mod, [f.mod for f in found[:32]])))

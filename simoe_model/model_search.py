@@ -120,11 +120,13 @@ def model_only_search(
     init_min_unmeasured: int = 16,
     seed: int = 0,
     task_name: str = "task",
+    num_threads: int | str = "physical",
 ) -> list[Scored]:
     """Every distinct candidate `rounds` chained searches scored, best first.
 
     `cost_model` guides each search's evolution (usually the model behind `score`);
     `score` plays the device, so the next search starts from the best scored so far.
+    `num_threads`: MetaSchedule's search threads ("physical": one per physical core).
     """
     if min(rounds, per_round, population) < 1:
         raise ValueError("rounds, per_round and population must be at least 1")
@@ -145,7 +147,7 @@ def model_only_search(
         task_name=task_name,
         logger=logger,
         rand_state=seed,
-        num_threads=2,
+        num_threads=num_threads,
     ).clone()
     with tempfile.TemporaryDirectory(prefix="simoe-model-search-") as work_dir:
         ms.tune_tasks(
