@@ -601,7 +601,7 @@ def _budget_md(b: dict[str, Any], repeats: list[dict[str, Any]] | None = None) -
         perf = e.get("simoe-fast_perf_vs_ms_full")
         reach = e.get("simoe-fast_compile_s_to_95pct")
         lines += [
-            f"- Compile-time ratio {long} / SiMoE fast: {_f(speed, '.1f')}x (target >= "
+            f"- This run: compile-time ratio {long} / SiMoE fast: {_f(speed, '.1f')}x (target >= "
             f"{TARGET_COMPILE_SPEEDUP:.0f}x, goal {GOAL_COMPILE_SPEEDUP:.0f}x: "
             f"{_verdict(speed, TARGET_COMPILE_SPEEDUP)}), keeping "
             f"{_f(perf and perf * 100, '.1f')}% of its performance (target >= 95%: "
