@@ -19,13 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench import compile_time as ct
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import compile_time as ct  # noqa: E402
 
 
 def main() -> None:
