@@ -743,7 +743,7 @@ def _prepare(
         t0 = time.perf_counter()
         say(f"{network}: extracting tasks")
         tasks, total_tasks, share = network_tasks(network, target, max_tasks)
-        tuned = (
+        records = (
             f" and {settings.fleet_rounds} x {settings.fleet_per_round} from the training "
             "GPUs' tuning"
             if settings.fleet_rounds > 0
@@ -751,7 +751,7 @@ def _prepare(
         )
         say(
             f"{network}: {len(tasks)} task(s): {settings.samples_per_task} random "
-            f"candidates{tuned}, labelled on every GPU"
+            f"candidates{records}, labelled on every GPU"
         )
         t1 = time.perf_counter()
         mine = []
