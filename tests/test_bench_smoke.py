@@ -194,3 +194,12 @@ def test_budget_claims_are_also_read_against_metaschedules_best_run() -> None:
         "simoe-fast's median over its 1 run(s) keeps 90.9% of the performance "
         "(target >= 95%: MISSED by 4%)"
     ) in text
+
+
+def test_each_repeat_of_the_compile_section_gets_its_claims() -> None:
+    slower = [{**r, "network_latency_s": r["network_latency_s"] * 1.3}
+              if r["method"] == "simoe-fast" else r for r in ROWS]  # fmt: skip
+    text = "\n".join(run._repeats_md(ROWS, [{"command": "again", "rows": slower}]))
+    assert "- Run 1: at 32 measurements per task SiMoE fast's networks are 1.442x" in text
+    # 1.2 / (1.04 * 1.3) = 0.888x the MLP in run 2
+    assert "- Run 2:" in text and "0.888x as fast as ms-mlp-pretrained-32's (MISSED" in text
