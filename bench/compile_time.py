@@ -500,6 +500,41 @@ class MethodRow(BaseModel):
     simulated: bool = True
 
 
+def method_row(
+    network: str,
+    gpu: str,
+    method: str,
+    trials_per_task: int,
+    tasks: list[NetTask],
+    best: list[float],
+    *,
+    measured: int,
+    wall: float,
+    modelled: float,
+    curve: list[tuple[float, float]],
+) -> MethodRow:
+    """A run's row: network latency = sum of weight x best task latency (None until every
+    task has one)."""
+    finite = all(math.isfinite(b) for b in best)
+    return MethodRow(
+        network=network,
+        gpu=gpu,
+        method=method,
+        trials_per_task=trials_per_task,
+        measured=measured,
+        search_wall_s=wall,
+        modelled_measure_s=modelled,
+        compile_s=wall + modelled,
+        network_latency_s=(
+            sum(t.weight * b for t, b in zip(tasks, best, strict=True)) if finite else None
+        ),
+        task_best_s={
+            t.name: (b if math.isfinite(b) else None) for t, b in zip(tasks, best, strict=True)
+        },
+        curve=list(curve),
+    )
+
+
 def tune_method(
     tasks: list[NetTask],
     gpu: str,
@@ -554,24 +589,10 @@ def tune_method(
     per_iter = min(trials_per_iter, trials)
 
     def row_now(name: str, k: int, wall: float, modelled: float) -> MethodRow:
-        finite = all(math.isfinite(b) for b in best)
-        return MethodRow(
-            network=network,
-            gpu=gpu,
-            method=name,
-            trials_per_task=k,
-            measured=measured[0],
-            search_wall_s=wall0 + wall,
-            modelled_measure_s=modelled0 + modelled,
-            compile_s=wall0 + wall + modelled0 + modelled,
-            network_latency_s=(
-                sum(t.weight * b for t, b in zip(tasks, best, strict=True)) if finite else None
-            ),
-            task_best_s={
-                t.name: (b if math.isfinite(b) else None) for t, b in zip(tasks, best, strict=True)
-            },
-            curve=list(curve),
-        )
+        return method_row(
+            network, gpu, name, k, tasks, best, measured=measured[0], wall=wall0 + wall,
+            modelled=modelled0 + modelled, curve=curve,
+        )  # fmt: skip
 
     @derived_object
     class Curve(PyMeasureCallback):
@@ -694,25 +715,11 @@ def simoe_fast(
                 wall = time.perf_counter() - started
                 lat = sum(t.weight * b for t, b in zip(tasks, best, strict=True))
                 curve.append((wall + device.modelled_measure_seconds, lat))
-    wall = time.perf_counter() - started
-    finite = all(math.isfinite(b) for b in best)
-    row = MethodRow(
-        network=network,
-        gpu=gpu,
-        method=method,
-        trials_per_task=settings.tlm_budget,
-        measured=measured,
-        search_wall_s=wall,
-        modelled_measure_s=float(device.modelled_measure_seconds),
-        compile_s=wall + float(device.modelled_measure_seconds),
-        network_latency_s=(
-            sum(t.weight * b for t, b in zip(tasks, best, strict=True)) if finite else None
-        ),
-        task_best_s={
-            t.name: (b if math.isfinite(b) else None) for t, b in zip(tasks, best, strict=True)
-        },
+    row = method_row(
+        network, gpu, method, settings.tlm_budget, tasks, best, measured=measured,
+        wall=time.perf_counter() - started, modelled=float(device.modelled_measure_seconds),
         curve=curve,
-    )
+    )  # fmt: skip
     return row, database
 
 
