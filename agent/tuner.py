@@ -307,12 +307,17 @@ def _run_search(
     budgets = [trials_per_task] * len(tasks)
     callback = _progress_callback([t.name for t in tasks], budgets, progress, counts)
     started = time.perf_counter()
-    strategies = (
-        [_model_picks(t, target, model, trials_per_task, model_rounds, population, seed)
-         for t in tasks]
-        if model_rounds > 0
-        else [_strategy(population) for _ in tasks]
-    )  # fmt: skip
+    try:
+        strategies = (
+            [_model_picks(t, target, model, trials_per_task, model_rounds, population, seed)
+             for t in tasks]
+            if model_rounds > 0
+            else [_strategy(population) for _ in tasks]
+        )  # fmt: skip
+    except SimoeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - MetaSchedule raises TVMError and friends
+        raise RunFailure(f"model-only search failed: {one_line_of(exc)}") from exc
     with tempfile.TemporaryDirectory(prefix="simoe-tune-") as tmp:
         logs = str(work_dir or tmp)
         loggers = _task_loggers(logs, [t.name for t in tasks], log_level)
