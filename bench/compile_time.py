@@ -7,14 +7,17 @@ simulated GPU (`sim:<gpu>`, the analytical latency model: everything here is SIM
 - ms-xgb-<k>: the same at TLM's budget (k = 32 measurements per task) and other small ones.
 - ms-mlp-pretrained-<k>: MetaSchedule's segment-sum MLP pre-trained on the other GPUs'
   data (TenSet-style transfer, as bench/offline_transfer.py does), fine-tuned while tuning.
-- simoe-fast: SiMoE zero-shot (trained on the other GPUs only), a large model-only
-  evolutionary search, then the top k per task measured (TLM's budget).
-- simoe-full: the same model with online updates (few-shot own expert) at the full budget.
+- simoe-fast: SiMoE zero-shot (trained on the other GPUs only), chained model-only
+  evolutionary searches (simoe_model.model_search), then the model's top k per task
+  measured (TLM's budget).
+- simoe-full: simoe-fast's measurements continued by MetaSchedule's search with SiMoE
+  learning online (few-shot own expert) up to the full budget.
 
-Training data: the networks' own tasks, candidates sampled once (ReplayTrace) and
-labelled by the latency model on the *training* GPUs only, as the federation's other
-nodes would have measured them. The unseen GPUs' labels are written to the fleet stores
-for the offline-transfer section but never used to train anything here.
+Training data: the networks' own tasks: candidates sampled once (ReplayTrace) plus the
+training GPUs' tuning records (`fleet_tuning_records`: a chained search steered by their
+simulated latencies), labelled by the latency model on the *training* GPUs only, as the
+federation's other nodes would have measured them. The unseen GPUs' labels are written to
+the fleet stores for the offline-transfer section but never used to train anything here.
 
 Compile time = real search wall time here (evolutionary search, cost-model training and
 prediction, the simulator's analysis) + modelled measurement time (what each measurement

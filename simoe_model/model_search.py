@@ -2,12 +2,15 @@
 rounds, with a scoring function standing in for the device.
 
 MetaSchedule gets deep by seeding each evolutionary search with the best *measured*
-candidates so far (its database's top k): a 1,000-trial run is ~16 chained searches. One
-long search does not do the same: its population converges after a few generations. A
-model-only search gets the chaining for free by "measuring" with the model: a builder that
-scores each candidate and a runner that hands the score back as seconds. After `rounds`
-searches of `per_round` candidates, the `top_k` distinct candidates by score are what the
-real device measures (TLM's budget: 32 per task).
+candidates so far (its database's top k): a 1,000-trial run is ~16 chained searches. A
+model-only search gets the same chaining without a device by "measuring" with the model: a
+builder that scores each candidate and a runner that hands the score back as seconds.
+After `rounds` searches of `per_round` candidates, the best distinct candidates by score
+are what the real device measures (fast mode: TLM's budget, 32 per task). Whether chaining
+beats one longer search is not settled (docs/model.md, bench/search_depth.py).
+
+The builder-to-runner hand-off mirrors agent/devices/sim/measure.py's; simoe_model does
+not import agent, so it is not shared.
 
 `score(task_mod, scheduled_mods)` returns seconds-like numbers (lower = better; inf =
 invalid). `cost_model_scorer` wraps any MetaSchedule cost model (SiMoE's among them) into
