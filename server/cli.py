@@ -316,6 +316,29 @@ def init_certs_command(
     console.print("give nodes the CA: simoe-agent enroll --ca " + str(certs.ca))
 
 
+def aggregation_options(aggregation: str, clip: float, trim: float, krum_f: int):  # noqa: ANN201
+    """AggregationConfig from the CLI options; a bad value is one line naming the option."""
+    from pydantic import ValidationError
+
+    from server.aggregation import AggregationConfig
+
+    if clip < 0:
+        raise BadInputError(f"--clip must not be negative, got {clip}")
+    try:
+        return AggregationConfig(
+            aggregation=aggregation,  # type: ignore[arg-type]
+            clip=clip or None,
+            trim=trim,
+            krum_f=krum_f,
+        )
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        option = {"aggregation": "--aggregation", "trim": "--trim", "krum_f": "--krum-f"}.get(
+            str(error["loc"][0]), str(error["loc"][0])
+        )
+        raise BadInputError(f"{option}: {error['msg']} (got {error.get('input')!r})") from None
+
+
 @app.command()
 def start(
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
@@ -328,8 +351,12 @@ def start(
     epochs: int = typer.Option(2, "--epochs", help="local epochs per round"),
     min_nodes: int = typer.Option(1, "--min-nodes", help="nodes needed to start a round"),
     round_timeout: float = typer.Option(300.0, "--round-timeout", help="seconds per round"),
-    robust_clip: float = typer.Option(0.0, "--robust-clip", help="clip update norms (0: off)"),
-    robust_trim: float = typer.Option(0.0, "--robust-trim", help="trimmed-mean fraction"),
+    aggregation: str = typer.Option(
+        "fedavg", "--aggregation", help="fedavg, trimmed, median or krum (robust to bad nodes)"
+    ),
+    clip: float = typer.Option(0.0, "--clip", help="clip each update's L2 norm (0: off)"),
+    trim: float = typer.Option(0.2, "--trim", help="trimmed: fraction cut at each end"),
+    krum_f: int = typer.Option(2, "--krum-f", help="krum: nodes assumed malicious"),
     state_dir: Path | None = StateDirOption,
     verbose: bool = VerboseOption,
 ) -> None:
@@ -339,6 +366,7 @@ def start(
 
     from server.superlink import Certs, SuperLink, check_certs, init_certs, submit_run
 
+    aggregation_config = aggregation_options(aggregation, clip, trim, krum_f)
     directory = (state_dir or default_state_dir()).expanduser().resolve()
     if certs_dir is not None:
         certs = Certs(certs_dir / "ca.pem", certs_dir / "server.pem", certs_dir / "server.key")
@@ -364,8 +392,7 @@ def start(
             "epochs": epochs,
             "min-nodes": min_nodes,
             "round-timeout": round_timeout,
-            "robust-clip": robust_clip,
-            "robust-trim": robust_trim,
+            **aggregation_config.run_config(),
         }
         run_id = submit_run(directory, link.address, certs.ca, run_config)
         console.print(f"SuperLink on {link.address} (TLS, node auth); run {run_id}")

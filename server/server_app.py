@@ -20,10 +20,10 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from schemas.messages import MSG_REFUSED, REC_CONFIG
+from server.aggregation import AggregationConfig, make_strategy
 from server.registry import Registry
 from server.strategy import (
     Arrays,
-    RobustConfig,
     RoundOutcome,
     SimilarityFn,
     SiMoEStrategy,
@@ -176,15 +176,13 @@ def main(grid: Grid, context: Context) -> None:
     """Entry point under a SuperLink: settings come from the run config."""
     cfg = context.run_config
     registry_path = Path(str(cfg.get("registry", "registry.sqlite"))).expanduser()
-    clip = float(cfg.get("robust-clip", 0.0))
-    trim = float(cfg.get("robust-trim", 0.0))
-    robust = RobustConfig(clip_norm=clip or None, trim_fraction=trim) if (clip or trim) else None
+    aggregation = AggregationConfig.from_run_config(dict(cfg))
     with Registry(registry_path) as registry:
-        strategy = SiMoEStrategy(
+        strategy = make_strategy(
+            aggregation,
             registry,
             default_similarity(),
             k_experts=int(cfg.get("k-experts", 3)),
-            robust=robust,
             min_available_nodes=int(cfg.get("min-nodes", 1)),
             epochs=int(cfg.get("epochs", 2)),
             seed=int(cfg.get("seed", 0)),

@@ -8,9 +8,13 @@ options, and does the rest itself:
 
 - every reply is checked (keys, shapes, NaN/Inf, weight) and a bad one is
   rejected and logged in the registry, never averaged;
-- the accepted shared arrays are averaged, weighted by `num-examples`; the robust
-  option clips each update's norm and takes a coordinate-wise trimmed mean;
+- the accepted shared arrays are averaged, weighted by `num-examples`; each update's
+  change against the current global model can be clipped to a maximum L2 norm first;
 - each node's own expert goes to the registry as a new version.
+
+Robust aggregation is a choice of strategy, one class per file as Flower's are:
+`server/strategy_trimmed.py`, `strategy_median.py`, `strategy_krum.py` override
+`combine` (how the clipped changes become one); `server/aggregation.py` picks one by name.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from flwr.app import (
 )
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from schemas import HardwareProfile
 from schemas.messages import (
@@ -60,17 +64,6 @@ SimilarityFn = Callable[
     [Mapping[str, np.ndarray], HardwareProfile, Mapping[str, HardwareProfile]], dict[str, float]
 ]
 Arrays = dict[str, np.ndarray]
-
-
-class RobustConfig(BaseModel):
-    """Robust aggregation: clip each update's L2 norm, then a coordinate-wise trimmed mean."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    clip_norm: float | None = Field(default=None, gt=0, description="max L2 norm of an update")
-    trim_fraction: float = Field(
-        default=0.0, ge=0, lt=0.5, description="fraction cut at each end per coordinate"
-    )
 
 
 class UpdateRejected(ValueError):
@@ -134,30 +127,17 @@ def weighted_average(updates: list[Arrays], weights: list[float]) -> Arrays:
     return out
 
 
-def robust_average(
-    updates: list[Arrays], weights: list[float], current: Arrays, robust: RobustConfig
-) -> Arrays:
-    """Clip each update's delta to `clip_norm`, then average (trimmed if asked)."""
-    deltas = []
-    for update in updates:
-        delta = {k: update[k].astype(np.float64) - current[k].astype(np.float64) for k in current}
-        if robust.clip_norm is not None:
-            norm = math.sqrt(sum(float(np.sum(d * d)) for d in delta.values()))
-            if norm > robust.clip_norm:
-                delta = {k: d * (robust.clip_norm / norm) for k, d in delta.items()}
-        deltas.append(delta)
-    out: Arrays = {}
-    n = len(deltas)
-    cut = int(math.floor(robust.trim_fraction * n))
-    for key, base in current.items():
-        if cut > 0 and n - 2 * cut > 0:
-            stacked = np.sort(np.stack([d[key] for d in deltas]), axis=0)
-            agg = stacked[cut : n - cut].mean(axis=0)
-        else:
-            total = float(sum(weights))
-            agg = sum(d[key] * (w / total) for d, w in zip(deltas, weights, strict=True))
-        out[key] = (base.astype(np.float64) + agg).astype(base.dtype)
-    return out
+def delta(update: Mapping[str, np.ndarray], current: Mapping[str, np.ndarray]) -> Arrays:
+    """What an update changes: update - current, per key, in float64."""
+    return {k: update[k].astype(np.float64) - current[k].astype(np.float64) for k in current}
+
+
+def clip_delta(change: Arrays, max_norm: float) -> Arrays:
+    """Scale a change down to L2 norm `max_norm` (over all keys) if it is longer."""
+    norm = math.sqrt(sum(float(np.sum(d * d)) for d in change.values()))
+    if norm <= max_norm:
+        return change
+    return {k: d * (max_norm / norm) for k, d in change.items()}
 
 
 @dataclass
@@ -169,6 +149,7 @@ class RoundOutcome:
     accepted: list[str] = field(default_factory=list)
     served: list[str] = field(default_factory=list)  # answered without data to train on
     rejected: dict[str, str] = field(default_factory=dict)
+    set_aside: list[str] = field(default_factory=list)  # accepted, left out by the aggregation
     failed: int = 0
     delivered: dict[str, list[str]] = field(default_factory=dict)
     global_version: int = 0
@@ -177,13 +158,15 @@ class RoundOutcome:
 class SiMoEStrategy(FedAvg):
     """Weighted FedAvg over shared keys, per-node expert delivery, a persistent registry."""
 
+    aggregation = "fedavg"  # the name `--aggregation` knows it by
+
     def __init__(
         self,
         registry: Registry,
         similarity: SimilarityFn,
         *,
         k_experts: int = 3,
-        robust: RobustConfig | None = None,
+        clip_norm: float | None = None,
         fraction_train: float = 1.0,
         min_available_nodes: int = 1,
         epochs: int = 2,
@@ -201,7 +184,9 @@ class SiMoEStrategy(FedAvg):
         self.registry = registry
         self.similarity = similarity
         self.k_experts = k_experts
-        self.robust = robust
+        if clip_norm is not None and not clip_norm > 0:
+            raise ValueError(f"clip_norm must be positive, got {clip_norm}")
+        self.clip_norm = clip_norm
         self.epochs = epochs
         self.seed = seed
         self.identity: dict[int, str] = {}  # Flower node_id -> node key, this run only
@@ -372,16 +357,30 @@ class SiMoEStrategy(FedAvg):
                 metric_sums[key] = metric_sums.get(key, 0.0) + value * weight
         if not updates:
             return None, None
-        if self.robust is not None:
-            averaged = robust_average(updates, weights, self.current, self.robust)
-        else:
-            averaged = weighted_average(updates, weights)
+        averaged = self.aggregate_shared(updates, weights)
         total = sum(weights)
         metrics_out = MetricRecord(
             {k: v / total for k, v in metric_sums.items() if k != WEIGHT_METRIC}
         )
         metrics_out[WEIGHT_METRIC] = float(total)
         return arrays_to_record(averaged), metrics_out
+
+    # -- aggregation --------------------------------------------------------------------
+
+    def aggregate_shared(self, updates: list[Arrays], weights: list[float]) -> Arrays:
+        """The new global shared arrays: current + combine(each update's (clipped) change)."""
+        changes = [delta(update, self.current) for update in updates]
+        if self.clip_norm is not None:
+            changes = [clip_delta(change, self.clip_norm) for change in changes]
+        combined = self.combine(changes, weights)
+        return {
+            key: (base.astype(np.float64) + combined[key]).astype(base.dtype)
+            for key, base in self.current.items()
+        }
+
+    def combine(self, changes: list[Arrays], weights: list[float]) -> Arrays:
+        """FedAvg: the changes' average weighted by num-examples (robust strategies override)."""
+        return weighted_average(changes, weights)
 
     def _check_reply(self, reply: Message) -> tuple[Arrays | None, float, dict[str, float]]:
         """(shared update or None for a node without data yet, weight, metrics)."""

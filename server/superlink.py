@@ -43,8 +43,10 @@ RUN_CONFIG_DEFAULTS: dict[str, str | int | float] = {
     "round-timeout": 120.0,
     "wait-nodes": 3600.0,
     "round-interval": 10.0,
-    "robust-clip": 0.0,
-    "robust-trim": 0.0,
+    "aggregation": "fedavg",
+    "clip": 0.0,
+    "trim": 0.2,
+    "krum-f": 2,
 }
 
 

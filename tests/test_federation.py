@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from federation_helpers import ToyNode, initial_arrays, toy_similarity
 
+from server.aggregation import AggregationConfig, make_strategy
 from server.inprocess import InProcessGrid
 from server.registry import Registry
 from server.server_app import run_rounds
-from server.strategy import RobustConfig, SiMoEStrategy, robust_average, weighted_average
+from server.strategy import SiMoEStrategy, clip_delta, weighted_average
 
 
 def make_fleet(
@@ -134,22 +135,61 @@ def test_bad_update_is_rejected_and_logged(tmp_path: Path, corrupt, reason: str)
     assert "bad" not in registry.expert_names()  # nor its expert stored
 
 
-def test_robust_trimmed_mean_ignores_an_outlier(tmp_path: Path) -> None:
-    nodes = [ToyNode(f"n{i}", 1000 * (i + 1), value=1.0) for i in range(4)]
+@pytest.mark.parametrize("aggregation", ["trimmed", "median", "krum"])
+def test_robust_strategies_ignore_two_outliers(tmp_path: Path, aggregation: str) -> None:
+    nodes = [ToyNode(f"n{i}", 1000 * (i + 1), value=1.0 + 0.01 * i) for i in range(6)]
     nodes.append(ToyNode("evil", 9000, value=1e6, weight=100))
-    robust = RobustConfig(clip_norm=10.0, trim_fraction=0.2)
-    grid, strategy, registry = make_fleet(tmp_path, nodes, robust=robust)
+    nodes.append(ToyNode("flip", 9500, value=-50.0, weight=100))
+    config = AggregationConfig(aggregation=aggregation, trim=0.25, krum_f=2)
+    registry = Registry(tmp_path / "registry.sqlite")
+    strategy = make_strategy(config, registry, toy_similarity)  # type: ignore[arg-type]
+    assert type(strategy).aggregation == aggregation
+    grid = InProcessGrid()
+    for i, node in enumerate(nodes):
+        grid.add_node(1000 + i, node.app(), {"state-dir": str(tmp_path / node.name)})
+    [outcome] = run(grid, strategy)
+    _, arrays = registry.latest_global()
+    for value in arrays.values():  # within the honest nodes' values, whatever the two sent
+        assert np.all((value >= 1.0 - 1e-6) & (value <= 1.05 + 1e-6)), value
+    if aggregation == "krum":
+        assert sorted(outcome.set_aside) == sorted([nodes[-1].key, nodes[-2].key])
+
+
+def test_fedavg_follows_the_outliers(tmp_path: Path) -> None:
+    """The same fleet under FedAvg: the two liars drag the average (why the rules exist)."""
+    nodes = [ToyNode(f"n{i}", 1000 * (i + 1), value=1.0) for i in range(6)]
+    nodes.append(ToyNode("evil", 9000, value=1e6, weight=100))
+    grid, strategy, registry = make_fleet(tmp_path, nodes)
     run(grid, strategy)
     _, arrays = registry.latest_global()
-    for value in arrays.values():
-        np.testing.assert_allclose(value, 1.0, atol=1e-6)
+    assert all(np.all(value > 1e5) for value in arrays.values())
+
+
+def test_clip_applies_to_every_rule(tmp_path: Path) -> None:
+    nodes = [ToyNode("a", 1000, value=100.0), ToyNode("b", 2000, value=100.0)]
+    grid, strategy, registry = make_fleet(tmp_path, nodes, clip_norm=1.0)
+    before = initial_arrays()
+    run(grid, strategy)
+    _, after = registry.latest_global()
+    change = np.sqrt(sum(float(np.sum((after[k] - before[k]) ** 2)) for k in before))
+    assert change == pytest.approx(1.0, rel=1e-5)
 
 
 def test_clipping_bounds_the_update_norm() -> None:
-    current = {"x": np.zeros(4, np.float32)}
-    updates = [{"x": np.full(4, 100.0, np.float32)}]
-    out = robust_average(updates, [1.0], current, RobustConfig(clip_norm=1.0))
-    assert np.linalg.norm(out["x"]) == pytest.approx(1.0, rel=1e-6)
+    out = clip_delta({"x": np.full(4, 100.0), "y": np.full(2, 100.0)}, 1.0)
+    norm = np.sqrt(sum(float(np.sum(v**2)) for v in out.values()))
+    assert norm == pytest.approx(1.0, rel=1e-9)
+    small = {"x": np.full(4, 0.1)}
+    assert clip_delta(small, 1.0) is small  # short changes pass unchanged
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"aggregation": "mean"}, {"trim": 0.5}, {"clip": -1.0}, {"krum_f": -1}],
+)
+def test_bad_aggregation_config_is_refused(fields: dict) -> None:
+    with pytest.raises(ValueError):
+        AggregationConfig(**fields)
 
 
 def test_registry_survives_restart_and_rounds_continue(tmp_path: Path) -> None:

@@ -152,3 +152,27 @@ def test_bad_certificates_are_one_line_exit_2(tmp_path: Path, damage: str) -> No
     assert "Traceback" not in result.stderr + result.stdout
     assert not listening(port)
     assert not (tmp_path / "server" / "superlink.sqlite").exists()
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (["--aggregation", "mean"], "--aggregation"),
+        (["--aggregation", "trimmed", "--trim", "0.6"], "--trim"),
+        (["--clip", "-3"], "--clip"),
+        (["--aggregation", "krum", "--krum-f", "-1"], "--krum-f"),
+    ],
+)
+def test_bad_aggregation_options_are_one_line_exit_2(
+    tmp_path: Path, options: list[str], named: str
+) -> None:
+    port = free_port()
+    result = cli(
+        "start", "--port", str(port), *options, "--state-dir", str(tmp_path / "server"),
+        timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0], result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not (tmp_path / "server").exists()  # refused before anything was created
