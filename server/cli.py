@@ -422,6 +422,47 @@ def start(
         console.print("SuperLink stopped")
 
 
+def _print_backup(title: str, result: Any, as_json: bool) -> None:
+    if as_json:
+        print_json(result.model_dump())
+        return
+    rows = [("from", result.source), ("to", result.target), ("bytes", result.bytes)]
+    rows += [("integrity_check", result.integrity)]
+    rows += [(f"rows: {table}", count) for table, count in result.rows.items()]
+    if result.kept:
+        rows.append(("replaced registry kept in", result.kept))
+    print_table(title, ["", "value"], rows)
+
+
+@app.command()
+def backup(
+    file: Path = typer.Argument(..., help="the backup file to write (must not exist)"),
+    state_dir: Path | None = StateDirOption,
+    as_json: bool = JsonOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """Copy the registry to FILE with SQLite's online backup; safe while the server runs."""
+    from server.backup import backup as backup_registry
+
+    path = registry_path(state_dir)
+    if not path.exists():
+        raise BadInputError(f"{path}: no registry (start the server or pass --state-dir)")
+    _print_backup("registry backup", backup_registry(path, file), as_json)
+
+
+@app.command()
+def restore(
+    file: Path = typer.Argument(..., help="a backup written by `simoe-server backup`"),
+    state_dir: Path | None = StateDirOption,
+    as_json: bool = JsonOption,
+    verbose: bool = VerboseOption,
+) -> None:
+    """Put a backup back as the registry; the registry it replaces is kept beside it."""
+    from server.backup import restore as restore_registry
+
+    _print_backup("registry restored", restore_registry(file, registry_path(state_dir)), as_json)
+
+
 @app.command()
 def demo(
     out: Path = typer.Option(Path("runs/demo"), "--out", help="where everything goes"),

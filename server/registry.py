@@ -8,7 +8,9 @@ node_id seen is kept as TEXT because it is an unsigned 64-bit number.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import sqlite3
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -19,7 +21,7 @@ from typing import Any
 import numpy as np
 import sqlite_utils
 
-from schemas import BadInputError, HardwareProfile
+from schemas import BadInputError, HardwareProfile, RunFailure
 from schemas.messages import ExpertInfo, NodeHello, RoundInfo
 
 SCHEMA_VERSION = 1
@@ -41,6 +43,17 @@ def arrays_from_bytes(blob: bytes) -> dict[str, np.ndarray]:
         return {k: data[k] for k in data.files}
 
 
+def create_private(path: Path) -> None:
+    """Create `path` empty with mode 0600 unless it exists (SQLite then keeps that mode).
+
+    Why: SQLite creates a new database with the umask's mode (often 0644), and its
+    -wal and -shm files copy the database file's mode.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
 class NameTakenError(BadInputError):
     """A node tried to use a name another key already holds."""
 
@@ -50,11 +63,14 @@ class Registry:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            create_private(self.path)  # node names, key fingerprints, experts: owner only
             self.db = sqlite_utils.Database(self.path)
             self.db.enable_wal()
             self._create()
+        except (OSError, sqlite3.OperationalError) as exc:  # read-only, full disk, locked
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise RunFailure(f"{self.path}: cannot open the registry ({why})") from None
         except sqlite3.DatabaseError as exc:
             raise BadInputError(f"{self.path}: not a SQLite database ({exc})") from None
 
