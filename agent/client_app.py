@@ -25,8 +25,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from pydantic import ValidationError
 
+from agent.payload import (
+    PayloadRefused,
+    adopt_experts,
+    adopt_global,
+    check_protocol,
+    decode,
+    note_refusal,
+)
 from schemas import AgentConfig, BadInputError, HardwareProfile
+from schemas.errors import one_line
 from schemas.messages import (
     REC_CONFIG,
     REC_EXPERT_PREFIX,
@@ -152,10 +162,6 @@ def local_dataset(state_dir: Path, device: str, profile: HardwareProfile) -> Dev
         return load_device_dataset(store, device, profile)
 
 
-def _arrays(record: ArrayRecord) -> dict[str, np.ndarray]:
-    return {k: v.numpy() for k, v in record.items()}
-
-
 def _record(arrays: dict[str, np.ndarray]) -> ArrayRecord:
     from flwr.app import Array
 
@@ -178,22 +184,38 @@ app = ClientApp()
 
 @app.query("hello")
 def hello(message: Message, context: Context) -> Message:
-    """Say who this node is; keep the global model it came with if it is newer."""
+    """Say who this node is; keep the global model it came with if it is newer (and sound)."""
     node = NodeState(_state_dir(context))
     state = node.load()
-    version = int(message.content.config_records[REC_CONFIG].get("global-version", 0))
+    config = message.content.config_records[REC_CONFIG]
+    version = int(config.get("global-version", 0))
     if REC_GLOBAL in message.content.array_records and (
         version > state.global_version or not node.model_path.exists()
     ):
-        from simoe_model.model import load_shared_arrays, save_model
+        from simoe_model.model import save_model
 
-        model = node.load_model()
-        load_shared_arrays(model, _arrays(message.content.array_records[REC_GLOBAL]))
-        save_model(model, node.model_path)
-        state.global_version = version
-        state.refused = None
-        node.save(state)
+        try:
+            check_protocol(config.get("protocol"))
+            model = node.load_model()
+            adopt_global(model, decode(message.content.array_records[REC_GLOBAL], "global model"))
+        except PayloadRefused as exc:
+            refuse_payload(node, f"global model v{version} at hello: {exc}")
+        else:
+            save_model(model, node.model_path)
+            state.global_version = version
+            state.refused = None
+            node.save(state)
     return Message(RecordDict({REC_NODE: _hello_record(node)}), reply_to=message)
+
+
+def refuse_payload(node: NodeState, text: str) -> None:
+    """Log a refused payload and keep it in the node's state, with the model it kept."""
+    state = node.load()
+    held = f"global model v{state.global_version}" if node.model_path.exists() else "no model"
+    text = f"{text}; kept {held}"
+    note_refusal(node.state_dir, text)
+    state.refused_payload = text
+    node.save(state)
 
 
 @app.query("refused")
@@ -210,7 +232,6 @@ def refused(message: Message, context: Context) -> Message:
 def train(message: Message, context: Context) -> Message:
     """Adopt the global shared parts and delivered experts; train on local data; reply."""
     from simoe_model.model import (
-        add_expert,
         expert_arrays,
         load_shared_arrays,
         remove_expert,
@@ -222,20 +243,31 @@ def train(message: Message, context: Context) -> Message:
     started = time.perf_counter()
     node = NodeState(_state_dir(context))
     name = node.name()
-    instruction = TrainInstruction.model_validate_json(
-        str(message.content.config_records[REC_CONFIG]["instruction"])
-    )
-    model = node.load_model()
-    received = _arrays(message.content.array_records[REC_GLOBAL])
-    load_shared_arrays(model, received)
-    delivered = []
-    for key, record in message.content.array_records.items():
-        if key.startswith(REC_EXPERT_PREFIX):
-            expert = key.removeprefix(REC_EXPERT_PREFIX)
-            if expert != name:
-                add_expert(model, expert, _arrays(record))
-                delivered.append(expert)
-    for stale in set(model.expert_names) - set(delivered) - {name}:
+    inbox = message.content
+    try:  # nothing received touches the model before it is checked; a refusal keeps it
+        try:
+            instruction = TrainInstruction.model_validate_json(
+                str(inbox.config_records[REC_CONFIG]["instruction"])
+            )
+        except (KeyError, ValidationError) as exc:
+            raise PayloadRefused(f"bad train instruction ({one_line(exc)})") from None
+        check_protocol(instruction.protocol)
+        received = decode(inbox.array_records[REC_GLOBAL], "global model")
+        model = node.load_model()
+        adopt_global(model, received)
+    except PayloadRefused as exc:
+        refuse_payload(node, f"train: {exc}")
+        raise
+    offered = {
+        key.removeprefix(REC_EXPERT_PREFIX): record
+        for key, record in inbox.array_records.items()
+        if key.startswith(REC_EXPERT_PREFIX) and key.removeprefix(REC_EXPERT_PREFIX) != name
+    }
+    delivered, bad = adopt_experts(model, offered)
+    for expert, why in bad.items():
+        kept = "kept the version it holds" if expert in model.expert_names else "left it out"
+        refuse_payload(node, f"round {instruction.server_round}: {why}; {kept}")
+    for stale in set(model.expert_names) - set(delivered) - set(bad) - {name}:
         remove_expert(model, stale)  # the bank is what the server chose this round
 
     profile = node.profile()
@@ -283,7 +315,7 @@ def train(message: Message, context: Context) -> Message:
     metrics["train-seconds"] = time.perf_counter() - started
     state.global_version = instruction.global_version
     state.last_round = instruction.server_round
-    state.experts = sorted(delivered)
+    state.experts = sorted(set(model.expert_names) - {name})
     state.refused = None
     state.last_metrics = metrics
     node.save(state)

@@ -31,6 +31,9 @@ REC_METRICS = "metrics"  # MetricRecord: ALLOWED_METRICS only
 REC_NODE = "node"  # ConfigRecord: {"hello": NodeHello JSON}
 
 WEIGHT_METRIC = "num-examples"
+# The layout of what the server sends (record keys, array names): a node refuses a
+# payload of another version rather than load arrays it would misread.
+PROTOCOL_VERSION = 1
 # Aggregates a node may report: counts and losses, nothing that describes a workload.
 ALLOWED_METRICS: frozenset[str] = frozenset(
     {
@@ -94,6 +97,7 @@ class TrainInstruction(BaseModel):
     epochs: int = Field(default=2, ge=0)
     seed: int = 0
     train: bool = Field(default=True, description="False: only deliver the model")
+    protocol: int = Field(default=PROTOCOL_VERSION, description="the payload's layout version")
 
 
 class ExpertInfo(BaseModel):
@@ -162,4 +166,7 @@ class NodeFederationState(BaseModel):
     rounds_trained: int = 0
     experts: list[str] = Field(default_factory=list, description="bank experts it holds")
     refused: str | None = Field(default=None, description="why the server refused it, if so")
+    refused_payload: str | None = Field(
+        default=None, description="the last server payload this node refused, and why"
+    )
     last_metrics: dict[str, float] = Field(default_factory=dict)

@@ -42,6 +42,7 @@ from schemas.messages import (
     ALLOWED_METRICS,
     MSG_HELLO,
     MSG_TRAIN,
+    PROTOCOL_VERSION,
     REC_CONFIG,
     REC_EXPERT_PREFIX,
     REC_GLOBAL,
@@ -210,7 +211,9 @@ class SiMoEStrategy(FedAvg):
         messages = []
         for node_id in node_ids:
             content = RecordDict({REC_GLOBAL: arrays_to_record(global_arrays)})
-            content[REC_CONFIG] = ConfigRecord({"global-version": self.registry.global_version()})
+            content[REC_CONFIG] = ConfigRecord(
+                {"global-version": self.registry.global_version(), "protocol": PROTOCOL_VERSION}
+            )
             messages.append(Message(content, dst_node_id=node_id, message_type=MSG_HELLO))
         return messages
 

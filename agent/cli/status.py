@@ -19,6 +19,7 @@ from agent.cli.app import (
 )
 from agent.store import Store, StoreSummary
 from schemas import HardwareProfile
+from schemas.messages import NodeFederationState
 
 
 class CachedProfile(BaseModel):
@@ -77,6 +78,17 @@ def _cached_profiles(state_dir: Path) -> list[CachedProfile]:
     return found
 
 
+def _federation(state_dir: Path) -> dict[str, Any] | None:
+    """What the node knows of the federation (federation/state.json), None before any round."""
+    path = state_dir / "federation" / "state.json"
+    if not path.exists():
+        return None
+    try:
+        return NodeFederationState.model_validate_json(path.read_text()).model_dump(mode="json")
+    except (OSError, ValueError) as exc:
+        return {"error": f"{path}: unreadable ({type(exc).__name__})"}
+
+
 def collect_status(state_dir: Path | None) -> AgentStatus:
     """The node's status; reads the store but never creates it."""
     config = load_config(state_dir)
@@ -94,7 +106,24 @@ def collect_status(state_dir: Path | None) -> AgentStatus:
         store_bytes=_store_bytes(path),
         store=summary,
         cached_profiles=_cached_profiles(config.state_dir),
+        federation=_federation(config.state_dir),
     )
+
+
+def _federation_rows(federation: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    if federation is None:
+        return [("federation", "no round yet")]
+    if "error" in federation:
+        return [("federation", federation["error"])]
+    rows = [
+        ("global model", f"v{federation['global_version']}, last round {federation['last_round']}"),
+        ("experts held", ", ".join(federation["experts"]) or "none"),
+    ]
+    if federation.get("refused"):
+        rows.append(("refused by the server", federation["refused"]))
+    if federation.get("refused_payload"):
+        rows.append(("refused payload", federation["refused_payload"]))
+    return rows
 
 
 @app.command("status")
@@ -121,7 +150,7 @@ def status(
             ("trials per task", config["trials_per_task"]),
             ("store", result.store_path if result.store_exists else "none yet"),
             ("store size", f"{result.store_bytes / 1e6:.2f} MB"),
-            ("federation", "not enrolled" if result.federation is None else result.federation),
+            *_federation_rows(result.federation),
         ],
     )
     if result.store is not None:
