@@ -149,9 +149,12 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def local_dataset(state_dir: Path, device: str, profile: HardwareProfile) -> DeviceDataset:
-    """The node's measurements as a DeviceDataset (features cached in its store)."""
+    """The node's measurements as a DeviceDataset (features cached in its store).
+
+    Records the tuner wrote have no features yet: they are extracted here, once.
+    """
     from agent.store import Store
-    from agent.training_data import load_device_dataset
+    from agent.training_data import cache_missing_features, load_device_dataset
     from simoe_model.data import DeviceDataset
     from simoe_model.hardware import hardware_vector
 
@@ -159,6 +162,7 @@ def local_dataset(state_dir: Path, device: str, profile: HardwareProfile) -> Dev
     if not store_path.exists():
         return DeviceDataset(device, hardware_vector(profile), [])
     with Store(store_path) as store:
+        cache_missing_features(store, device)
         return load_device_dataset(store, device, profile)
 
 

@@ -22,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -29,6 +30,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from schemas import AgentConfig, BadInputError, RunFailure
 from schemas.messages import check_node_name, key_fingerprint
+
+if TYPE_CHECKING:
+    from agent.client_app import NodeState
 
 FEDERATION = "simoe"
 
@@ -196,19 +200,32 @@ def enroll(
 
     node = NodeState(state_dir)
     _, public, created = create_node_key(state_dir)
+    previous, had_config = config, config.config_path.exists()
     config = config.model_copy(
         update={"name": name, "device": device, "server": server, "ca_cert": ca.resolve()}
     )
     config.state_dir = state_dir
+    # The SuperNode's ClientApp reads the name from agent.json, so it is written now; a
+    # failed enrolment (refused name, no server) puts the old config back, so nothing
+    # left here blocks a retry with another name. The key stays: it is registered.
     config.save()
-    if not node.profile_path.exists() or node.profile().device != device:
-        from agent.devices import get_device
-        from agent.profiler import load_or_profile
+    try:
+        if not node.profile_path.exists() or node.profile().device != device:
+            from agent.devices import get_device
+            from agent.profiler import load_or_profile
 
-        node.save_profile(load_or_profile(get_device(device), state_dir))
-    registration = register_key(state_dir, server, ca, public)
-    if download:
-        fetch_model(state_dir, timeout=download_timeout, port=supernode_port)
+            node.save_profile(load_or_profile(get_device(device), state_dir))
+        registration = register_key(state_dir, server, ca, public)
+        if download:
+            forget_refusal(node)  # a refusal of an earlier name is not this attempt's answer
+            fetch_model(state_dir, timeout=download_timeout, port=supernode_port)
+    except BaseException:
+        forget_refusal(node)
+        if had_config:
+            previous.save()
+        else:
+            previous.config_path.unlink(missing_ok=True)  # this attempt wrote the only one
+        raise
     state = node.load()
     return EnrollResult(
         name=name,
@@ -221,6 +238,13 @@ def enroll(
         experts=state.experts,
         model_path=str(node.model_path) if node.model_path.exists() else None,
     )
+
+
+def forget_refusal(node: NodeState) -> None:
+    state = node.load()
+    if state.refused:
+        state.refused = None
+        node.save(state)
 
 
 def supernode_command(state_dir: Path, port: int | None = None) -> list[str]:

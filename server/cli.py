@@ -101,6 +101,7 @@ def status(
             "last_round": last.model_dump() if last else None,
             "global_version": registry.global_version(),
             "rejections": len(registry.rejections()),
+            "refused_hellos": len(registry.refusals()),
             "last_round_bytes_per_node": (
                 sum(t["bytes_down"] + t["bytes_up"] for t in traffic) / len(traffic)
                 if traffic
@@ -117,6 +118,7 @@ def status(
         ("rounds", data["rounds"]),
         ("global model version", data["global_version"]),
         ("rejected updates", data["rejections"]),
+        ("refused hellos", data["refused_hellos"]),
     ]
     if last:
         rows.append(("last round", f"{last.round} ({last.status}, {last.finished_at or '...'})"))
@@ -132,7 +134,7 @@ def nodes(
     as_json: bool = JsonOption,
     verbose: bool = VerboseOption,
 ) -> None:
-    """The enrolled nodes: name, device, key fingerprint, rounds trained, last seen."""
+    """The enrolled nodes: name, device, key fingerprint, rounds replied in, last seen."""
     with open_registry(state_dir) as registry:
         rows = registry.nodes()
     if as_json:

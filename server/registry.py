@@ -145,6 +145,11 @@ class Registry:
             pk="id",
             if_not_exists=True,
         )
+        db["refusals"].create(
+            {"id": int, "flower_node_id": str, "reason": str, "at": str},
+            pk="id",
+            if_not_exists=True,
+        )
         db["model_versions"].create(
             {"version": int, "round": int, "weights": bytes, "created_at": str},
             pk="version",
@@ -214,10 +219,11 @@ class Registry:
     def nodes(self) -> list[dict[str, Any]]:
         return list(self.db["nodes"].rows_where(order_by="first_seen, name"))
 
-    def touch_node(self, node_key: str, trained: bool) -> None:
+    def touch_node(self, node_key: str) -> None:
+        """The node replied in a round (trained, or served without data to train on)."""
         self.db.execute(
-            "update nodes set last_seen = ?, rounds = rounds + ? where node_key = ?",
-            [now_iso(), int(trained), node_key],
+            "update nodes set last_seen = ?, rounds = rounds + 1 where node_key = ?",
+            [now_iso(), node_key],
         )
         self.db.conn.commit()
 
@@ -387,7 +393,18 @@ class Registry:
             )
 
     def rejections(self) -> list[dict[str, Any]]:
+        """Updates rejected in a round (each round's `rejected` counts these)."""
         return list(self.db["rejections"].rows_where(order_by="id"))
+
+    def add_refusal(self, flower_node_id: int, reason: str) -> None:
+        """A node refused at its hello (a name already taken, a bad identity): no update."""
+        with self.db.conn:
+            self.db["refusals"].insert(
+                {"flower_node_id": str(flower_node_id), "reason": reason, "at": now_iso()}
+            )
+
+    def refusals(self) -> list[dict[str, Any]]:
+        return list(self.db["refusals"].rows_where(order_by="id"))
 
     # -- global model versions ----------------------------------------------------------
 

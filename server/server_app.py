@@ -102,12 +102,18 @@ def run_rounds(
             strategy.configure_train(number, arrays_to_record(arrays), ConfigRecord(), grid)
         )
         replies = list(grid.send_and_receive(messages, timeout=timeout))
-        answered = {r.metadata.src_node_id for r in replies}
-        missing = {m.metadata.dst_node_id for m in messages} - answered
-        for node_id in missing:
+        # The SuperLink answers for a node that is gone with an error reply of its own
+        # (source node 0): match replies to what was sent, so that node counts once.
+        sent = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
+        origin = {
+            id(r): sent.get(r.metadata.reply_to_message_id, r.metadata.src_node_id) for r in replies
+        }
+        silent = set(sent.values()) - set(origin.values())
+        errored = {origin[id(r)] for r in replies if r.has_error()}
+        for node_id in silent | errored:
             strategy.identity.pop(node_id, None)  # gone: ask again if it comes back
         aggregated, _metrics = strategy.aggregate_train(number, replies)
-        strategy.outcome.failed += len(missing)
+        strategy.outcome.failed += len(silent)  # error replies: counted by the strategy
         version = registry.global_version()
         if aggregated is not None:
             arrays = record_to_arrays(aggregated)

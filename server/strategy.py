@@ -248,9 +248,7 @@ class SiMoEStrategy(FedAvg):
                 self.read_hello(reply)
             except UpdateRejected as exc:
                 log.warning("node %s: refused: %s", reply.metadata.src_node_id, exc)
-                self.registry.add_rejection(
-                    self.registry.last_round(), f"node_id:{reply.metadata.src_node_id}", str(exc)
-                )
+                self.registry.add_refusal(reply.metadata.src_node_id, str(exc))
 
     # -- experts ------------------------------------------------------------------------
 
@@ -343,7 +341,7 @@ class SiMoEStrategy(FedAvg):
                 bytes_down=self._bytes_down.get(node_id, 0),
                 bytes_up=payload_bytes(reply.content),
             )
-            self.registry.touch_node(who, trained=update is not None)
+            self.registry.touch_node(who)
             if update is None:
                 self.outcome.served.append(who)
                 continue

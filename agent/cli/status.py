@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,7 @@ from agent.cli.app import (
     print_table,
 )
 from agent.store import Store, StoreSummary
-from schemas import HardwareProfile
-from schemas.messages import NodeFederationState
+from schemas import AgentConfig, BadInputError, HardwareProfile
 
 
 class CachedProfile(BaseModel):
@@ -35,6 +35,24 @@ class CachedProfile(BaseModel):
     error: str | None = None  # set when the file is not a valid profile
 
 
+class FederationStatus(BaseModel):
+    """What the node knows of its federation (`federation/state.json`, the daemon's file)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None
+    server: str | None
+    key_fingerprint: str | None
+    global_version: int
+    last_round: int
+    rounds_trained: int  # rounds in which it trained and sent its own expert
+    experts: list[str]  # the experts of similar hardware it holds
+    refused: str | None
+    refused_payload: str | None  # the last server payload it refused, and why
+    has_model: bool
+    daemon: dict[str, Any] | None  # daemon.json: state, pid, queue counts
+
+
 class AgentStatus(BaseModel):
     """What `simoe-agent status --json` prints."""
 
@@ -48,9 +66,41 @@ class AgentStatus(BaseModel):
     store_bytes: int  # the database file plus its WAL and shared-memory files
     store: StoreSummary | None
     cached_profiles: list[CachedProfile]
-    # Federation state (enrolment, server, last round, expert version): filled in by the
-    # federation work; None until this node has any.
-    federation: dict[str, Any] | None = None
+    # None until the node has enrolled (or its ClientApp took part in a round)
+    federation: FederationStatus | None = None
+
+
+def _federation(state_dir: Path, config: AgentConfig) -> FederationStatus | None:
+    from agent.client_app import NodeState
+
+    node = NodeState(state_dir)
+    if not (config.server or node.state_path.exists()):
+        return None
+    state = node.load()
+    try:
+        fingerprint = node.fingerprint()
+    except (BadInputError, ValueError):
+        fingerprint = None
+    daemon = None
+    daemon_file = state_dir / "daemon.json"
+    if daemon_file.exists():
+        try:
+            daemon = json.loads(daemon_file.read_text())
+        except (OSError, ValueError):
+            daemon = None
+    return FederationStatus(
+        name=config.name,
+        server=config.server,
+        key_fingerprint=fingerprint,
+        global_version=state.global_version,
+        last_round=state.last_round,
+        rounds_trained=state.rounds_trained,
+        experts=state.experts,
+        refused=state.refused,
+        refused_payload=state.refused_payload,
+        has_model=node.model_path.exists(),
+        daemon=daemon,
+    )
 
 
 def _store_bytes(path: Path) -> int:
@@ -78,17 +128,6 @@ def _cached_profiles(state_dir: Path) -> list[CachedProfile]:
     return found
 
 
-def _federation(state_dir: Path) -> dict[str, Any] | None:
-    """What the node knows of the federation (federation/state.json), None before any round."""
-    path = state_dir / "federation" / "state.json"
-    if not path.exists():
-        return None
-    try:
-        return NodeFederationState.model_validate_json(path.read_text()).model_dump(mode="json")
-    except (OSError, ValueError) as exc:
-        return {"error": f"{path}: unreadable ({type(exc).__name__})"}
-
-
 def collect_status(state_dir: Path | None) -> AgentStatus:
     """The node's status; reads the store but never creates it."""
     config = load_config(state_dir)
@@ -106,23 +145,32 @@ def collect_status(state_dir: Path | None) -> AgentStatus:
         store_bytes=_store_bytes(path),
         store=summary,
         cached_profiles=_cached_profiles(config.state_dir),
-        federation=_federation(config.state_dir),
+        federation=_federation(config.state_dir, config),
     )
 
 
-def _federation_rows(federation: dict[str, Any] | None) -> list[tuple[str, Any]]:
+def _federation_rows(federation: FederationStatus | None) -> list[tuple[str, Any]]:
     if federation is None:
-        return [("federation", "no round yet")]
-    if "error" in federation:
-        return [("federation", federation["error"])]
-    rows = [
-        ("global model", f"v{federation['global_version']}, last round {federation['last_round']}"),
-        ("experts held", ", ".join(federation["experts"]) or "none"),
+        return [("federation", "not enrolled")]
+    rows: list[tuple[str, Any]] = [
+        ("federation", f"{federation.name or '?'} at {federation.server or '?'}"),
+        ("global model", f"v{federation.global_version}, last round {federation.last_round}"),
+        ("own expert", f"trained in {federation.rounds_trained} rounds"),
+        ("experts held", ", ".join(federation.experts) or "none"),
     ]
-    if federation.get("refused"):
-        rows.append(("refused by the server", federation["refused"]))
-    if federation.get("refused_payload"):
-        rows.append(("refused payload", federation["refused_payload"]))
+    if federation.daemon:
+        daemon = federation.daemon
+        rows.append(
+            (
+                "daemon",
+                f"{daemon.get('state')}; queue {daemon.get('pending', 0)} pending, "
+                f"{daemon.get('done', 0)} done, {daemon.get('failed', 0)} failed",
+            )
+        )
+    if federation.refused:
+        rows.append(("refused by the server", federation.refused))
+    if federation.refused_payload:
+        rows.append(("refused payload", federation.refused_payload))
     return rows
 
 

@@ -1,0 +1,204 @@
+"""Defects a new user met in the federation (issue 13, defects 1-4), each pinned by a test.
+
+1. a refused enroll leaves nothing behind that blocks a retry with a free name;
+2. `simoe-agent status` shows the federation state of a node that ran rounds;
+3. a node trains and sends its own expert from its tuning records, alone in the fleet
+   (the tuner stores traces, not features: training must not wait for features);
+4. one-node rounds report no spurious failures, `status`'s rejected count agrees with
+   the rounds', `nodes` counts the rounds a node replied in.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from federation_helpers import ToyNode, seed_node
+from flwr.app import Error, Message
+from typer.testing import CliRunner
+
+from agent.cli import app as agent_cli
+from agent.client_app import NodeState
+from agent.client_app import app as client_app
+from schemas import AgentConfig, BadInputError
+from server.cli import app as server_cli
+from server.inprocess import SUPERLINK_NODE_ID, InProcessGrid
+from server.registry import Registry
+from server.server_app import run_rounds
+from server.similarity import initial_shared_arrays, model_similarity
+from server.strategy import SiMoEStrategy
+from simoe_model.synthetic import make_devices, make_tasks
+
+runner = CliRunner()
+
+
+def invoke(cli, *args: str):  # noqa: ANN001, ANN201
+    result = runner.invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+# -- 1. a refused enroll ----------------------------------------------------------------
+
+
+def test_refused_enroll_leaves_nothing_that_blocks_a_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server refuses the name (its refusal lands in the node's state as the ClientApp
+    writes it); the retry with a free name in the same state dir must go through."""
+    import agent.enroll as enroll_module
+
+    state_dir = tmp_path / "node"
+    ca = tmp_path / "ca.pem"
+    from server.superlink import init_certs
+
+    ca = init_certs(tmp_path / "certs").ca
+    monkeypatch.setattr(enroll_module, "check_server", lambda *_a, **_k: None)
+    monkeypatch.setattr(enroll_module, "register_key", lambda *_a, **_k: "registered")
+    profile = make_devices(1, seed=2)[0].profile()
+    NodeState(state_dir).save_profile(profile)
+
+    def refused_fetch(state_dir: Path, **_kw: object) -> None:
+        node = NodeState(state_dir)
+        state = node.load()
+        state.refused = "name 't4-01' is taken by another node"  # what query.refused writes
+        node.save(state)
+        raise BadInputError(f"the server refused this node: {state.refused}")
+
+    monkeypatch.setattr(enroll_module, "fetch_model", refused_fetch)
+    with pytest.raises(BadInputError, match="refused"):
+        enroll_module.enroll(
+            state_dir=state_dir, server="127.0.0.1:1", ca=ca, name="t4-01", device=profile.device
+        )
+    assert AgentConfig.load(state_dir).name is None  # not enrolled under the refused name
+
+    def good_fetch(state_dir: Path, **_kw: object) -> None:
+        node = NodeState(state_dir)
+        assert not node.load().refused, "the old refusal must not be read as this one's"
+        state = node.load()
+        state.last_round += 1
+        node.save(state)
+
+    monkeypatch.setattr(enroll_module, "fetch_model", good_fetch)
+    result = enroll_module.enroll(
+        state_dir=state_dir, server="127.0.0.1:1", ca=ca, name="t4-02", device=profile.device
+    )
+    assert result.name == "t4-02" and AgentConfig.load(state_dir).name == "t4-02"
+
+
+# -- 2 and 4: a small real federation in process -----------------------------------------
+
+
+class SuperLinkGrid(InProcessGrid):
+    """A dead node's message comes back as the SuperLink's error reply (src node 0)."""
+
+    def pull_messages(self, message_ids):  # noqa: ANN001, ANN201
+        ids = list(message_ids)
+        pending = {i: self._pending.get(i) for i in ids}
+        replies = list(super().pull_messages(ids))
+        answered = {r.metadata.reply_to_message_id for r in replies}
+        for message_id, message in pending.items():
+            if message is None or message_id in answered:
+                continue
+            error = Message(Error(code=3, reason="node unavailable"), reply_to=message)
+            error.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
+            replies.append(error)
+        return replies
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One real node with data and one without (served), two rounds; then a third round
+    where a node with a taken name is refused and the data node is dead."""
+    root = tmp_path_factory.mktemp("fleet")
+    devices, tasks = make_devices(2, seed=3), make_tasks(2, 8, seed=1)
+    registry = Registry(root / "server" / "registry.sqlite")
+    strategy = SiMoEStrategy(registry, model_similarity, k_experts=2, epochs=1)
+    grid = SuperLinkGrid()
+    data_dir = root / devices[0].name
+    seed_node(data_dir, devices[0].name, devices[0], tasks)
+    empty_dir = root / devices[1].name
+    seed_node(empty_dir, devices[1].name, devices[1], [])
+    grid.add_node(101, client_app, {"state-dir": str(data_dir)})
+    grid.add_node(102, client_app, {"state-dir": str(empty_dir)})
+    outcomes = run_rounds(grid, strategy, initial_shared_arrays(0), num_rounds=2, wait_nodes_s=0)
+    impostor = ToyNode(devices[0].name, 5000)  # another key claiming a taken name
+    grid.add_node(103, impostor.app(), {})
+    grid.kill_node(101)
+    outcomes += run_rounds(grid, strategy, {}, num_rounds=1, wait_nodes_s=0)
+    registry.close()
+    return {
+        "root": root,
+        "server": root / "server",
+        "data": data_dir,
+        "empty": empty_dir,
+        "names": [d.name for d in devices],
+        "outcomes": outcomes,
+    }
+
+
+def test_agent_status_shows_the_federation(fleet: dict) -> None:
+    status = invoke(agent_cli, "status", "--state-dir", str(fleet["data"]))
+    federation = status["federation"]
+    assert federation is not None, "an enrolled node that ran rounds is not 'not enrolled'"
+    assert federation["name"] == fleet["names"][0]
+    assert federation["last_round"] == 2 and federation["rounds_trained"] == 2
+    assert federation["global_version"] >= 1
+    assert federation["experts"] == []  # its only peer has no expert to deliver
+    table = runner.invoke(agent_cli, ["status", "--state-dir", str(fleet["data"])])
+    assert table.exit_code == 0 and "not enrolled" not in table.output
+    assert "round 2" in table.output
+
+
+def test_no_spurious_failures_and_counts_agree(fleet: dict) -> None:
+    outcomes = fleet["outcomes"]
+    assert [o.failed for o in outcomes] == [0, 0, 1]  # the dead node once, not twice
+    rounds = invoke(server_cli, "rounds", "--state-dir", str(fleet["server"]))
+    assert [r["failed"] for r in rounds] == [0, 0, 1]
+    status = invoke(server_cli, "status", "--state-dir", str(fleet["server"]))
+    assert status["rejections"] == sum(r["rejected"] for r in rounds)
+    assert status["refused_hellos"] == 1  # the impostor: refused at hello, not an update
+    nodes = {n["name"]: n for n in invoke(server_cli, "nodes", "--state-dir", str(fleet["server"]))}
+    replied = {name: 0 for name in nodes}
+    data_name, empty_name = fleet["names"]
+    replied[data_name], replied[empty_name] = 2, 3  # the data node died before round 3
+    assert {n: v["rounds"] for n, v in nodes.items()} == replied
+
+
+# -- 3. a lone node's own expert from tuned records ---------------------------------------
+
+
+@pytest.mark.slow
+def test_lone_node_sends_its_expert_from_tuned_records(tmp_path: Path) -> None:
+    """Records as the tuner writes them (traces, no features); one node, one round."""
+    from agent.devices import get_device
+    from agent.enroll import create_node_key
+    from agent.profiler import load_or_profile
+    from agent.store import Store
+    from agent.tuner import tune_workload
+    from agent.workloads import parse_workload
+
+    state_dir = tmp_path / "t4-01"
+    AgentConfig(state_dir=state_dir, name="t4-01", device="sim:t4").save()
+    create_node_key(state_dir)
+    device = get_device("sim:t4")
+    NodeState(state_dir).save_profile(load_or_profile(device, state_dir))
+    with Store(state_dir / "store.sqlite") as store:
+        tune_workload(
+            parse_workload("matmul:64,64,64"), device, store, trials=6, baseline=False,
+            population=8,
+        )  # fmt: skip
+        tuned = store.count_records(device="sim:t4")
+    assert tuned >= 2
+    with Registry(tmp_path / "registry.sqlite") as registry:
+        strategy = SiMoEStrategy(registry, model_similarity, epochs=1)
+        grid = InProcessGrid()
+        grid.add_node(7, client_app, {"state-dir": str(state_dir)})
+        [outcome] = run_rounds(
+            grid, strategy, initial_shared_arrays(0), num_rounds=1, wait_nodes_s=0
+        )
+        assert outcome.accepted, f"no update from a node with {tuned} records: {outcome}"
+        [expert] = registry.experts()
+        assert expert.name == "t4-01" and expert.num_examples == tuned
+        assert registry.rounds()[0].status == "done"
