@@ -8,7 +8,8 @@ The nodes are stand-ins that answer at once with payloads of the real sizes: the
 shared arrays of a SiMoE model, one expert's arrays, a hardware profile and metrics.
 So the round time is the federation's own overhead (server aggregation, registry,
 similarity, message handling), without node-side training or network transfer time;
-the bytes are what would go over the wire (array payload plus the JSON config records).
+the bytes are each message's content as Flower serialises it for the wire
+(`schemas.protocol.payload_bytes`, the count the registry's traffic table keeps too).
 """
 
 from __future__ import annotations
@@ -33,23 +34,11 @@ from schemas.messages import (
     NodeHello,
     TrainInstruction,
 )
-
-
-def record_bytes(content: RecordDict) -> int:
-    """Bytes of a message's payload: array buffers plus config/metric values as text."""
-    total = 0
-    for record in content.array_records.values():
-        total += sum(len(array.data) for array in record.values())
-    for record in content.config_records.values():
-        total += sum(len(str(k)) + len(str(v)) for k, v in record.items())
-    for record in content.metric_records.values():
-        total += sum(len(str(k)) + 8 for k in record)
-    return total
+from schemas.protocol import arrays_to_record, payload_bytes
 
 
 def stand_in_node(name: str, profile: HardwareProfile, seed: int) -> ClientApp:
     """A node that 'trains' instantly and answers with real-sized SiMoE payloads."""
-    from server.strategy import arrays_to_record
     from simoe_model.hardware import hardware_vector
     from simoe_model.model import SiMoE, expert_arrays, shared_arrays
 
@@ -109,7 +98,7 @@ def measure(n_nodes: int, profiles: list[HardwareProfile], rounds: int) -> dict[
         def push_messages(self, messages: Any) -> Any:
             messages = list(messages)
             for m in messages:
-                down[m.metadata.dst_node_id] = down.get(m.metadata.dst_node_id, 0) + record_bytes(
+                down[m.metadata.dst_node_id] = down.get(m.metadata.dst_node_id, 0) + payload_bytes(
                     m.content
                 )
             return super().push_messages(messages)
@@ -119,7 +108,7 @@ def measure(n_nodes: int, profiles: list[HardwareProfile], rounds: int) -> dict[
     def on_reply(reply: Message) -> None:
         if reply.has_content():
             src = reply.metadata.src_node_id
-            up[src] = up.get(src, 0) + record_bytes(reply.content)
+            up[src] = up.get(src, 0) + payload_bytes(reply.content)
 
     grid.on_reply = on_reply
     for i in range(n_nodes):

@@ -14,22 +14,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from schemas.messages import MSG_REFUSED, REC_CONFIG
+from schemas.protocol import Arrays
 from server.aggregation import AggregationConfig, make_strategy
 from server.registry import Registry
-from server.strategy import (
-    Arrays,
-    RoundOutcome,
-    SimilarityFn,
-    SiMoEStrategy,
-    arrays_to_record,
-    record_to_arrays,
-)
+from server.strategy import RoundInputs, RoundOutcome, SimilarityFn, SiMoEStrategy
 
 log = logging.getLogger("simoe.server")
 
@@ -86,47 +81,34 @@ def run_rounds(
                 break
         round_started = time.monotonic()
         node_ids = wait_for_nodes(grid, strategy.min_available_nodes, wait_nodes_s, stop)
-        strategy.public_keys = node_public_keys(grid)
-        unknown = [n for n in node_ids if n not in strategy.identity]
+        public_keys = node_public_keys(grid)
+        unknown = strategy.roster.unknown(node_ids)
         if unknown:
             hellos = strategy.hello_messages(unknown, arrays)
-            strategy.handle_hellos(grid.send_and_receive(hellos, timeout=timeout))
-            refuse_nodes(grid, {n: strategy.refused[n] for n in unknown if n in strategy.refused})
-        known = [n for n in node_ids if n in strategy.identity]
+            strategy.handle_hellos(grid.send_and_receive(hellos, timeout=timeout), public_keys)
+            refuse_nodes(grid, strategy.roster.refusals(unknown))
+        known = strategy.roster.known(node_ids)
         if not known:
             if num_rounds != 0 and wait_nodes_s <= 0:
                 break
             continue
         number = registry.start_round(grid.run.run_id if _has_run(grid) else 0, len(known))
-        messages = list(
-            strategy.configure_train(number, arrays_to_record(arrays), ConfigRecord(), grid)
-        )
-        replies = list(grid.send_and_receive(messages, timeout=timeout))
-        # The SuperLink answers for a node that is gone with an error reply of its own
-        # (source node 0): match replies to what was sent, so that node counts once.
-        sent = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
-        origin = {
-            id(r): sent.get(r.metadata.reply_to_message_id, r.metadata.src_node_id) for r in replies
-        }
-        silent = set(sent.values()) - set(origin.values())
-        errored = {origin[id(r)] for r in replies if r.has_error()}
-        for node_id in silent | errored:
-            strategy.identity.pop(node_id, None)  # gone: ask again if it comes back
-        aggregated, _metrics = strategy.aggregate_train(number, replies)
-        strategy.outcome.failed += len(silent)  # error replies: counted by the strategy
+        inputs = RoundInputs(number, arrays, node_ids, public_keys)
+        plan = strategy.configure_train(inputs)
+        replies = list(grid.send_and_receive(plan.messages, timeout=timeout))
+        outcome = strategy.aggregate_train(inputs, plan, replies)
         version = registry.global_version()
-        if aggregated is not None:
-            arrays = record_to_arrays(aggregated)
+        if outcome.aggregated is not None:
+            arrays = outcome.aggregated
             version = registry.save_global(arrays, round_=number)
-        outcome = strategy.outcome
-        outcome.global_version = version
+        outcome = replace(outcome, global_version=version)
         registry.finish_round(
             number,
             replied=len(replies),
             rejected=len(outcome.rejected),
             failed=outcome.failed,
             global_version=version,
-            updated=aggregated is not None,
+            updated=outcome.aggregated is not None,
         )
         log.info(
             "round %d: %d accepted, %d rejected, %d failed, global v%d",

@@ -3,38 +3,38 @@
 Flower's FedAvg would average every ArrayRecord of a reply and sends one RecordDict
 to all nodes; SiMoE needs per-node messages (each node gets the experts of the
 hardware most similar to its own) and must never average experts. So this class
-keeps FedAvg's interface (configure_train / aggregate_train) and its sampling
-options, and does the rest itself:
+follows Flower's strategy split (configure the round's messages, aggregate the
+replies) and does the rest itself:
 
+- message in, message out: the round loop hands `configure_train` a `RoundInputs`
+  (round number, global arrays, online nodes and their registered keys) and gets
+  the messages back as a `RoundPlan`; `aggregate_train` takes the replies and
+  returns a `RoundOutcome` (who was accepted, rejected, failed, the new averages);
 - every reply is checked (keys, shapes, NaN/Inf, weight) and a bad one is
   rejected and logged in the registry, never averaged;
-- the accepted shared arrays are averaged, weighted by `num-examples`; each update's
-  change against the current global model can be clipped to a maximum L2 norm first;
+- the accepted shared arrays are averaged by `aggregate_shared`: each update's
+  change against the current global model, clipped to a maximum L2 norm if asked,
+  then `select`ed and `combine`d (FedAvg: all of them, weighted by `num-examples`;
+  the math is `server.averaging`);
 - each node's own expert goes to the registry as a new version.
 
 Robust aggregation is a choice of strategy, one class per file as Flower's are:
-`server/strategy_trimmed.py`, `strategy_median.py`, `strategy_krum.py` override
-`combine` (how the clipped changes become one); `server/aggregation.py` picks one by name.
+`server/strategy_trimmed.py`, `strategy_median.py` override `combine`,
+`strategy_krum.py` overrides `select`; `server/aggregation.py` picks one by name.
+
+What the strategy keeps between rounds is only who the nodes are (`Roster`: Flower
+node_id -> node key for this run), updated from the nodes' own replies.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from flwr.app import (
-    Array,
-    ArrayRecord,
-    ConfigRecord,
-    Message,
-    MetricRecord,
-    RecordDict,
-)
-from flwr.serverapp import Grid
-from flwr.serverapp.strategy import FedAvg
+from flwr.app import ConfigRecord, Message, RecordDict
 from pydantic import ValidationError
 
 from schemas import HardwareProfile
@@ -55,6 +55,8 @@ from schemas.messages import (
     TrainInstruction,
     key_fingerprint,
 )
+from schemas.protocol import Arrays, arrays_to_record, payload_bytes, record_to_arrays
+from server.averaging import apply_change, clip_delta, delta, weighted_average
 from server.registry import NameTakenError, Registry
 
 log = logging.getLogger("simoe.server")
@@ -64,32 +66,10 @@ log = logging.getLogger("simoe.server")
 SimilarityFn = Callable[
     [Mapping[str, np.ndarray], HardwareProfile, Mapping[str, HardwareProfile]], dict[str, float]
 ]
-Arrays = dict[str, np.ndarray]
 
 
 class UpdateRejected(ValueError):
     """A reply that must not be averaged (wrong keys or shapes, NaN/Inf, bad weight)."""
-
-
-def record_to_arrays(record: ArrayRecord) -> Arrays:
-    return {k: v.numpy() for k, v in record.items()}
-
-
-def arrays_to_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
-    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
-
-
-def payload_bytes(content: RecordDict) -> int:
-    """Bytes of payload a message carries (array data, config values, metrics)."""
-    total = 0
-    for record in content.array_records.values():
-        total += sum(len(arr.data) for arr in record.values())
-    for record in content.config_records.values():
-        for value in record.values():
-            total += len(value) if isinstance(value, str | bytes) else 8
-    for record in content.metric_records.values():
-        total += 8 * len(record)
-    return total
 
 
 def check_update(update: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]) -> None:
@@ -116,29 +96,42 @@ def check_finite(arrays: Mapping[str, np.ndarray], what: str) -> None:
             raise UpdateRejected(f"{what} {key}: not finite floating point")
 
 
-def weighted_average(updates: list[Arrays], weights: list[float]) -> Arrays:
-    """Exactly FedAvg: sum_i w_i x_i / sum_i w_i, computed in float64."""
-    total = float(sum(weights))
-    out: Arrays = {}
-    for key in updates[0]:
-        acc = np.zeros(updates[0][key].shape, dtype=np.float64)
-        for update, weight in zip(updates, weights, strict=True):
-            acc += update[key].astype(np.float64) * (weight / total)
-        out[key] = acc.astype(updates[0][key].dtype)
-    return out
+@dataclass
+class Roster:
+    """Who the nodes of this run are: Flower node_id -> node key, and refusals."""
+
+    identity: dict[int, str] = field(default_factory=dict)
+    refused: dict[int, str] = field(default_factory=dict)  # node_id -> why
+
+    def unknown(self, node_ids: Iterable[int]) -> list[int]:
+        return [n for n in node_ids if n not in self.identity]
+
+    def known(self, node_ids: Iterable[int]) -> list[int]:
+        return [n for n in node_ids if n in self.identity]
+
+    def refusals(self, node_ids: Iterable[int]) -> dict[int, str]:
+        return {n: self.refused[n] for n in node_ids if n in self.refused}
 
 
-def delta(update: Mapping[str, np.ndarray], current: Mapping[str, np.ndarray]) -> Arrays:
-    """What an update changes: update - current, per key, in float64."""
-    return {k: update[k].astype(np.float64) - current[k].astype(np.float64) for k in current}
+@dataclass(frozen=True)
+class RoundInputs:
+    """What the round loop hands the strategy for one round."""
+
+    server_round: int
+    arrays: Arrays  # the current global shared arrays
+    node_ids: Sequence[int]  # the nodes online now (Flower node ids)
+    # node_id -> the public key (PEM) the SuperLink authenticated it with, where known
+    public_keys: Mapping[int, bytes] = field(default_factory=dict)
 
 
-def clip_delta(change: Arrays, max_norm: float) -> Arrays:
-    """Scale a change down to L2 norm `max_norm` (over all keys) if it is longer."""
-    norm = math.sqrt(sum(float(np.sum(d * d)) for d in change.values()))
-    if norm <= max_norm:
-        return change
-    return {k: d * (max_norm / norm) for k, d in change.items()}
+@dataclass
+class RoundPlan:
+    """The messages of a round and what they carry, for `aggregate_train`."""
+
+    messages: list[Message]
+    sampled: list[int]
+    delivered: dict[str, list[str]]  # node key -> expert names sent to it
+    bytes_down: dict[int, int]  # node_id -> payload bytes sent to it
 
 
 @dataclass
@@ -151,12 +144,15 @@ class RoundOutcome:
     served: list[str] = field(default_factory=list)  # answered without data to train on
     rejected: dict[str, str] = field(default_factory=dict)
     set_aside: list[str] = field(default_factory=list)  # accepted, left out by the aggregation
-    failed: int = 0
+    failed: int = 0  # replies with an error plus nodes that did not answer
+    missing: list[int] = field(default_factory=list)  # node ids that did not answer
     delivered: dict[str, list[str]] = field(default_factory=dict)
-    global_version: int = 0
+    global_version: int = 0  # set by the loop once it has saved the new global model
+    aggregated: Arrays | None = field(default=None, repr=False)  # None: nothing to average
+    metrics: dict[str, float] = field(default_factory=dict)  # weighted means of the replies
 
 
-class SiMoEStrategy(FedAvg):
+class SiMoEStrategy:
     """Weighted FedAvg over shared keys, per-node expert delivery, a persistent registry."""
 
     aggregation = "fedavg"  # the name `--aggregation` knows it by
@@ -173,36 +169,42 @@ class SiMoEStrategy(FedAvg):
         epochs: int = 2,
         seed: int = 0,
     ) -> None:
-        super().__init__(
-            fraction_train=fraction_train,
-            fraction_evaluate=1.0,  # evaluation is off: configure_evaluate sends nothing
-            min_train_nodes=1,
-            min_available_nodes=min_available_nodes,
-            weighted_by_key=WEIGHT_METRIC,
-            arrayrecord_key=REC_GLOBAL,
-            configrecord_key=REC_CONFIG,
-        )
         self.registry = registry
         self.similarity = similarity
         self.k_experts = k_experts
         if clip_norm is not None and not clip_norm > 0:
             raise ValueError(f"clip_norm must be positive, got {clip_norm}")
         self.clip_norm = clip_norm
+        self.fraction_train = fraction_train
+        self.min_available_nodes = min_available_nodes
         self.epochs = epochs
         self.seed = seed
-        self.identity: dict[int, str] = {}  # Flower node_id -> node key, this run only
-        self.refused: dict[int, str] = {}  # node_id -> why it was refused
-        # node_id -> the public key (PEM) the SuperLink authenticated it with, if any
-        self.public_keys: dict[int, bytes] = {}
-        self.current: Arrays = {}
-        self.outcome = RoundOutcome(round=0)
-        self._bytes_down: dict[int, int] = {}
+        self.roster = Roster()
 
-    def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        """Nodes report their metrics with each train reply; no separate evaluation."""
-        return []
+    # -- aggregation: the hooks robust strategies override -----------------------------
+
+    def aggregate_shared(
+        self, updates: list[Arrays], weights: list[float], current: Arrays
+    ) -> tuple[Arrays, list[int]]:
+        """The new global shared arrays, and the indices of the updates left out.
+
+        current + combine(the selected updates' (clipped) changes).
+        """
+        changes = [delta(update, current) for update in updates]
+        if self.clip_norm is not None:
+            changes = [clip_delta(change, self.clip_norm) for change in changes]
+        kept = self.select(changes, weights)
+        combined = self.combine([changes[i] for i in kept], [weights[i] for i in kept])
+        left_out = [i for i in range(len(changes)) if i not in set(kept)]
+        return apply_change(current, combined), left_out
+
+    def select(self, changes: list[Arrays], weights: list[float]) -> list[int]:
+        """Which changes to combine (indices): all of them (Krum overrides)."""
+        return list(range(len(changes)))
+
+    def combine(self, changes: list[Arrays], weights: list[float]) -> Arrays:
+        """FedAvg: the changes' average weighted by num-examples (robust strategies override)."""
+        return weighted_average(changes, weights)
 
     # -- identity -----------------------------------------------------------------------
 
@@ -217,7 +219,7 @@ class SiMoEStrategy(FedAvg):
             messages.append(Message(content, dst_node_id=node_id, message_type=MSG_HELLO))
         return messages
 
-    def read_hello(self, reply: Message) -> str:
+    def read_hello(self, reply: Message, public_keys: Mapping[int, bytes]) -> str:
         """Validate a reply's NodeHello, register the node; returns its node key."""
         node_id = reply.metadata.src_node_id
         record = reply.content.config_records.get(REC_NODE)
@@ -227,32 +229,33 @@ class SiMoEStrategy(FedAvg):
             hello = NodeHello.model_validate_json(str(record["hello"]))
         except ValidationError as exc:
             raise UpdateRejected(f"bad node identity: {exc.errors()[0]['msg']}") from None
-        pem = self.public_keys.get(node_id)
+        pem = public_keys.get(node_id)
         if pem and key_fingerprint(pem) != hello.key_fingerprint:
             raise UpdateRejected("key fingerprint does not match the node's registered key")
         try:
             node_key = self.registry.upsert_node(hello, node_id, key_verified=bool(pem))
         except NameTakenError as exc:
-            self.refused[node_id] = str(exc)
+            self.roster.refused[node_id] = str(exc)
             raise UpdateRejected(str(exc)) from None
-        self.identity[node_id] = node_key
-        self.refused.pop(node_id, None)
+        self.roster.identity[node_id] = node_key
+        self.roster.refused.pop(node_id, None)
         return node_key
 
-    def handle_hellos(self, replies: Iterable[Message]) -> None:
+    def handle_hellos(self, replies: Iterable[Message], public_keys: Mapping[int, bytes]) -> None:
+        """Register every node that said who it is; log (and remember) the refused ones."""
         for reply in replies:
             if reply.has_error():
                 log.warning("node %s: hello failed: %s", reply.metadata.src_node_id, reply.error)
                 continue
             try:
-                self.read_hello(reply)
+                self.read_hello(reply, public_keys)
             except UpdateRejected as exc:
                 log.warning("node %s: refused: %s", reply.metadata.src_node_id, exc)
                 self.registry.add_refusal(reply.metadata.src_node_id, str(exc))
 
     # -- experts ------------------------------------------------------------------------
 
-    def nearest_experts(self, node_key: str) -> list[str]:
+    def nearest_experts(self, node_key: str, global_arrays: Arrays) -> list[str]:
         """The k registered experts whose hardware is most similar to this node's."""
         node = self.registry.node(node_key)
         target = self.registry.profile(node_key)
@@ -267,28 +270,26 @@ class SiMoEStrategy(FedAvg):
                 candidates[info.name] = profile
         if not candidates:
             return []
-        scores = self.similarity(self.current, target, candidates)
+        scores = self.similarity(global_arrays, target, candidates)
         ranked = sorted(candidates, key=lambda name: (-scores[name], name))
         return ranked[: self.k_experts]
 
     # -- the round ----------------------------------------------------------------------
 
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
+    def configure_train(self, inputs: RoundInputs) -> RoundPlan:
         """One message per known node: the global shared arrays plus its nearest experts."""
-        self.current = record_to_arrays(arrays)
-        self.outcome = RoundOutcome(round=server_round)
-        self._bytes_down = {}
-        node_ids = [n for n in grid.get_node_ids() if n in self.identity]
+        server_round = inputs.server_round
+        node_ids = self.roster.known(inputs.node_ids)
         if self.fraction_train < 1.0 and node_ids:
             count = max(1, int(len(node_ids) * self.fraction_train))
             rng = np.random.default_rng(self.seed + server_round)
             node_ids = sorted(rng.choice(node_ids, size=count, replace=False).tolist())
-        messages = []
+        plan = RoundPlan(messages=[], sampled=node_ids, delivered={}, bytes_down={})
+        arrays = arrays_to_record(inputs.arrays)
         version = self.registry.global_version()
         for node_id in node_ids:
-            experts = self.nearest_experts(self.identity[node_id])
+            node_key = self.roster.identity[node_id]
+            experts = self.nearest_experts(node_key, inputs.arrays)
             instruction = TrainInstruction(
                 server_round=server_round,
                 global_version=version,
@@ -302,35 +303,45 @@ class SiMoEStrategy(FedAvg):
                 expert = self.registry.expert(name)
                 if expert is not None:
                     content[REC_EXPERT_PREFIX + name] = arrays_to_record(expert)
-            self._bytes_down[node_id] = payload_bytes(content)
-            self.outcome.delivered[self.identity[node_id]] = experts
-            messages.append(
+            plan.bytes_down[node_id] = payload_bytes(content)
+            plan.delivered[node_key] = experts
+            plan.messages.append(
                 Message(
                     content, dst_node_id=node_id, message_type=MSG_TRAIN, group_id=str(server_round)
                 )
             )
-        self.outcome.sampled = node_ids
-        return messages
+        return plan
 
     def aggregate_train(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        self, inputs: RoundInputs, plan: RoundPlan, replies: Iterable[Message]
+    ) -> RoundOutcome:
         """Check each reply, store experts and metrics, average the accepted shared arrays."""
+        server_round = inputs.server_round
+        outcome = RoundOutcome(
+            round=server_round, sampled=list(plan.sampled), delivered=dict(plan.delivered)
+        )
         updates: list[Arrays] = []
         weights: list[float] = []
         metric_sums: dict[str, float] = {}
+        # The SuperLink answers for a node that is gone with an error reply of its own
+        # (source node 0): match replies to what was sent, so that node counts once.
+        sent = {m.metadata.message_id: m.metadata.dst_node_id for m in plan.messages}
+        answered: set[int] = set()
+        errored: set[int] = set()
         for reply in replies:
-            node_id = reply.metadata.src_node_id
+            node_id = sent.get(reply.metadata.reply_to_message_id, reply.metadata.src_node_id)
+            answered.add(node_id)
             if reply.has_error():
-                self.outcome.failed += 1
+                outcome.failed += 1
+                errored.add(node_id)
                 log.warning("round %d: node %s failed: %s", server_round, node_id, reply.error)
                 continue
-            who = self.identity.get(node_id, f"node_id:{node_id}")
+            who = self.roster.identity.get(node_id, f"node_id:{node_id}")
             try:
-                who = self.read_hello(reply)
-                update, weight, metrics = self._check_reply(reply)
+                who = self.read_hello(reply, inputs.public_keys)
+                update, weight, metrics = self._check_reply(reply, inputs.arrays)
             except UpdateRejected as exc:
-                self.outcome.rejected[who] = str(exc)
+                outcome.rejected[who] = str(exc)
                 self.registry.add_rejection(server_round, who, str(exc))
                 log.warning("round %d: rejected the update of %s: %s", server_round, who, exc)
                 continue
@@ -338,12 +349,12 @@ class SiMoEStrategy(FedAvg):
             self.registry.add_traffic(
                 server_round,
                 who,
-                bytes_down=self._bytes_down.get(node_id, 0),
+                bytes_down=plan.bytes_down.get(node_id, 0),
                 bytes_up=payload_bytes(reply.content),
             )
             self.registry.touch_node(who)
             if update is None:
-                self.outcome.served.append(who)
+                outcome.served.append(who)
                 continue
             node = self.registry.node(who)
             own = record_to_arrays(reply.content.array_records[REC_OWN_EXPERT])
@@ -353,37 +364,24 @@ class SiMoEStrategy(FedAvg):
                 )
             updates.append(update)
             weights.append(weight)
-            self.outcome.accepted.append(who)
+            outcome.accepted.append(who)
             for key, value in metrics.items():
                 metric_sums[key] = metric_sums.get(key, 0.0) + value * weight
-        if not updates:
-            return None, None
-        averaged = self.aggregate_shared(updates, weights)
-        total = sum(weights)
-        metrics_out = MetricRecord(
-            {k: v / total for k, v in metric_sums.items() if k != WEIGHT_METRIC}
-        )
-        metrics_out[WEIGHT_METRIC] = float(total)
-        return arrays_to_record(averaged), metrics_out
+        outcome.missing = sorted(set(sent.values()) - answered)
+        for node_id in errored.union(outcome.missing):
+            self.roster.identity.pop(node_id, None)  # gone: ask again if it comes back
+        outcome.failed += len(outcome.missing)
+        if updates:
+            outcome.aggregated, left_out = self.aggregate_shared(updates, weights, inputs.arrays)
+            outcome.set_aside = [outcome.accepted[i] for i in left_out]
+            total = sum(weights)
+            outcome.metrics = {k: v / total for k, v in metric_sums.items() if k != WEIGHT_METRIC}
+            outcome.metrics[WEIGHT_METRIC] = float(total)
+        return outcome
 
-    # -- aggregation --------------------------------------------------------------------
-
-    def aggregate_shared(self, updates: list[Arrays], weights: list[float]) -> Arrays:
-        """The new global shared arrays: current + combine(each update's (clipped) change)."""
-        changes = [delta(update, self.current) for update in updates]
-        if self.clip_norm is not None:
-            changes = [clip_delta(change, self.clip_norm) for change in changes]
-        combined = self.combine(changes, weights)
-        return {
-            key: (base.astype(np.float64) + combined[key]).astype(base.dtype)
-            for key, base in self.current.items()
-        }
-
-    def combine(self, changes: list[Arrays], weights: list[float]) -> Arrays:
-        """FedAvg: the changes' average weighted by num-examples (robust strategies override)."""
-        return weighted_average(changes, weights)
-
-    def _check_reply(self, reply: Message) -> tuple[Arrays | None, float, dict[str, float]]:
+    def _check_reply(
+        self, reply: Message, current: Arrays
+    ) -> tuple[Arrays | None, float, dict[str, float]]:
         """(shared update or None for a node without data yet, weight, metrics)."""
         content = reply.content
         extra = set(content.keys()) - {REC_SHARED, REC_OWN_EXPERT, REC_METRICS, REC_NODE}
@@ -411,6 +409,6 @@ class SiMoEStrategy(FedAvg):
         if REC_OWN_EXPERT not in content.array_records:
             raise UpdateRejected("no own expert in the reply")
         update = record_to_arrays(content.array_records[REC_SHARED])
-        check_update(update, self.current)
+        check_update(update, current)
         check_finite(record_to_arrays(content.array_records[REC_OWN_EXPERT]), "expert")
         return update, weight, metrics

@@ -3,8 +3,9 @@
 Why: Krum (Blanchard et al., 2017) scores each update by the summed squared distance
 to its n - f - 2 nearest other updates and keeps the best; an update far from every
 honest one (scaled, random, stale) scores badly and is left out whole. Selection is
-Flower's own `select_multikrum`; the kept updates are averaged by `num-examples`,
-as Flower's MultiKrum does. Those left out are named in the round's outcome.
+Flower's own `select_multikrum`; the kept updates are averaged by `num-examples`
+(the base strategy's `combine`), as Flower's MultiKrum does. Those left out are
+named in the round's outcome (`set_aside`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 from flwr.app import RecordDict
 from flwr.serverapp.strategy.multikrum import select_multikrum
 
-from server.strategy import Arrays, SiMoEStrategy, arrays_to_record, weighted_average
+from schemas.protocol import Arrays, arrays_to_record
+from server.strategy import SiMoEStrategy
 
 CHANGE_KEY = "change"
 
@@ -33,14 +35,11 @@ class SiMoEKrum(SiMoEStrategy):
         self.num_malicious = num_malicious
         self.keep = keep  # None: n - f, Multi-Krum; 1: classic Krum
 
-    def combine(self, changes: list[Arrays], weights: list[float]) -> Arrays:
+    def select(self, changes: list[Arrays], weights: list[float]) -> list[int]:
+        """The n - f (or `keep`) changes Krum scores best; the rest are set aside."""
         n = len(changes)
         keep = self.keep if self.keep is not None else n - self.num_malicious
         keep = min(max(keep, 1), n)
         contents = [RecordDict({CHANGE_KEY: arrays_to_record(c)}) for c in changes]
         chosen = {id(c) for c in select_multikrum(contents, self.num_malicious, keep)}
-        kept = [i for i, content in enumerate(contents) if id(content) in chosen]
-        left_out = [i for i in range(n) if i not in kept]
-        # `accepted` lists the updates in the order they reached `combine`
-        self.outcome.set_aside = [self.outcome.accepted[i] for i in left_out]
-        return weighted_average([changes[i] for i in kept], [weights[i] for i in kept])
+        return [i for i, content in enumerate(contents) if id(content) in chosen]

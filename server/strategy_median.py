@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from server.strategy import Arrays, SiMoEStrategy
+from schemas.protocol import Arrays
+from server.strategy import SiMoEStrategy
 
 
 class SiMoEMedian(SiMoEStrategy):

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
 
-from server.strategy import Arrays, SiMoEStrategy
+from schemas.protocol import Arrays
+from server.strategy import SiMoEStrategy
 
 
 class SiMoETrimmedAvg(SiMoEStrategy):

@@ -23,7 +23,7 @@ from schemas.messages import (
     NodeHello,
     TrainInstruction,
 )
-from server.strategy import arrays_to_record, record_to_arrays
+from schemas.protocol import arrays_to_record, record_to_arrays
 
 SHARED_SHAPES = {"encoder.w": (3, 2), "gate.b": (4,)}
 

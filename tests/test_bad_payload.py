@@ -31,9 +31,9 @@ from schemas.messages import (
     REC_GLOBAL,
     TrainInstruction,
 )
+from schemas.protocol import arrays_to_record
 from server.inprocess import InProcessGrid
 from server.similarity import initial_shared_arrays
-from server.strategy import arrays_to_record
 from simoe_model.model import Expert, SiMoE
 from simoe_model.synthetic import make_devices, make_tasks
 

@@ -9,10 +9,11 @@ import pytest
 from federation_helpers import ToyNode, initial_arrays, toy_similarity
 
 from server.aggregation import AggregationConfig, make_strategy
+from server.averaging import clip_delta, weighted_average
 from server.inprocess import InProcessGrid
 from server.registry import Registry
 from server.server_app import run_rounds
-from server.strategy import SiMoEStrategy, clip_delta, weighted_average
+from server.strategy import SiMoEStrategy
 
 
 def make_fleet(

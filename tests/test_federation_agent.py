@@ -55,6 +55,7 @@ def test_rounds_with_real_model_and_late_joiner(tmp_path: Path, fleet_data) -> N
     late = devices[3]
     seed_node(tmp_path / late.name, late.name, late, tasks[:1])
     grid.add_node(200, client_app, {"state-dir": str(tmp_path / late.name)})
+    _, current = registry.latest_global()  # what the round ranks the experts with
     [outcome] = run_rounds(grid, strategy, {}, num_rounds=1, wait_nodes_s=0)
     late_key = NodeState(tmp_path / late.name).fingerprint()
     assert late_key in outcome.accepted
@@ -62,14 +63,14 @@ def test_rounds_with_real_model_and_late_joiner(tmp_path: Path, fleet_data) -> N
         (n for n in registry.expert_names() if n != late.name),
         key=lambda n: (
             -model_similarity(
-                strategy.current,
+                current,
                 registry.profiles()[late.name],
                 {n: registry.profiles()[n]},
             )[n]
         ),
     )[:2]
     assert outcome.delivered[late_key] == expected
-    names, matrix = similarity_matrix(strategy.current, registry.profiles())
+    names, matrix = similarity_matrix(current, registry.profiles())
     assert len(names) == 4 and np.allclose(np.diag(matrix), 1.0, atol=1e-5)
 
 

@@ -19,11 +19,12 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 
 from agent.client_app import app as client_app
 from schemas.messages import ALLOWED_METRICS, ALLOWED_REPLY_RECORDS, REC_NODE, NodeHello
+from schemas.protocol import arrays_to_record
 from server.inprocess import InProcessGrid
 from server.registry import Registry
 from server.server_app import run_rounds
 from server.similarity import initial_shared_arrays, model_similarity
-from server.strategy import SiMoEStrategy, arrays_to_record
+from server.strategy import SiMoEStrategy
 from simoe_model.model import Expert, SiMoE, shared_arrays
 from simoe_model.synthetic import make_devices, make_tasks
 
