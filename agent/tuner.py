@@ -26,7 +26,7 @@ import numpy as np
 
 from agent.networks import Network, extract_network_tasks, load_network, one_line_of
 from agent.store import workload_key_of
-from agent.workloads import Workload, flops, prim_func
+from agent.workloads import TEWorkload, Workload, flops, prim_func
 from schemas import BadInputError, RunFailure, SimoeError
 from schemas.tuning import NetworkCheck, TaskResult, TuneResult
 from simoe_model import tvm_compat  # (patches inspect before tvm is imported)
@@ -95,6 +95,22 @@ def make_cost_model(name: str, device: Device, store: Store) -> ms.cost_model.Co
         known = ", ".join(COST_MODELS)
         raise BadInputError(f"unknown cost model {name!r} (known: {known})")
     return COST_MODELS[name](device, store)
+
+
+def check_fits(workload: Workload, device: Device) -> None:
+    """Refuse, in one line, an operator whose buffers the device's memory cannot hold.
+
+    (The workload schema already refuses what no device holds; this is the device's own
+    limit, where it knows it: host RAM for `cpu`, GPU memory for `cuda:N`.)"""
+    memory = device.memory_bytes()
+    if memory is None or isinstance(workload, TEWorkload):
+        return  # MetaSchedule's te: shapes are its own benchmarks' and small
+    need = workload.buffer_bytes
+    if need > memory:
+        raise BadInputError(
+            f"workload {workload}: its buffers need {need / 2**30:.3g} GiB, more than the "
+            f"{memory / 2**30:.3g} GiB memory of {device.name}; use smaller dimensions"
+        )
 
 
 def _progress_callback(
@@ -461,6 +477,7 @@ def tune_workload(
 
     if trials < 1:
         raise BadInputError(f"--trials must be at least 1, got {trials}")
+    check_fits(workload, device)
     mod = _normalize_mod(prim_func(workload))
     task = _Task(name=str(workload), mod=mod, weight=1.0, flops=flops(workload), spec=str(workload))
     database, counts, wall, modelled = _run_search(

@@ -11,6 +11,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 from pydantic import ValidationError
@@ -49,6 +50,25 @@ def one_line(exc: BaseException) -> str:
         return f"invalid {exc.title}: " + "; ".join(parts)
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def output_folder(directory: Path, what: str) -> Path:
+    """Create `directory` for output, or raise one line that says what to do (exit 2).
+
+    `what` names it for the user, e.g. "--plot's folder" or "the export folder"."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        reason = (exc.strerror or type(exc).__name__).lower()
+        raise BadInputError(
+            f"cannot create {what} {directory} ({reason}); give another folder, one you can "
+            "write to"
+        ) from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise BadInputError(
+            f"{what} {directory} is not writable; give another folder, one you can write to"
+        )
+    return directory
 
 
 def exit_code_of(exc: BaseException) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -20,6 +21,11 @@ OPERATOR_DIMS: dict[str, tuple[str, ...]] = {
 }
 # Dimensions that may be zero (everything else must be positive).
 ZERO_ALLOWED = {"pad"}
+DTYPE_BYTES = {"float32": 4, "float16": 2}
+# No single device holds more than this: the largest GPUs have 141-192 GB (H200, B200,
+# MI300X). A workload whose buffers exceed it is refused when parsed; a device that knows
+# its own memory refuses smaller ones too (the tuner's `check_fits`).
+MAX_WORKLOAD_BYTES = 256 * 2**30
 
 Operator = Literal[
     "matmul", "batch_matmul", "dense", "conv2d", "conv2d_bias_relu", "depthwise_conv2d", "softmax"
@@ -52,7 +58,57 @@ class WorkloadSpec(BaseModel):
         for name, value in zip(names, self.dims, strict=True):
             if value == 0 and name not in ZERO_ALLOWED:
                 raise ValueError(f"{self.op} dimension {name} must be positive")
+        if any(n <= 0 for n in self.output_shape):
+            raise ValueError("the kernel is larger than the padded input")
+        if self.buffer_bytes > MAX_WORKLOAD_BYTES:
+            raise ValueError(
+                f"its buffers need {self.buffer_bytes / 2**30:.3g} GiB, more than any device "
+                f"holds (limit {MAX_WORKLOAD_BYTES // 2**30} GiB); use smaller dimensions"
+            )
         return self
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        """Shape of the operator's output."""
+        d = self.named_dims
+        if self.op in ("matmul", "dense"):
+            return (d["M"], d["N"])
+        if self.op == "batch_matmul":
+            return (d["B"], d["M"], d["N"])
+        if self.op == "softmax":
+            return (d["rows"], d["cols"])
+        oh = (d["H"] + 2 * d["pad"] - d["R"]) // d["stride"] + 1
+        ow = (d["W"] + 2 * d["pad"] - d["S"]) // d["stride"] + 1
+        channels = d["C"] if self.op == "depthwise_conv2d" else d["K"]
+        return (d["N"], channels, oh, ow)
+
+    @property
+    def buffer_shapes(self) -> list[tuple[int, ...]]:
+        """Every buffer the kernel reads or writes: its inputs, then its output."""
+        d = self.named_dims
+        inputs: list[tuple[int, ...]]
+        if self.op == "matmul":
+            inputs = [(d["M"], d["K"]), (d["K"], d["N"])]
+        elif self.op == "batch_matmul":
+            inputs = [(d["B"], d["M"], d["K"]), (d["B"], d["K"], d["N"])]
+        elif self.op == "dense":
+            inputs = [(d["M"], d["K"]), (d["N"], d["K"])]
+        elif self.op == "softmax":
+            inputs = [(d["rows"], d["cols"])]
+        else:
+            image = (d["N"], d["C"], d["H"], d["W"])
+            if self.op == "depthwise_conv2d":
+                inputs = [image, (d["C"], 1, d["R"], d["S"])]
+            else:
+                inputs = [image, (d["K"], d["C"], d["R"], d["S"])]
+            if self.op == "conv2d_bias_relu":
+                inputs.append((d["K"],))
+        return [*inputs, self.output_shape]
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Bytes of all its buffers: what a device must hold to run it once."""
+        return DTYPE_BYTES[self.dtype] * sum(math.prod(s) for s in self.buffer_shapes)
 
     @property
     def named_dims(self) -> dict[str, int]:

@@ -14,10 +14,10 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from schemas import BadInputError, RunFailure
-from schemas.errors import run_cli
+from schemas import BadInputError, RunFailure, tables
+from schemas.errors import output_folder, run_cli
+from schemas.tables import Column, short_time
 
 app = typer.Typer(
     name="simoe-server",
@@ -58,13 +58,9 @@ def print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=str))
 
 
-def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    table = Table(title=title)
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
-    console.print(table)
+def print_table(title: str, columns: Sequence[str | Column], rows: Sequence[Sequence[Any]]) -> None:
+    """A table that fits the console (80 columns when piped); see `schemas.tables`."""
+    tables.print_table(console, title, columns, rows)
 
 
 def _fmt_bytes(n: int | None) -> str:
@@ -142,20 +138,22 @@ def nodes(
         return
     print_table(
         "nodes",
-        ["name", "device", "simulated", "key", "flower node id", "rounds", "last seen"],
+        ["name", "device", Column("rounds", "right"), Column("last seen", optional=True),
+         Column("simulated", optional=True), Column("key", optional=True),
+         Column("flower node id", optional=True)],
         [
             (
                 r["name"],
                 r["device"],
+                r["rounds"],
+                short_time(r["last_seen"]),
                 "yes" if r["simulated"] else "no",
                 r["node_key"][:12],
                 r["flower_node_id"],
-                r["rounds"],
-                r["last_seen"],
             )
             for r in rows
         ],
-    )
+    )  # fmt: skip
 
 
 @app.command()
@@ -182,32 +180,27 @@ def rounds(
     if as_json:
         print_json(data)
         return
+    counts = ["sampled", "replied", "rejected", "failed"]
     print_table(
         "rounds",
         [
-            "round",
+            Column("round", "right"),
             "status",
-            "sampled",
-            "replied",
-            "rejected",
-            "failed",
-            "down",
-            "up",
-            "loss",
-            "model",
-        ],
+            *(Column(h, "right") for h in counts),
+            Column("model", optional=True),
+            Column("down", "right", optional=True),
+            Column("up", "right", optional=True),
+            Column("loss", "right", optional=True),
+        ],  # fmt: skip
         [
             (
                 d["round"],
                 d["status"],
-                d["sampled"],
-                d["replied"],
-                d["rejected"],
-                d["failed"],
+                *(d[h] for h in counts),
+                f"v{d['global_version']}",
                 _fmt_bytes(d["bytes_down"]),
                 _fmt_bytes(d["bytes_up"]),
                 f"{d['mean_expert_loss']:.4f}" if d["mean_expert_loss"] is not None else "",
-                f"v{d['global_version']}",
             )
             for d in data
         ],
@@ -228,16 +221,22 @@ def experts(
         return
     print_table(
         "experts",
-        ["name", "device", "simulated", "version", "round", "examples", "size"],
+        [
+            "name",
+            "device",
+            *(Column(h, "right") for h in ("version", "round", "examples")),
+            Column("size", "right", optional=True),
+            Column("simulated", optional=True),
+        ],
         [
             (
                 i.name,
                 i.device,
-                "yes" if i.simulated else "no",
                 i.version,
                 i.round,
                 i.num_examples,
                 _fmt_bytes(i.bytes),
+                "yes" if i.simulated else "no",
             )
             for i in infos
         ],
@@ -254,6 +253,8 @@ def similarity(
     """cos(z_i, z_j) between the nodes' hardware, by the current global encoder."""
     from server.similarity import similarity_matrix
 
+    if plot is not None:  # before any work: an unwritable path is the user's to fix
+        check_plot_path(plot)
     with open_registry(state_dir) as registry:
         latest = registry.latest_global()
         profiles = registry.profiles()
@@ -266,13 +267,26 @@ def similarity(
     if as_json:
         print_json({"version": version, "names": names, "matrix": matrix.round(4).tolist()})
         return
+    # Columns are numbered, not named: N long node names side by side cannot fit 80 columns.
     print_table(
         f"similarity, global model v{version}",
-        ["", *names],
-        [(n, *(f"{v:+.2f}" for v in row)) for n, row in zip(names, matrix, strict=True)],
+        [Column("#", "right"), "node", *(Column(str(j + 1), "right") for j in range(len(names)))],
+        [
+            (i + 1, n, *(f"{v:+.2f}" for v in row))
+            for i, (n, row) in enumerate(zip(names, matrix, strict=True))
+        ],
     )
     if plot is not None:
         console.print(f"heatmap written to {plot}")
+
+
+def check_plot_path(path: Path) -> None:
+    """A `--plot` file we can write, or one line saying what to do (exit 2)."""
+    if path.is_dir():
+        raise BadInputError(
+            f"--plot {path} is a folder; give a file name, e.g. {path / 'similarity.png'}"
+        )
+    output_folder(path.parent, f"--plot {path}: its folder")
 
 
 def write_heatmap(path: Path, names: list[str], matrix: Any, title: str) -> None:
@@ -292,9 +306,16 @@ def write_heatmap(path: Path, names: list[str], matrix: Any, title: str) -> None
     fig.colorbar(image, ax=ax, label="cos(z_i, z_j)")
     ax.set_title(title)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    check_plot_path(path)
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as exc:
+        reason = (exc.strerror or type(exc).__name__).lower()
+        raise BadInputError(
+            f"--plot {path}: cannot write it ({reason}); give another path"
+        ) from None
+    finally:
+        plt.close(fig)
 
 
 @app.command("init-certs")

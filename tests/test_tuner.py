@@ -60,6 +60,7 @@ BAD_INPUTS = [
     ["--workload", "matmul:4,4,4", "--device", "tpu"],
     ["--workload", "matmul:4,4,4", "--population", "1"],
     ["--workload", "matmul:4,4,4", "--model-rounds", "-1"],
+    ["--workload", "matmul:99999999,99999999,99999999"],  # issue 13 defect 5
     [
         "--workload",
         "matmul:4,4,4",

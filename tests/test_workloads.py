@@ -112,3 +112,30 @@ def test_operator_suite_builds() -> None:
     for spec in OPERATOR_SUITE:
         assert flops(spec) > 0
         assert len(prim_func(spec).params) >= 2
+
+
+def test_a_workload_no_device_can_hold_is_refused_when_parsed() -> None:
+    """Defect 5 (issue 13): matmul:99999999,... was accepted; its buffers need ~1e17 bytes."""
+    with pytest.raises(BadInputError, match="GiB") as info:
+        parse_workload("matmul:99999999,99999999,99999999")
+    assert "\n" not in str(info.value)
+    with pytest.raises(BadInputError, match="GiB"):  # an input alone too large, fp16 counted
+        parse_workload("conv2d:1,300000,100000,100000,1,1,1,1,0:float16")
+    big_but_fine = parse_workload("matmul:16384,16384,16384")  # 3 GiB of buffers
+    assert isinstance(big_but_fine, WorkloadSpec)
+    assert big_but_fine.buffer_bytes == 3 * 16384 * 16384 * 4
+
+
+def test_a_workload_larger_than_the_devices_memory_is_refused() -> None:
+    from agent.devices import get_device
+    from agent.tuner import check_fits
+
+    cpu = get_device("cpu")
+    memory = cpu.memory_bytes()
+    assert memory is not None and memory > 2**30  # the host's RAM, read from the OS
+    check_fits(parse_workload("matmul:64,64,64"), cpu)
+    side = int((memory / 4) ** 0.5) + 1  # one M x N output alone is larger than RAM
+    too_big = parse_workload(f"matmul:{side},{side},1")
+    with pytest.raises(BadInputError, match="memory") as info:
+        check_fits(too_big, cpu)
+    assert "\n" not in str(info.value)

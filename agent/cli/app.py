@@ -13,9 +13,9 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from schemas import AgentConfig
+from schemas import AgentConfig, tables
+from schemas.tables import Column
 
 app = typer.Typer(
     name="simoe-agent",
@@ -44,13 +44,9 @@ def print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=str))
 
 
-def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    table = Table(title=title)
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
-    console.print(table)
+def print_table(title: str, columns: Sequence[str | Column], rows: Sequence[Sequence[Any]]) -> None:
+    """A table that fits the console (80 columns when piped); see `schemas.tables`."""
+    tables.print_table(console, title, columns, rows)
 
 
 @app.callback()

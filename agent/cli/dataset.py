@@ -17,6 +17,7 @@ from agent.cli.app import (
     print_json,
     print_table,
 )
+from schemas.tables import Column
 
 dataset_app = typer.Typer(
     help="Simulated GPU fleet: the spec catalog and datasets labelled on every GPU (simulated).",
@@ -43,17 +44,24 @@ def gpus_command(
         return
     print_table(
         "Simulated GPUs (spec sheets; latencies from them are modelled, not measured)",
-        ["key", "name", "arch", "cc", "SMs", "FP32 TFLOPS", "GB/s", "L2 MB", "source"],
+        [
+            "key",
+            "name",
+            *(Column(h, "right") for h in ("cc", "SMs", "TFLOPS", "GB/s")),
+            Column("L2 MB", "right", optional=True),
+            Column("arch", optional=True),
+            Column("source", optional=True),
+        ],
         [
             (
                 s.key,
                 s.name,
-                s.architecture,
                 f"{s.compute_capability:.1f}",
                 s.sms,
                 f"{s.fp32_gflops / 1000:.1f}",
                 f"{s.mem_bandwidth_gbs:g}",
                 f"{s.l2_cache_kb / 1024:g}",
+                s.architecture,
                 s.source.split(";")[0],
             )
             for s in specs
@@ -106,7 +114,7 @@ def build_command(
     ] or summary.gpus[:6]
     print_table(
         f"Fleet dataset in {summary.out_dir} (SIMULATED latencies): best us per GPU",
-        ["workload", "candidates", *shown],
+        ["workload", Column("candidates", "right"), *(Column(g, "right") for g in shown)],
         [
             (
                 w.workload,

@@ -26,6 +26,7 @@ from agent.cli.app import (
     print_table,
 )
 from schemas import BadInputError
+from schemas.tables import Column
 
 
 class DeviceEvaluation(BaseModel):
@@ -159,17 +160,22 @@ def evaluate_command(
         return
     print_table(
         f"SiMoE model {model_path.name}: ranking quality" + (" (zero-shot)" if zero_shot else ""),
-        ["device", "tasks", "candidates", "experts", "top-1", "top-5", "pairwise", "avg peak"],
+        [
+            "device",
+            *(Column(h, "right") for h in ("top-1", "top-5", "pairwise", "avg peak", "tasks")),
+            Column("candidates", "right", optional=True),
+            Column("experts", "right", optional=True),
+        ],
         [
             (
                 r.device + (" (simulated)" if r.simulated else ""),
-                r.tasks,
-                r.candidates,
-                len(r.experts_used),
                 f"{r.top1:.3f}",
                 f"{r.top5:.3f}",
                 f"{r.pairwise:.3f}",
                 f"{r.average_peak:.3f}",
+                r.tasks,
+                r.candidates,
+                len(r.experts_used),
             )
             for r in results
         ],

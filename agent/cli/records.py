@@ -19,6 +19,8 @@ from agent.cli.app import (
 )
 from agent.store import RecordSummary, Store
 from schemas import BadInputError
+from schemas.errors import output_folder
+from schemas.tables import Column, short_time
 
 records_app = typer.Typer(
     help="The node's tuning records (they never leave the node).", no_args_is_help=False
@@ -26,6 +28,11 @@ records_app = typer.Typer(
 app.add_typer(records_app, name="records", invoke_without_command=True)
 
 _DEVICE_PATTERN = re.compile(r"^(cpu|cuda:\d+|sim:\S+)$")
+# Columns a narrow console may go without (a sim: device already says simulated).
+LATENCY = Column("latency us", "right")
+SIMULATED = Column("simulated", optional=True)
+WHEN = Column("when", optional=True)
+CANDIDATE = Column("candidate", optional=True)
 
 
 def _store_path(state_dir: Path | None) -> Path:
@@ -49,7 +56,7 @@ def _as_json(summary: RecordSummary, *, best: bool = False) -> dict[str, object]
 
 
 def _when(summary: RecordSummary) -> str:
-    return summary.created_at.astimezone().strftime("%m-%d %H:%M:%S")
+    return short_time(summary.created_at)
 
 
 def _latency_cell(summary: RecordSummary) -> str:
@@ -82,15 +89,15 @@ def records_list(
         return
     print_table(
         f"records ({len(summaries)} shown, newest first)",
-        ["candidate", "task", "device", "latency (us)", "simulated", "when"],
+        ["task", "device", LATENCY, SIMULATED, WHEN, CANDIDATE],
         [
             (
-                s.candidate_id[:10],
                 s.task_name,
                 s.device,
                 _latency_cell(s),
                 "simulated" if s.simulated else "measured",
                 _when(s),
+                s.candidate_id[:10],
             )
             for s in summaries
         ],
@@ -115,7 +122,15 @@ def records_best(
         return
     print_table(
         "best record per workload and device",
-        ["task", "device", "best (us)", "ok records", "simulated", "candidate", "when"],
+        [
+            "task",
+            "device",
+            Column("best us", "right"),
+            Column("ok", "right"),
+            SIMULATED,
+            CANDIDATE,
+            WHEN,
+        ],  # fmt: skip
         [
             (
                 s.task_name,
@@ -143,6 +158,7 @@ def records_export(
     path = _store_path(state_dir)
     if not path.exists():
         raise BadInputError(f"{path}: no store yet (nothing tuned on this node)")
+    output_folder(directory, "the export folder")
     with Store(path) as store, err_console.status("exporting records", spinner="dots"):
         count = store.export_ms_json(directory, device=device)
     result = {"directory": str(directory), "records": count, "device": device}

@@ -20,6 +20,7 @@ from agent.cli.app import (
 )
 from agent.store import Store, StoreSummary
 from schemas import AgentConfig, BadInputError, HardwareProfile
+from schemas.tables import Column, short_time
 
 
 class CachedProfile(BaseModel):
@@ -205,7 +206,11 @@ def status(
         print_table(
             f"store: {result.store.workloads} workloads, {result.store.records} records, "
             f"{result.store.features} cached feature sets",
-            ["device", "workloads", "records", "failed", "simulated"],
+            [
+                "device",
+                *(Column(h, "right") for h in ("workloads", "records", "failed")),
+                Column("simulated", optional=True),
+            ],  # fmt: skip
             [
                 (d.device, d.workloads, d.records, d.failed, "yes" if d.simulated else "no")
                 for d in result.store.devices
@@ -215,8 +220,8 @@ def status(
     if profiles:
         print_table(
             "cached profiles",
-            ["file", "device", "hardware", "simulated", "taken"],
-            [(p.file, p.device, p.name, p.simulated, p.error or p.created_at) for p in profiles],
+            ["device", "hardware", Column("taken", optional=True), Column("file", optional=True)],
+            [(p.device, p.name, p.error or short_time(p.created_at), p.file) for p in profiles],
         )
     else:
         console.print("no cached hardware profile (run `simoe-agent profile`)")

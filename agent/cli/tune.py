@@ -14,7 +14,6 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.table import Table
 
 from agent.cli.app import (
     JsonOption,
@@ -25,8 +24,10 @@ from agent.cli.app import (
     err_console,
     load_config,
     print_json,
+    print_table,
 )
 from schemas import BadInputError
+from schemas.tables import Column
 from schemas.tuning import TuneResult
 
 
@@ -62,25 +63,26 @@ def _print_result(result: TuneResult) -> None:
     rows = [
         (
             t.task_name,
-            f"{t.weight:g}",
             t.trials,
             _us(t.best_latency_s),
             _us(t.untuned_latency_s),
             "-" if t.speedup is None else f"{t.speedup:.1f}x",
+            f"{t.weight:g}",
             "-" if t.gflops is None else f"{t.gflops:.1f}",
         )
         for t in result.tasks
     ]
-    table = Table(
-        title=f"{result.subject} on {result.device} ({label}, cost model {result.cost_model}, "
-        f"{result.trials} trials, search {result.search_wall_s:.0f} s)"
+    print_table(
+        f"{result.subject} on {result.device} ({label}, cost model {result.cost_model}, "
+        f"{result.trials} trials, search {result.search_wall_s:.0f} s)",
+        [
+            "task",
+            *(Column(h, "right") for h in ("trials", "best us", "default us", "speedup")),
+            Column("weight", "right", optional=True),
+            Column("GFLOP/s", "right", optional=True),
+        ],
+        rows,
     )
-    table.add_column("task", overflow="fold")  # network task names are long; never cut them
-    for column in ["weight", "trials", "best (us)", "untuned (us)", "speedup", "GFLOP/s"]:
-        table.add_column(column, justify="right")
-    for row in rows:
-        table.add_row(*(str(v) for v in row))
-    console.print(table)
     check = result.network
     if check is None:
         return
@@ -144,7 +146,13 @@ def tune(
     from agent.devices import get_device
     from agent.networks import NETWORK_SUITE
     from agent.store import Store
-    from agent.tuner import check_cost_model, search_population, tune_network, tune_workload
+    from agent.tuner import (
+        check_cost_model,
+        check_fits,
+        search_population,
+        tune_network,
+        tune_workload,
+    )
     from agent.workloads import parse_workload
 
     if (workload is None) == (model is None):
@@ -163,6 +171,8 @@ def tune(
     if model_rounds < 0:
         raise BadInputError(f"--model-rounds must be 0 or more, got {model_rounds}")
     device = get_device(device_name or config.device)
+    if parsed is not None:
+        check_fits(parsed, device)
 
     log_level = logging.INFO if verbose else logging.WARNING
     with (

@@ -57,5 +57,9 @@ class Device(ABC):
     def measure(self, mod: tvm.IRModule, repeat: int = 5) -> list[float]:
         """Seconds per run of `mod["main"]` (already scheduled), one entry per repeat."""
 
+    def memory_bytes(self) -> int | None:
+        """Memory the device's kernels can use (GPU memory, host RAM); None when unknown."""
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"

@@ -118,6 +118,9 @@ class CPUDevice(Device):
 
         return tvm.target.Target({"kind": "llvm", "num-cores": self.num_cores, "mcpu": self.mcpu})
 
+    def memory_bytes(self) -> int:
+        return int(psutil.virtual_memory().total)
+
     def analytical_specs(self) -> AnalyticalSpecs:
         freq = psutil.cpu_freq()
         clock_mhz = (freq.max or freq.current) if freq else 0.0

@@ -278,6 +278,9 @@ class CUDADevice(Device):
     def analytical_specs(self) -> AnalyticalSpecs:
         return analytical_specs_from(self.attributes)
 
+    def memory_bytes(self) -> int:
+        return self.attributes.total_memory_bytes
+
     def builder(self) -> ms.builder.Builder:
         from tvm.s_tir import meta_schedule as ms
 
