@@ -155,6 +155,136 @@ def _record_args(mod: Any) -> list[Any]:
     return [plain_json(a.as_json()) for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
 
 
+@dataclass
+class AnalysedSample:
+    """What labelling needs of one workload's sample: everything but the GPUs.
+
+    Sampling (ReplayTrace + VerifyGPUCode) is the slow part of a dataset; features and the
+    TIR analysis are per candidate, not per GPU. Kept in a cache directory, a sample is
+    labelled again on other GPUs or units without sampling anew.
+    """
+
+    workload: str
+    workload_key: str
+    mod_json: str
+    traces: list[Any]
+    args_info: list[Any]
+    features: list[np.ndarray]
+    matrix: np.ndarray
+    owner: np.ndarray
+    keys: np.ndarray
+    seconds: dict[str, float]
+
+
+def _cache_file(cache_dir: Path, workload: str, target: Any, per_workload: int, seed: int) -> Path:
+    import hashlib
+
+    tag = hashlib.sha256(
+        f"{workload}|{per_workload}|{seed}|{target.max_shared_memory_per_block}|"
+        f"{target.max_num_threads}|v1".encode()
+    ).hexdigest()[:12]
+    slug = "".join(c if c.isalnum() else "_" for c in workload)
+    return cache_dir / f"{slug}-{tag}.npz"
+
+
+def _load_cached(path: Path, workload: str) -> AnalysedSample | None:
+    import json
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+            offsets = data["feature_offsets"]
+            flat = data["features"]
+            features = [flat[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
+            return AnalysedSample(
+                workload=workload,
+                workload_key=meta["workload_key"],
+                mod_json=meta["mod_json"],
+                traces=meta["traces"],
+                args_info=meta["args_info"],
+                features=features,
+                matrix=data["matrix"],
+                owner=data["owner"],
+                keys=data["keys"].astype(np.uint64),
+                seconds=dict.fromkeys(("sampling", "features", "analysis"), 0.0),
+            )
+    except (OSError, ValueError, KeyError):
+        return None  # a damaged cache entry is sampled again
+
+
+def _save_cached(path: Path, sample: AnalysedSample) -> None:
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "workload_key": sample.workload_key,
+        "mod_json": sample.mod_json,
+        "traces": sample.traces,
+        "args_info": sample.args_info,
+    }
+    sizes = [len(f) for f in sample.features]
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    width = sample.features[0].shape[1] if sample.features else 164
+    flat = np.concatenate(sample.features) if sample.features else np.zeros((0, width), np.float32)
+    tmp = path.with_name(f".{path.stem}.tmp.npz")
+    np.savez(
+        tmp,
+        meta=np.asarray(json.dumps(meta)),
+        feature_offsets=offsets,
+        features=flat,
+        matrix=sample.matrix,
+        owner=sample.owner,
+        keys=sample.keys.astype(np.uint64),
+    )
+    tmp.replace(path)  # never half a cache entry
+
+
+def analyse_sample(
+    workload: str, target: Any, per_workload: int, *, seed: int, cache_dir: Path | None = None
+) -> AnalysedSample:
+    """Sample a workload's candidates once, extract features, analyse their TIR (cached)."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from agent.store import plain_json, workload_key_of
+
+    path = _cache_file(cache_dir, workload, target, per_workload, seed) if cache_dir else None
+    if path is not None and path.exists():
+        cached = _load_cached(path, workload)
+        if cached is not None:
+            return cached
+    t0 = time.perf_counter()
+    sampled = sample_workload(workload, target, per_workload, seed=seed)
+    t1 = time.perf_counter()
+    feats = ms.feature_extractor.PerStoreFeature().extract_from(sampled.context, sampled.candidates)
+    features = [np.asarray(f.numpy(), dtype=np.float32) for f in feats]
+    t2 = time.perf_counter()
+    kernels = []
+    for cand in sampled.candidates:
+        try:
+            kernels.append(tir_analysis.analyse(cand.sch.mod, target))
+        except Exception:  # noqa: BLE001 - unreadable by the model: failed everywhere
+            kernels.append([])
+    keys = np.asarray([candidate_key(c.sch.mod) for c in sampled.candidates], np.uint64)
+    matrix, owner = latency.kernel_matrix(kernels)
+    t3 = time.perf_counter()
+    sample = AnalysedSample(
+        workload=workload,
+        workload_key=workload_key_of(sampled.mod),
+        mod_json=tvm.ir.save_json(sampled.mod),
+        traces=[plain_json(c.sch.trace.as_json()) for c in sampled.candidates],
+        args_info=_record_args(sampled.mod),
+        features=features,
+        matrix=matrix,
+        owner=owner,
+        keys=keys,
+        seconds={"sampling": t1 - t0, "features": t2 - t1, "analysis": t3 - t2},
+    )
+    if path is not None:
+        _save_cached(path, sample)
+    return sample
+
+
 def build_fleet_dataset(
     workloads: Sequence[str],
     gpus: Sequence[GpuSpec],
@@ -164,12 +294,14 @@ def build_fleet_dataset(
     seed: int = 0,
     repeats: int = 3,
     progress: Progress | None = None,
+    cache_dir: Path | None = None,
 ) -> DatasetSummary:
-    """Sample, featurize and analyse each workload once; label it on every GPU; write stores."""
-    import tvm
-    from tvm.s_tir import meta_schedule as ms
+    """Sample, featurize and analyse each workload once; label it on every GPU; write stores.
 
-    from agent.store import Store, plain_json, workload_key_of
+    With `cache_dir`, each workload's sample (traces, features, TIR analysis) is kept there
+    and reused: labelling the same sample on other GPUs or units costs seconds.
+    """
+    from agent.store import Store, plain_json
 
     if per_workload < 1:
         raise BadInputError("--per-workload must be at least 1")
@@ -184,36 +316,25 @@ def build_fleet_dataset(
         for index, workload in enumerate(workloads):
             if progress:
                 progress(workload, index, len(workloads))
-            t0 = time.perf_counter()
-            sampled = sample_workload(workload, target, per_workload, seed=seed + index)
-            ctx = sampled.context
-            t1 = time.perf_counter()
-            feats = ms.feature_extractor.PerStoreFeature().extract_from(ctx, sampled.candidates)
-            features = [np.asarray(f.numpy(), dtype=np.float32) for f in feats]
-            t2 = time.perf_counter()
-            kernels = []
-            for cand in sampled.candidates:
-                try:
-                    kernels.append(tir_analysis.analyse(cand.sch.mod, target))
-                except Exception:  # noqa: BLE001 - unreadable by the model: failed everywhere
-                    kernels.append([])
-            keys = np.asarray([candidate_key(c.sch.mod) for c in sampled.candidates], np.uint64)
+            sample = analyse_sample(
+                workload, target, per_workload, seed=seed + index, cache_dir=cache_dir
+            )
+            for name, dt in sample.seconds.items():
+                timing[name] += dt
             t3 = time.perf_counter()
-            matrix, owner = latency.kernel_matrix(kernels)
-            secs = latency.simulate(matrix, owner, keys, params, repeats=repeats)
+            secs = latency.simulate(
+                sample.matrix, sample.owner, sample.keys, params, repeats=repeats
+            )
             t4 = time.perf_counter()
-            wkey = workload_key_of(sampled.mod)
-            mod_json = tvm.ir.save_json(sampled.mod)
-            traces = [plain_json(c.sch.trace.as_json()) for c in sampled.candidates]
-            args_info = _record_args(sampled.mod)
+            wkey = sample.workload_key
             valid: dict[str, int] = {}
             best: dict[str, float | None] = {}
             for g, spec in enumerate(gpus):
                 store = stores[spec.key]
-                store.add_workload(wkey, workload, mod_json, workload)
-                gpu_target = cuda_target(spec).export()
+                store.add_workload(wkey, workload, sample.mod_json, workload)
+                gpu_target = plain_json(cuda_target(spec).export())
                 records = []
-                for c, trace in enumerate(traces):
+                for c, trace in enumerate(sample.traces):
                     run = secs[c, g]
                     ok = bool(np.all(np.isfinite(run)))
                     records.append(
@@ -222,26 +343,26 @@ def build_fleet_dataset(
                             task_name=workload,
                             trace=trace,
                             run_secs=[float(s) for s in run] if ok else [FAILED_RUN_SECS],
-                            target=plain_json(gpu_target),
-                            args_info=args_info,
+                            target=gpu_target,
+                            args_info=sample.args_info,
                             device=f"sim:{spec.key}",
                             simulated=True,
                         )
                     )
                 ids = store.add_records(records)
-                store.put_features(dict(zip(ids, features, strict=True)))
+                store.put_features(dict(zip(ids, sample.features, strict=True)))
                 finite = secs[:, g, :].mean(axis=1)
                 finite = finite[np.isfinite(finite)]
                 valid[spec.key] = int(finite.size)
                 best[spec.key] = float(finite.min() * 1e6) if finite.size else None
             t5 = time.perf_counter()
-            for name, dt in zip(timing, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
-                timing[name] += dt
-            total_candidates += len(sampled.candidates)
+            timing["labelling"] += t4 - t3
+            timing["writing"] += t5 - t4
+            total_candidates += len(sample.traces)
             summaries.append(
                 WorkloadSummary(
                     workload=workload,
-                    candidates=len(sampled.candidates),
+                    candidates=len(sample.traces),
                     valid_per_gpu=valid,
                     best_us_per_gpu=best,
                 )

@@ -12,6 +12,41 @@ Architecture = Literal["kepler", "maxwell", "pascal", "volta", "turing", "ampere
 FormFactor = Literal["datacenter", "desktop", "embedded"]
 
 
+INLINE_ECC_MEMORY = ("GDDR", "LPDDR")  # ECC bits carved out of the data path (not HBM)
+
+
+class UnitState(BaseModel):
+    """One physical unit's own state, which no spec sheet of its model lists.
+
+    Two units of one model share the spec sheet (the analytical half of a profile) and
+    differ here: how fast they really clock under their power limit and cooling, whether
+    ECC is on, how well their memory and L2 perform, the driver's launch overhead, and a
+    seeded unit-to-unit spread. Every field is optional: an empty state is the model's
+    default behaviour. `source` names where the stated figures come from.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sustained_clock_mhz: PositiveFloat | None = Field(
+        None, description="GPU clock held under sustained load (power limit, cooling, mode)"
+    )
+    power_limit_w: PositiveFloat | None = Field(None, description="board power limit")
+    power_mode: str | None = Field(None, description="e.g. a Jetson nvpmodel mode")
+    memory_clock_factor: float = Field(
+        1.0, gt=0.2, le=1.3, description="memory clock / datasheet (EMC caps, memory OC)"
+    )
+    ecc: bool | None = Field(None, description="ECC on: inline ECC (GDDR, LPDDR) costs bandwidth")
+    memory_efficiency: float = Field(
+        1.0, gt=0.3, le=1.2, description="scales the architecture's DRAM efficiency"
+    )
+    l2_efficiency: float = Field(1.0, gt=0.3, le=1.2, description="scales L2 bandwidth")
+    launch_us: PositiveFloat | None = Field(None, description="driver launch overhead")
+    spread_seed: int | None = Field(
+        None, ge=0, description="seed of this unit's clock spread among units of its model"
+    )
+    source: str = Field("", description="public sources of the stated figures")
+
+
 class GpuSpec(BaseModel):
     """What NVIDIA's datasheets, whitepapers and the CUDA occupancy table say about one GPU.
 
@@ -46,6 +81,10 @@ class GpuSpec(BaseModel):
     warp_schedulers_per_sm: PositiveInt
     warp_size: PositiveInt = 32
     source: str = Field(min_length=8, description="the public documents the numbers come from")
+    model: str | None = Field(
+        None, description="for a unit: the catalog key of its model (the spec sheet it shares)"
+    )
+    unit: UnitState | None = Field(None, description="this unit's own state, if stated")
 
     @model_validator(mode="after")
     def _consistent(self) -> GpuSpec:

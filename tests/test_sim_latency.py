@@ -9,9 +9,10 @@ from hypothesis import strategies as st
 
 from agent.devices import get_device
 from agent.devices.sim import latency, tir_analysis
-from agent.devices.sim.catalog import load_catalog, lookup
+from agent.devices.sim.catalog import load_catalog, load_units, lookup
 
-CATALOG = list(load_catalog().values())
+# every model and every unit (a factory-overclocked unit's bound is its own peak)
+CATALOG = list(load_catalog().values()) + list(load_units().values())
 FLEET = latency.GpuParams.from_specs(CATALOG)
 
 

@@ -80,6 +80,9 @@ def build_command(
         64, "--per-workload", min=1, help="candidates sampled per workload"
     ),
     seed: int = typer.Option(0, "--seed", help="sampling seed"),
+    cache: Path | None = typer.Option(
+        None, "--cache", help="keep each workload's sample here; a rebuild only relabels"
+    ),
     json_out: bool = JsonOption,
     verbose: bool = VerboseOption,
     state_dir: Path | None = StateDirOption,
@@ -103,7 +106,9 @@ def build_command(
         def progress(name: str, done: int, total: int) -> None:
             bar.update(task, completed=done, description=f"sampling {name}")
 
-        summary = build_fleet_dataset(names, specs, per_workload, out, seed=seed, progress=progress)
+        summary = build_fleet_dataset(
+            names, specs, per_workload, out, seed=seed, progress=progress, cache_dir=cache
+        )
     if json_out:
         print_json(summary.model_dump())
         return

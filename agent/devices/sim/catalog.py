@@ -10,9 +10,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from schemas import BadInputError
 from schemas.errors import one_line
-from schemas.gpu import GpuSpec
+from schemas.gpu import GpuSpec, UnitState
 
 CATALOG_PATH = Path(__file__).with_name("catalog.json")
+UNITS_PATH = Path(__file__).with_name("units.json")
 
 
 class GpuCatalog(BaseModel):
@@ -36,8 +37,60 @@ def _load(path: str) -> dict[str, GpuSpec]:
 
 
 def load_catalog() -> dict[str, GpuSpec]:
-    """Every GPU of the catalog, by key, in catalog order (Kepler first)."""
+    """Every GPU model of the catalog, by key, in catalog order (Kepler first)."""
     return dict(_load(str(CATALOG_PATH)))
+
+
+class UnitEntry(BaseModel):
+    """One physical unit of a catalog model: the model's spec sheet plus its own state."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    model: str
+    label: str
+    state: UnitState
+
+
+class UnitCatalog(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = 1
+    note: str = ""
+    units: list[UnitEntry]
+
+
+def as_unit(model: GpuSpec, key: str, label: str, state: UnitState) -> GpuSpec:
+    """A unit of `model`: the same spec sheet, its own key, name and state."""
+    source = model.source + (f"; unit state: {state.source}" if state.source else "")
+    return model.model_copy(
+        update={
+            "key": key,
+            "name": f"{model.name} [{label}]",
+            "aliases": [],
+            "model": model.key,
+            "unit": state,
+            "source": source,
+        }
+    )
+
+
+@lru_cache(maxsize=1)
+def _load_units(path: str) -> dict[str, GpuSpec]:
+    models = load_catalog()
+    units: dict[str, GpuSpec] = {}
+    for entry in UnitCatalog.model_validate_json(Path(path).read_text()).units:
+        if entry.key in units or entry.key in models:
+            raise ValueError(f"units: duplicate key {entry.key!r}")
+        if entry.model not in models:
+            raise ValueError(f"units: {entry.key!r} names unknown model {entry.model!r}")
+        units[entry.key] = as_unit(models[entry.model], entry.key, entry.label, entry.state)
+    return units
+
+
+def load_units() -> dict[str, GpuSpec]:
+    """Every unit of units.json, by key: catalog models with their own unit state."""
+    return dict(_load_units(str(UNITS_PATH)))
 
 
 def _normalise(name: str) -> str:
@@ -47,7 +100,7 @@ def _normalise(name: str) -> str:
 def _index() -> dict[str, str]:
     """Lower-case names and aliases -> catalog key."""
     index: dict[str, str] = {}
-    for key, spec in load_catalog().items():
+    for key, spec in {**load_catalog(), **load_units()}.items():
         for name in [key, spec.name, *spec.aliases]:
             index[_normalise(name)] = key
             index[_normalise(name).replace("-", "")] = key
@@ -61,8 +114,11 @@ def lookup(name: str) -> GpuSpec:
     key = index.get(wanted) or index.get(wanted.replace("-", ""))
     if key is None:
         known = ", ".join(load_catalog())
-        raise BadInputError(f"unknown GPU {name!r}: use a catalog name ({known}) or a spec.json")
-    return load_catalog()[key]
+        raise BadInputError(
+            f"unknown GPU {name!r}: use a catalog name ({known}), a unit of "
+            "agent/devices/sim/units.json, or a spec.json"
+        )
+    return {**load_catalog(), **load_units()}[key]
 
 
 def load_spec_file(path: Path) -> GpuSpec:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from agent.devices.sim.tir_analysis import KernelRecord
-from schemas.gpu import GpuSpec
+from schemas.gpu import INLINE_ECC_MEMORY, GpuSpec, UnitState
 
 COLUMNS = KernelRecord.columns()
 COL = {name: i for i, name in enumerate(COLUMNS)}
@@ -60,6 +60,17 @@ EMBEDDED_NOISE = 0.04
 # the maximum GPU clock the datasheet names; the desktop boost overshoot does not apply.
 EMBEDDED_CLOCK_FACTOR = 0.75
 MAX_PEAK_SHARE = 0.95  # no kernel reaches more of the datasheet FP peak
+MAX_DRAM_EFFICIENCY = 0.9  # no streaming kernel reaches more of the unit's DRAM bandwidth
+# Inline ECC (GDDR, LPDDR) ECC bits are kept in a carved-out region of
+# 1/16 of the memory (NVIDIA Tesla V100 whitepaper: "6.25% of the overall GDDR5 is
+# reserved for ECC bits" on the K40; HBM2's sideband ECC costs no bandwidth): the ECC
+# bytes travel on the same bus, so at least that share of the bandwidth is lost.
+ECC_INLINE_COST = 0.0625
+# Same-SKU GPUs differ: Sinha et al., "Not All GPUs Are Created Equal" (SC'22) measured
+# 8 % average performance variation among identical V100s (power management and
+# manufacturing variability). A unit's seeded clock spread: it holds between 92 % and
+# 100 % of its stated (or default) sustained clock, uniformly; never above it.
+UNIT_CLOCK_SPREAD = 0.08
 MAX_REGISTERS = 255
 BASE_REGISTERS = 18  # indices, pointers, loop counters beside the local buffers
 SMEM_GRANULE = 256  # bytes: shared memory is allocated per block in these units
@@ -103,22 +114,18 @@ class GpuParams:
             return np.asarray(values, dtype=np.float64)[None, :]
 
         arch = [ARCH_PARAMS[s.architecture] for s in specs]
-        embedded = [s.form_factor == "embedded" for s in specs]
-        clock = row(
-            [
-                s.boost_clock_mhz * 1e6 * (EMBEDDED_CLOCK_FACTOR if e else a.clock_factor)
-                for s, a, e in zip(specs, arch, embedded, strict=True)
-            ]
-        )
+        units = [unit_behaviour(s) for s in specs]
+        clock = row([u.clock_hz for u in units])
         sms = row([s.sms for s in specs])
         return cls(
             keys=tuple(s.key for s in specs),
             sms=sms,
             clock_hz=clock,
             cores_per_sm=row([s.fp32_cores_per_sm for s in specs]),
-            fp32_flops=row([s.fp32_gflops * 1e9 for s in specs]),
-            fp16_flops=row([s.fp16_gflops * 1e9 for s in specs]),
-            bandwidth=row([s.mem_bandwidth_gbs * 1e9 for s in specs]),
+            # the unit's own peak: a factory overclock raises it above the reference sheet
+            fp32_flops=row([u.fp32_flops for u in units]),
+            fp16_flops=row([u.fp16_flops for u in units]),
+            bandwidth=row([u.bandwidth for u in units]),
             l2_bytes=row([s.l2_cache_kb * 1024 for s in specs]),
             smem_sm=row([s.shared_mem_per_sm_kb * 1024 for s in specs]),
             smem_block=row([s.shared_mem_per_block_kb * 1024 for s in specs]),
@@ -131,35 +138,70 @@ class GpuParams:
             fma_latency=row([a.fma_latency for a in arch]),
             smem_latency=row([a.smem_latency for a in arch]),
             dram_latency_s=row([a.dram_latency_ns * 1e-9 for a in arch]),
-            l2_bandwidth=row([a.l2_bytes_per_clk_per_sm for a in arch]) * sms * clock,
-            # never above 95 % of the datasheet FP peak, whatever the sustained clock
-            issue_efficiency=row(
-                [
-                    min(
-                        a.issue_efficiency,
-                        MAX_PEAK_SHARE / (EMBEDDED_CLOCK_FACTOR if e else a.clock_factor),
-                    )
-                    for a, e in zip(arch, embedded, strict=True)
-                ]
-            ),
-            dram_efficiency=row(
-                [
-                    min(a.dram_efficiency, EMBEDDED_DRAM_EFFICIENCY) if e else a.dram_efficiency
-                    for a, e in zip(arch, embedded, strict=True)
-                ]
-            ),
-            launch_s=row(
-                [
-                    (EMBEDDED_LAUNCH_US if e else a.launch_us) * 1e-6
-                    for a, e in zip(arch, embedded, strict=True)
-                ]
-            ),
+            l2_bandwidth=row([u.l2_bytes_per_clk_per_sm for u in units]) * sms * clock,
+            issue_efficiency=row([u.issue_efficiency for u in units]),
+            dram_efficiency=row([u.dram_efficiency for u in units]),
+            launch_s=row([u.launch_s for u in units]),
             sync_cycles=row([a.sync_cycles for a in arch]),
-            noise=row(
-                [EMBEDDED_NOISE if e else a.noise for a, e in zip(arch, embedded, strict=True)]
-            ),
+            noise=row([u.noise for u in units]),
             key_hashes=np.asarray([_fnv1a(s.key) for s in specs], dtype=np.uint64)[None, :],
         )
+
+
+@dataclass(frozen=True)
+class UnitBehaviour:
+    """One GPU's effective parameters: its architecture's defaults, then its unit state."""
+
+    clock_hz: float
+    fp32_flops: float  # the unit's own peak: a factory overclock raises it above the sheet
+    fp16_flops: float
+    bandwidth: float  # bytes/s the unit's memory can deliver (ECC, memory clock)
+    issue_efficiency: float
+    dram_efficiency: float
+    l2_bytes_per_clk_per_sm: float
+    launch_s: float
+    noise: float
+
+
+def unit_spread(seed: int) -> float:
+    """The seeded clock spread of one unit: a factor in (1 - UNIT_CLOCK_SPREAD, 1]."""
+    h = int(_splitmix(np.asarray([seed], dtype=np.uint64))[0])
+    return 1.0 - UNIT_CLOCK_SPREAD * ((h >> 11) / float(1 << 53))
+
+
+def unit_behaviour(spec: GpuSpec) -> UnitBehaviour:
+    """The architecture's parameters for this GPU, modified by its unit state (if any).
+
+    Without a unit state the result is the model's default behaviour (boost clock x the
+    architecture's sustained factor, embedded modules at their default power mode).
+    """
+    a = ARCH_PARAMS[spec.architecture]
+    embedded = spec.form_factor == "embedded"
+    unit = spec.unit or UnitState()
+    default_clock = spec.boost_clock_mhz * (EMBEDDED_CLOCK_FACTOR if embedded else a.clock_factor)
+    clock_mhz = unit.sustained_clock_mhz or default_clock
+    if unit.spread_seed is not None:
+        clock_mhz *= unit_spread(unit.spread_seed)
+    # a factory overclock above the rated boost raises the unit's own peak
+    peak_scale = max(1.0, clock_mhz / spec.boost_clock_mhz)
+    inline_ecc = spec.memory_type.upper().startswith(INLINE_ECC_MEMORY)
+    ecc_scale = 1.0 - ECC_INLINE_COST if (unit.ecc and inline_ecc) else 1.0
+    dram_eff = min(a.dram_efficiency, EMBEDDED_DRAM_EFFICIENCY) if embedded else a.dram_efficiency
+    launch_us = unit.launch_us or (EMBEDDED_LAUNCH_US if embedded else a.launch_us)
+    return UnitBehaviour(
+        clock_hz=clock_mhz * 1e6,
+        fp32_flops=spec.fp32_gflops * 1e9 * peak_scale,
+        fp16_flops=spec.fp16_gflops * 1e9 * peak_scale,
+        bandwidth=spec.mem_bandwidth_gbs * 1e9 * unit.memory_clock_factor * ecc_scale,
+        # never above 95 % of the unit's FP peak, whatever the sustained clock
+        issue_efficiency=min(
+            a.issue_efficiency, MAX_PEAK_SHARE * peak_scale * spec.boost_clock_mhz / clock_mhz
+        ),
+        dram_efficiency=min(MAX_DRAM_EFFICIENCY, dram_eff * unit.memory_efficiency),
+        l2_bytes_per_clk_per_sm=a.l2_bytes_per_clk_per_sm * unit.l2_efficiency,
+        launch_s=launch_us * 1e-6,
+        noise=EMBEDDED_NOISE if embedded else a.noise,
+    )
 
 
 def _fnv1a(text: str) -> int:
