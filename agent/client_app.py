@@ -179,6 +179,28 @@ def _state_dir(context: Context) -> Path:
     return Path(str(value)).expanduser()
 
 
+def _check_experts(context: Context) -> bool:
+    """Node config `check-experts` (default on): test delivered experts on own records."""
+    return str(context.node_config.get("check-experts", "true")).lower() not in {"0", "false"}
+
+
+def drop_refuted_experts(model, delivered: list[str], dataset: DeviceDataset) -> list[str]:  # noqa: ANN001
+    """Leave out delivered experts that rank this node's own measurements backwards."""
+    from simoe_model.expert_check import screen_experts
+    from simoe_model.model import remove_expert
+
+    drop, agreement = screen_experts(model, delivered, dataset.tasks)
+    for name in drop:
+        remove_expert(model, name)
+        log.warning(
+            "expert %s left out: it ranks this node's measurements backwards "
+            "(rank correlation %.2f)",
+            name,
+            agreement[name],
+        )
+    return drop
+
+
 def _hello_record(node: NodeState) -> ConfigRecord:
     return ConfigRecord({"hello": node.hello().model_dump_json()})
 
@@ -278,6 +300,10 @@ def train(message: Message, context: Context) -> Message:
     dataset = local_dataset(node.state_dir, node.config.device, profile)
     state = node.load()
     metrics: dict[str, float] = {WEIGHT_METRIC: 0.0, "num-tasks": float(len(dataset.tasks))}
+    if delivered and dataset.tasks and _check_experts(context):
+        dropped = drop_refuted_experts(model, delivered, dataset)
+        delivered = [e for e in delivered if e not in dropped]
+        metrics["experts-dropped"] = float(len(dropped))
     content = RecordDict()
     if dataset.tasks and instruction.train:
         if delivered and instruction.epochs > 0:

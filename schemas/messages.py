@@ -44,6 +44,7 @@ ALLOWED_METRICS: frozenset[str] = frozenset(
         "train-seconds",
         "pairwise-accuracy",
         "top1-score",
+        "experts-dropped",  # delivered experts the node's own measurements refuted (a count)
     }
 )
 ALLOWED_REPLY_RECORDS: dict[str, str] = {
