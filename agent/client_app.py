@@ -133,6 +133,8 @@ class NodeState:
             profile=self.profile(),
             has_model=self.model_path.exists(),
             expert_version=state.rounds_trained,
+            checked_experts=state.checked_experts,
+            refuted_experts=state.refuted_experts,
         )
 
     def load_model(self):  # noqa: ANN201 - SiMoE, imported lazily (torch is slow to import)
@@ -300,8 +302,10 @@ def train(message: Message, context: Context) -> Message:
     dataset = local_dataset(node.state_dir, node.config.device, profile)
     state = node.load()
     metrics: dict[str, float] = {WEIGHT_METRIC: 0.0, "num-tasks": float(len(dataset.tasks))}
+    state.checked_experts, state.refuted_experts = [], []
     if delivered and dataset.tasks and _check_experts(context):
         dropped = drop_refuted_experts(model, delivered, dataset)
+        state.checked_experts, state.refuted_experts = sorted(delivered), dropped
         delivered = [e for e in delivered if e not in dropped]
         metrics["experts-dropped"] = float(len(dropped))
     content = RecordDict()

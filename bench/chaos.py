@@ -234,7 +234,10 @@ class Fault(BaseModel):
     at_s: float  # seconds after the first fault was scheduled
     target: str  # "server" or a node name
     processes_killed: int
-    back_after_s: float  # until the restarted target was up (server: port listening)
+    restart_s: float  # until the restart command was running (server: port listening)
+    restarted_at: datetime
+    back_in_round: int | None = None  # first round after the restart it replied in / closed
+    back_after_s: float | None = None  # from the restart to the start of that round
     records_before: dict[str, int]
     records_after: dict[str, int]
     integrity_after: dict[str, str]
@@ -428,28 +431,30 @@ def run_chaos(
                 deployment.start_server()
                 back = deployment.wait_server(180)
                 server_restarts.append(utc_now())
+                restarted_at = server_restarts[-1]
             else:
                 killed = deployment.daemons[target].crash()
                 t0 = time.monotonic()
                 deployment.start_daemon(target)
-                node_restarts[target] = utc_now()
+                node_restarts[target] = restarted_at = utc_now()
                 back = time.monotonic() - t0
             after, integrity = deployment.counts()
             lost = sum(max(0, before[n] - after[n]) for n in nodes)
             faults.append(
                 Fault(
                     cycle=cycle, at_s=at, target=target, processes_killed=killed,
-                    back_after_s=back, records_before=before, records_after=after,
-                    integrity_after=integrity, lost=lost, last_round_before=last_round,
+                    restart_s=back, restarted_at=restarted_at, records_before=before,
+                    records_after=after, integrity_after=integrity, lost=lost,
+                    last_round_before=last_round,
                 )
             )  # fmt: skip
             say(
-                f"fault {cycle} at {at:.0f} s: kill -9 {target} ({killed} processes), back in "
-                f"{back:.0f} s; records {sum(before.values())} -> {sum(after.values())}, "
+                f"fault {cycle} at {at:.0f} s: kill -9 {target} ({killed} processes), restarted "
+                f"in {back:.0f} s; records {sum(before.values())} -> {sum(after.values())}, "
                 f"lost {lost}, integrity {sorted(set(integrity.values()))}, round {last_round}"
             )
         say(f"faults over; waiting up to {recover_for:.0f} s for every node to reply again")
-        back_since = {n: max(node_restarts[n], *server_restarts[-1:]) for n in nodes}
+        back_since = {n: max([node_restarts[n], *server_restarts[-1:]]) for n in nodes}
         end = time.monotonic() + recover_for
         facts: dict = {}
         while time.monotonic() < end:
@@ -462,6 +467,8 @@ def run_chaos(
         deployment.stop_all()
     facts = registry_facts(deployment.server_dir / "registry.sqlite", list(nodes))
     returned = nodes_returned(facts, back_since)
+    for fault in faults:
+        fault.back_in_round, fault.back_after_s = first_round_back(facts, fault)
     records_end, integrity_end = deployment.counts()
     lost_total = sum(f.lost for f in faults) + sum(
         max(0, records_start[n] - records_end[n]) for n in nodes
@@ -529,6 +536,23 @@ def nodes_returned(facts: dict, since: dict[str, datetime]) -> dict[str, bool]:
     return out
 
 
+def first_round_back(facts: dict, fault: Fault) -> tuple[int | None, float | None]:
+    """The first round started after the restart that the target replied in (server: that
+    closed), and the seconds from the restart to that round's start."""
+    rounds = {r[0]: r for r in facts.get("rounds_table", [])}
+    if fault.target == "server":
+        numbers = [n for n, r in rounds.items() if r[1] in {"done", "no-update"}]
+    else:
+        numbers = [n for n, name in facts.get("replies", []) if name == fault.target]
+    later = sorted(
+        n for n in set(numbers) if (_iso(rounds[n][2]) or fault.restarted_at) >= fault.restarted_at
+    )
+    if not later:
+        return None, None
+    started = _iso(rounds[later[0]][2])
+    return later[0], (started - fault.restarted_at).total_seconds() if started else None
+
+
 def markdown(report: ChaosReport) -> str:
     nodes = list(report.nodes)
     lines = [
@@ -551,17 +575,21 @@ def markdown(report: ChaosReport) -> str:
         "",
         "## Every fault: committed records in each node's store, before and after",
         "",
-        "| cycle | at (s) | killed | processes | back after (s) | last round | "
+        "| cycle | at (s) | killed | processes | restart (s) | round before | back in round "
+        "(s after restart) | "
         + " | ".join(f"{n} before → after" for n in nodes)
         + " | integrity | lost |",
-        "|---|---|---|---|---|---|" + "---|" * len(nodes) + "---|---|",
+        "|---|---|---|---|---|---|---|" + "---|" * len(nodes) + "---|---|",
     ]
     for f in report.faults:
         cells = " | ".join(f"{f.records_before[n]} → {f.records_after[n]}" for n in nodes)
         integrity = ", ".join(sorted(set(f.integrity_after.values())))
+        back = (
+            "never" if f.back_in_round is None else f"{f.back_in_round} ({f.back_after_s or 0:.0f})"
+        )
         lines.append(
-            f"| {f.cycle} | {f.at_s:.0f} | {f.target} | {f.processes_killed} | "
-            f"{f.back_after_s:.0f} | {f.last_round_before} | {cells} | {integrity} | {f.lost} |"
+            f"| {f.cycle} | {f.at_s:.0f} | {f.target} | {f.processes_killed} | {f.restart_s:.0f} "
+            f"| {f.last_round_before} | {back} | {cells} | {integrity} | {f.lost} |"
         )
     lines += [
         "",
@@ -603,9 +631,9 @@ def _load(values: list[float]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=4, help="node daemons (at least 4)")
-    parser.add_argument("--faults-for", type=float, default=300.0, help="seconds of faults")
+    parser.add_argument("--faults-for", type=float, default=270.0, help="seconds of faults")
     parser.add_argument("--interval", default="30,60", help="seconds between faults: MIN,MAX")
-    parser.add_argument("--recover-for", type=float, default=150.0, help="seconds to come back")
+    parser.add_argument("--recover-for", type=float, default=120.0, help="seconds to come back")
     parser.add_argument("--round-timeout", type=float, default=60.0)
     parser.add_argument("--trials", type=int, default=8, help="trials per queued tuning job")
     parser.add_argument("--seed", type=int, default=0)

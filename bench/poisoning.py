@@ -374,8 +374,8 @@ def markdown(report: PoisoningReport) -> str:
         ),
         "",
         "| attack | rule | expert check | nodes top-1 | Δ nodes | newcomers top-1 | Δ newcomers "
-        "| goal met | updates set aside | failed |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| goal met | updates set aside | newcomers sent the backwards expert | failed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     keys = []
     for r in report.runs:
@@ -397,9 +397,14 @@ def markdown(report: PoisoningReport) -> str:
             d_nodes, d_new = _delta(dn, seeds), _delta(dw, seeds)
             within = "yes" if dn[0] >= -GOAL and dw[0] >= -GOAL else "no"
         aside = sum(sum(r.set_aside.values()) for r in rows)
+        sent = sum(
+            report.backwards in experts for r in rows for experts in r.newcomer_experts.values()
+        )
+        sent_text = "" if attack == "none" else f"{sent} of {len(report.newcomers) * len(rows)}"
         lines.append(
             f"| {attack} | {rule} | {'on' if check else 'off'} | {nodes[0]:.3f} | {d_nodes} | "
-            f"{new[0]:.3f} | {d_new} | {within} | {aside} | {sum(r.failed for r in rows)} |"
+            f"{new[0]:.3f} | {d_new} | {within} | {aside} | {sent_text} | "
+            f"{sum(r.failed for r in rows)} |"
         )
     lines += [
         "",
@@ -452,6 +457,28 @@ def markdown(report: PoisoningReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+def merge_reports(reports: Sequence[PoisoningReport]) -> PoisoningReport:
+    """One report of several runs that differ only in their seeds (run in parallel)."""
+    first = reports[0]
+    fixed = ("nodes", "liars", "backwards", "newcomers", "rounds", "epochs", "k_experts", "trim")
+    for other in reports[1:]:
+        for name in (*fixed, "krum_f", "clip", "check_measurements"):
+            if getattr(other, name) != getattr(first, name):
+                raise BadInputError(f"--merge: the reports differ in {name}")
+    seeds = [s for r in reports for s in r.seeds]
+    if len(set(seeds)) != len(seeds):
+        raise BadInputError(f"--merge: a seed appears twice ({seeds})")
+    return first.model_copy(
+        update={
+            "command": " && ".join(r.command for r in reports),
+            "seeds": seeds,
+            "runs": [run for r in reports for run in r.runs],
+            "total_wall_s": sum(r.total_wall_s for r in reports),
+            "load_average_end": reports[-1].load_average_end,
+        }
+    )
+
+
 def _delta(values: tuple[float, float, float], seeds: int) -> str:
     if seeds < 2:
         return f"{values[0]:+.3f}"
@@ -496,10 +523,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--tag", default="")
     parser.add_argument("--render", type=Path, help="rewrite the .md of this .json report, exit")
+    parser.add_argument(
+        "--merge", type=Path, nargs="+", help="join reports of other seeds (same settings) into OUT"
+    )
     args = parser.parse_args(argv)
     if args.render:
         report = PoisoningReport.model_validate_json(args.render.read_text())
         args.render.with_suffix(".md").write_text(markdown(report))
+        return
+    if args.merge:
+        report = merge_reports(
+            [PoisoningReport.model_validate_json(p.read_text()) for p in args.merge]
+        )
+        write_report(report, args.out, "poisoning" + (f"_{args.tag}" if args.tag else ""))
+        print(markdown(report))
         return
     attacks, rules = _names(args.attacks), _names(args.rules)
     unknown = sorted(set(attacks) - set(ATTACKS)) + sorted(set(rules) - set(RULES))

@@ -80,11 +80,20 @@ class NodeHello(BaseModel):
     profile: HardwareProfile
     has_model: bool = Field(default=False, description="the node already holds a global model")
     expert_version: NonNegativeInt = Field(default=0, description="rounds its own expert trained")
+    # The node's verdict on the experts it was sent last round, from its own records
+    # (simoe_model/expert_check.py): names only, never the records or the scores.
+    checked_experts: list[str] = Field(default_factory=list, max_length=64)
+    refuted_experts: list[str] = Field(default_factory=list, max_length=64)
 
     @field_validator("name")
     @classmethod
     def _name(cls, name: str) -> str:
         return check_node_name(name)
+
+    @field_validator("checked_experts", "refuted_experts")
+    @classmethod
+    def _names(cls, names: list[str]) -> list[str]:
+        return [check_node_name(n) for n in names]
 
 
 class TrainInstruction(BaseModel):
@@ -166,6 +175,8 @@ class NodeFederationState(BaseModel):
     last_round: int = 0
     rounds_trained: int = 0
     experts: list[str] = Field(default_factory=list, description="bank experts it holds")
+    checked_experts: list[str] = Field(default_factory=list, description="tested on own records")
+    refuted_experts: list[str] = Field(default_factory=list, description="...and left out")
     refused: str | None = Field(default=None, description="why the server refused it, if so")
     refused_payload: str | None = Field(
         default=None, description="the last server payload this node refused, and why"

@@ -12,7 +12,7 @@ import contextlib
 import io
 import os
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
@@ -150,6 +150,12 @@ class Registry:
             pk="id",
             if_not_exists=True,
         )
+        # each node's latest verdict on each expert it was sent (from its own records)
+        db["expert_checks"].create(
+            {"expert": str, "node_key": str, "round": int, "refuted": int},
+            pk=("expert", "node_key"),
+            if_not_exists=True,
+        )
         db["model_versions"].create(
             {"version": int, "round": int, "weights": bytes, "created_at": str},
             pk="version",
@@ -273,6 +279,26 @@ class Registry:
                 pk="name",
             )
         return version
+
+    def record_checks(
+        self, round_: int, node_key: str, checked: Iterable[str], refuted: Iterable[str]
+    ) -> None:
+        """A node's verdicts on experts it was sent: the latest per (expert, node) counts."""
+        refuted = set(refuted)
+        rows = [
+            {"expert": e, "node_key": node_key, "round": round_, "refuted": int(e in refuted)}
+            for e in sorted(set(checked))
+        ]
+        if rows:
+            with self.db.conn:
+                self.db["expert_checks"].upsert_all(rows, pk=("expert", "node_key"))
+
+    def distrusted_experts(self, min_refuted: int = 2) -> set[str]:
+        """Experts that at least `min_refuted` nodes, and most nodes that tested them, refuted."""
+        rows = self.db.execute(
+            "select expert, sum(refuted), count(*) from expert_checks group by expert"
+        ).fetchall()
+        return {e for e, bad, n in rows if bad >= min_refuted and 2 * bad > n}
 
     def expert(self, name: str) -> dict[str, np.ndarray] | None:
         rows = list(self.db["experts"].rows_where("name = ?", [name], limit=1))

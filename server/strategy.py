@@ -102,6 +102,12 @@ class Roster:
 
     identity: dict[int, str] = field(default_factory=dict)
     refused: dict[int, str] = field(default_factory=dict)  # node_id -> why
+    hellos: dict[int, NodeHello] = field(default_factory=dict)  # what each last said
+
+    def can_check(self, node_id: int) -> bool:
+        """Whether the node has trained on records of its own (so it can test experts)."""
+        hello = self.hellos.get(node_id)
+        return hello is not None and hello.expert_version > 0
 
     def unknown(self, node_ids: Iterable[int]) -> list[int]:
         return [n for n in node_ids if n not in self.identity]
@@ -238,6 +244,7 @@ class SiMoEStrategy:
             self.roster.refused[node_id] = str(exc)
             raise UpdateRejected(str(exc)) from None
         self.roster.identity[node_id] = node_key
+        self.roster.hellos[node_id] = hello
         self.roster.refused.pop(node_id, None)
         return node_key
 
@@ -255,16 +262,24 @@ class SiMoEStrategy:
 
     # -- experts ------------------------------------------------------------------------
 
-    def nearest_experts(self, node_key: str, global_arrays: Arrays) -> list[str]:
-        """The k registered experts whose hardware is most similar to this node's."""
+    def nearest_experts(
+        self, node_key: str, global_arrays: Arrays, can_check: bool = True
+    ) -> list[str]:
+        """The k registered experts whose hardware is most similar to this node's.
+
+        A node that has never trained on records of its own (a newcomer) cannot test what
+        it is sent, so it is not sent experts that most of the nodes that tested them
+        refuted (at least two); nodes with records still get them and judge for themselves.
+        """
         node = self.registry.node(node_key)
         target = self.registry.profile(node_key)
         if node is None or target is None:
             return []
+        withheld = set() if can_check else self.registry.distrusted_experts()
         candidates = {}
         for info in self.registry.experts():
-            if info.name == node["name"]:
-                continue  # its own expert lives on the node already
+            if info.name == node["name"] or info.name in withheld:
+                continue  # its own expert lives on the node already; refuted ones wait
             profile = self.registry.profile(info.node_key)
             if profile is not None:
                 candidates[info.name] = profile
@@ -289,7 +304,7 @@ class SiMoEStrategy:
         version = self.registry.global_version()
         for node_id in node_ids:
             node_key = self.roster.identity[node_id]
-            experts = self.nearest_experts(node_key, inputs.arrays)
+            experts = self.nearest_experts(node_key, inputs.arrays, self.roster.can_check(node_id))
             instruction = TrainInstruction(
                 server_round=server_round,
                 global_version=version,
@@ -356,6 +371,11 @@ class SiMoEStrategy:
             if update is None:
                 outcome.served.append(who)
                 continue
+            hello = self.roster.hellos[node_id]
+            sent_to = set(plan.delivered.get(who, []))  # verdicts only on what it was sent
+            self.registry.record_checks(
+                server_round, who, sent_to & set(hello.checked_experts), hello.refuted_experts
+            )
             node = self.registry.node(who)
             own = record_to_arrays(reply.content.array_records[REC_OWN_EXPERT])
             if node is not None:

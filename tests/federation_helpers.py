@@ -83,16 +83,21 @@ class ToyNode:
     hellos: int = 0
     refused: list[str] = field(default_factory=list)
     got_global: list[dict[str, np.ndarray]] = field(default_factory=list)
+    refutes: list[str] = field(default_factory=list)  # experts its "records" refute
 
     @property
     def key(self) -> str:
         return f"key-{self.name}-0123456789"
 
     def hello(self) -> NodeHello:
+        got = self.received_experts[-1] if self.received_experts else []
         return NodeHello(
             name=self.name,
             key_fingerprint=self.key,
             profile=toy_profile(self.name, self.fp32_gflops),
+            expert_version=len(self.received_experts),
+            checked_experts=got,
+            refuted_experts=[e for e in got if e in self.refutes],
         )
 
     def app(self) -> ClientApp:

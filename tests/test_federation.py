@@ -229,3 +229,30 @@ def test_not_sqlite_is_bad_input(tmp_path: Path) -> None:
     path.write_text("not a database at all" * 100)
     with pytest.raises(BadInputError, match="not a SQLite database"):
         Registry(path)
+
+
+def test_experts_refuted_by_most_testers_are_not_sent_to_newcomers(tmp_path: Path) -> None:
+    """Nodes with records report the experts that rank them backwards; a newcomer, which
+    cannot test anything yet, is not sent an expert that most of its testers refuted."""
+    liar = ToyNode("liar", 1000.0)  # the most similar hardware to everyone below
+    testers = [ToyNode(f"t{g:.0f}", g, refutes=["liar"]) for g in (700.0, 1400.0, 2000.0)]
+    honest = ToyNode("honest", 50000.0)
+    nodes = [liar, honest, *testers]
+    grid, strategy, registry = make_fleet(tmp_path, nodes, k_experts=2)
+    run(grid, strategy, rounds=3)
+    assert all("liar" in got for t in testers for got in t.received_experts[1:])
+    assert registry.distrusted_experts() == {"liar"}
+    newcomer = ToyNode("newcomer", 1005.0)
+    grid.add_node(9000, newcomer.app(), {"state-dir": str(tmp_path / "newcomer")})
+    run(grid, strategy, rounds=2)
+    assert "liar" not in newcomer.received_experts[0]  # untested: not sent to it
+    assert "liar" in newcomer.received_experts[1]  # it has trained: it may judge itself
+    assert all("liar" in t.received_experts[-1] for t in testers[:2])  # still tested
+
+
+def test_one_refuting_node_is_not_enough(tmp_path: Path) -> None:
+    liar = ToyNode("maybe", 1000.0)
+    testers = [ToyNode("t0", 700.0, refutes=["maybe"]), ToyNode("t1", 1400.0)]
+    grid, strategy, registry = make_fleet(tmp_path, [liar, *testers], k_experts=2)
+    run(grid, strategy, rounds=3)
+    assert registry.distrusted_experts() == set()
