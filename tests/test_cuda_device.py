@@ -162,7 +162,8 @@ def test_missing_gpu_is_a_one_line_bad_input(
 @pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU")
 def test_gpu_seen_by_nvml_but_not_by_cuda_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(count=1))
-    with pytest.raises(BadInputError, match="CUDA runtime cannot open it"):
+    # The real cause is named: here the driver library that cannot load.
+    with pytest.raises(BadInputError, match=r"libcuda\.so\.1|CUDA runtime cannot open it"):
         CUDADevice(0)
 
 
@@ -221,3 +222,144 @@ def test_attributes_are_read_from_nvml_and_the_cuda_runtime(
     assert device.hardware_name == "Tesla T4"
     assert device.analytical_specs().mem_bandwidth_gbs == pytest.approx(320, rel=0.01)
     assert target_config(device.attributes)["arch"] == "sm_75"
+
+
+def test_an_unsupported_nvml_field_falls_back_to_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bus width and max clocks "not supported" (virtualised GPUs) never abort the reading."""
+    fake = _fake_pynvml(count=1)
+    fake.NVML_CLOCK_SM, fake.NVML_CLOCK_MEM = 1, 2  # type: ignore[attr-defined]
+    fake.nvmlDeviceGetHandleByIndex = lambda index: f"handle{index}"  # type: ignore[attr-defined]
+    fake.nvmlDeviceGetName = lambda handle: "NVIDIA H200"  # type: ignore[attr-defined]
+
+    def unsupported(*_args: object) -> None:
+        raise fake.NVMLError("Not Supported")
+
+    fake.nvmlDeviceGetMaxClockInfo = unsupported  # type: ignore[attr-defined]
+    fake.nvmlDeviceGetMemoryBusWidth = unsupported  # type: ignore[attr-defined]
+    fake.nvmlDeviceGetMemoryInfo = lambda handle: types.SimpleNamespace(total=141 << 30)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    cuda_dev = types.SimpleNamespace(
+        exist=True, multi_processor_count=132, compute_version="9.0", max_clock_rate=1980000,
+        max_threads_per_block=1024, max_shared_memory_per_block=49152,
+        l2_cache_size_bytes=60 << 20, warp_size=32, total_global_memory=141 << 30,
+    )  # fmt: skip
+    monkeypatch.setattr(tvm, "cuda", lambda index=0: cuda_dev)
+    import agent.devices.cuda as cuda_module
+
+    fallback = {"MEMORY_CLOCK_RATE": 3_201_000.0, "GLOBAL_MEMORY_BUS_WIDTH": 6144.0}
+    monkeypatch.setattr(cuda_module, "_cuda_attribute", lambda index, name: fallback[name])
+    attrs = CUDADevice(0).attributes
+    assert attrs.sm_clock_mhz == 1980 and attrs.mem_clock_mhz == 3201
+    assert attrs.mem_bus_width_bits == 6144 and attrs.name == "NVIDIA H200"
+
+
+def test_cuda_visible_devices_is_respected_and_mapped_to_nvml() -> None:
+    from agent.devices.cuda import nvml_handle_for, visible_device_for
+
+    assert visible_device_for(1, {}) == "1"
+    assert visible_device_for(1, {"CUDA_VISIBLE_DEVICES": "3,5"}) == "5"  # never widened
+    with pytest.raises(BadInputError, match="shows 2 GPU"):
+        visible_device_for(2, {"CUDA_VISIBLE_DEVICES": "3,5"})
+    fake = types.SimpleNamespace(
+        nvmlDeviceGetHandleByIndex=lambda i: f"index{i}",
+        nvmlDeviceGetHandleByUUID=lambda u: f"uuid:{u}",
+    )
+    assert nvml_handle_for(fake, 0, {"CUDA_VISIBLE_DEVICES": "3,5"}) == "index3"
+    assert nvml_handle_for(fake, 0, {"CUDA_VISIBLE_DEVICES": "GPU-abc"}) == "uuid:GPU-abc"
+
+
+def test_runner_worker_sees_only_its_gpu_in_pci_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent.devices.cuda import _init_gpu_worker
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,7")
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    device = CUDADevice(1, attributes=_attrs())
+    runner = device.runner()  # the worker's view is decided here, from the user's list
+    assert runner is not None
+    from agent.devices.cuda import visible_device_for
+
+    _init_gpu_worker(visible_device_for(1))
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "7"
+    assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+
+
+def test_builds_run_under_the_target_so_the_arch_reaches_the_compiler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """TVM's CUDA compile callback reads Target.current(): it must be our GPU's target."""
+    from tvm.s_tir.meta_schedule.builder import local_builder
+
+    from agent.devices.cuda import build_in_target
+
+    seen = []
+    monkeypatch.setattr(
+        local_builder,
+        "default_build",
+        lambda mod, target, params: seen.append(str(tvm.target.Target.current().attrs["arch"])),
+    )
+    device = CUDADevice(1, attributes=_attrs(compute_capability=(9, 0)))
+    build_in_target(None, device.target(), None)
+    assert seen == ["sm_90"]
+
+
+def test_cuda_root_is_found_behind_a_wrapper_script(tmp_path: Path) -> None:
+    from agent.devices.cuda_env import find_cuda_root
+
+    toolkit = tmp_path / "cuda-13.0"
+    (toolkit / "bin").mkdir(parents=True)
+    (toolkit / "include").mkdir()
+    (toolkit / "include" / "cuda_runtime.h").write_text("")
+    (toolkit / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    (toolkit / "bin" / "nvcc").chmod(0o755)
+    wrappers = tmp_path / "usr-local-bin"
+    wrappers.mkdir()
+    (wrappers / "nvcc").write_text(f'#!/bin/sh\nexec {toolkit}/bin/nvcc "$@"\n')
+    (wrappers / "nvcc").chmod(0o755)
+    # `which nvcc` finds the wrapper; TVM's guess (its ../..) would be tmp_path
+    assert find_cuda_root({"PATH": str(wrappers)}) == toolkit
+    other = tmp_path / "other"
+    assert find_cuda_root({"PATH": str(wrappers), "CUDA_PATH": str(other)}) == toolkit
+    (other / "bin").mkdir(parents=True)
+    (other / "include").mkdir()
+    (other / "include" / "cuda_runtime.h").write_text("")
+    (other / "bin" / "nvcc").write_text("")
+    assert find_cuda_root({"PATH": str(wrappers), "CUDA_HOME": str(other)}) == other
+    assert find_cuda_root({"PATH": str(wrappers), "CUDA_PATH": str(other)}) == other
+
+
+def test_nvrtc_check_fails_when_libnvrtc_does_not_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`from cuda.bindings import nvrtc` imports without libnvrtc; the check must call it."""
+    from agent.devices.cuda_env import nvrtc_status
+
+    def missing() -> None:
+        raise RuntimeError("Failed to dlopen libnvrtc.so.13")
+
+    fake_nvrtc = types.SimpleNamespace(nvrtcVersion=missing)
+    bindings = types.ModuleType("cuda.bindings")
+    bindings.nvrtc = fake_nvrtc  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cuda", types.ModuleType("cuda"))
+    monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
+    monkeypatch.setitem(sys.modules, "cuda.bindings.nvrtc", fake_nvrtc)
+    ok, why = nvrtc_status()
+    assert not ok and "libnvrtc" in why
+    fake_nvrtc.nvrtcVersion = lambda: (0, 13, 0)
+    assert nvrtc_status() == (True, "NVRTC 13.0")
+
+
+def test_a_hopeless_search_stops_early_with_its_first_error() -> None:
+    from agent.devices.cuda_failfast import FailureLog
+    from schemas import RunFailure
+
+    log = FailureLog(limit=3)
+    log.note("build", "LocalBuilder: An exception occurred\nRuntimeError: Cannot find CUDA headers")
+    log.note("build", "other")
+    log.check()  # two failures: not yet
+    log.note("run", "a run error")
+    with pytest.raises(RunFailure, match="first error: RuntimeError: Cannot find CUDA headers"):
+        log.check()
+    assert log.first_run_error == "a run error"
+    healthy = FailureLog(limit=2)
+    healthy.note("build", None)
+    for _ in range(5):
+        healthy.note("build", "one bad candidate")
+    healthy.check()  # something built once: ordinary failed candidates, never a stop

@@ -8,7 +8,9 @@ from agent.cli.app import app
 from schemas.errors import run_cli
 
 # Each module registers its commands on `app`; a module not written yet is skipped.
-_COMMAND_MODULES = ["profile", "tune", "records", "status", "dataset", "evaluate", "federation"]
+_COMMAND_MODULES = [
+    "profile", "tune", "records", "status", "dataset", "evaluate", "federation", "bundle",
+]  # fmt: skip
 for _name in _COMMAND_MODULES:
     try:
         importlib.import_module(f"agent.cli.{_name}")

@@ -167,6 +167,35 @@ def _no_gpu(index: int, why: str) -> BadInputError:
     return BadInputError(f"device cuda:{index}: no NVIDIA GPU found ({why})")
 
 
+def visible_device_for(index: int, environ: dict[str, str] | None = None) -> str:
+    """The CUDA_VISIBLE_DEVICES value that shows a worker only GPU `index` (as CUDA counts).
+
+    A user's own CUDA_VISIBLE_DEVICES is respected: `cuda:N` is its Nth entry, so the
+    worker sees that GPU and no other, never one the user hid.
+    """
+    env = os.environ if environ is None else environ
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or not visible.strip():
+        return str(index)
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    if index >= len(entries):
+        raise _no_gpu(index, f"CUDA_VISIBLE_DEVICES={visible} shows {len(entries)} GPU(s)")
+    return entries[index]
+
+
+def nvml_handle_for(pynvml: Any, index: int, environ: dict[str, str] | None = None) -> Any:
+    """NVML's handle of CUDA's GPU `index`.
+
+    NVML counts every GPU in PCI order and ignores CUDA_VISIBLE_DEVICES; CUDA counts
+    only the visible ones (in PCI order with CUDA_DEVICE_ORDER=PCI_BUS_ID, which the
+    agent sets). So map through the visible list: an entry is an NVML index or a UUID.
+    """
+    entry = visible_device_for(index, environ)
+    if entry.isdigit():
+        return pynvml.nvmlDeviceGetHandleByIndex(int(entry))
+    return pynvml.nvmlDeviceGetHandleByUUID(entry)
+
+
 def _nvml(index: int) -> Any:
     """pynvml, initialised, with `index` checked against the GPUs NVML sees."""
     try:
@@ -183,52 +212,148 @@ def _nvml(index: int) -> Any:
     return pynvml
 
 
+def nvml_fields(pynvml: Any, handle: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """NVML's facts about one GPU, each queried on its own: (values, errors by field).
+
+    A field this GPU or driver does not support (bus width, max clocks on some
+    virtualised GPUs) is left out with its reason; the caller falls back to CUDA.
+    """
+    queries = {
+        "name": lambda: pynvml.nvmlDeviceGetName(handle),
+        "sm_clock_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
+        "mem_clock_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+        "mem_bus_width_bits": lambda: pynvml.nvmlDeviceGetMemoryBusWidth(handle),
+        "total_memory_bytes": lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).total,
+    }
+    values: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for key, query in queries.items():
+        try:
+            value = query()
+        except Exception as exc:  # noqa: BLE001 - NVMLError_NotSupported and friends
+            errors[key] = str(exc) or type(exc).__name__
+            continue
+        values[key] = value.decode() if isinstance(value, bytes) else value
+    return values, errors
+
+
+def attributes_from_report(facts: dict[str, Any]) -> CudaAttributes:
+    """CudaAttributes from what a thin node's runner reported (NVML first, then CUDA)."""
+
+    def first(*keys: str, scale: float = 1.0) -> float:
+        for key in keys:
+            value = facts.get(key)
+            if value:
+                return float(value) * (scale if key.startswith("cuda_") else 1.0)
+        raise BadInputError(f"the GPU report lacks {' and '.join(keys)}")
+
+    cc = facts.get("compute_capability") or [0, 0]
+    return CudaAttributes(
+        name=str(facts.get("name") or facts.get("nvml_name") or "unknown NVIDIA GPU"),
+        sm_count=int(first("sm_count")),
+        sm_clock_mhz=first("sm_clock_mhz", "cuda_sm_clock_khz", scale=1e-3),
+        mem_clock_mhz=first("mem_clock_mhz", "cuda_mem_clock_khz", scale=1e-3),
+        mem_bus_width_bits=int(first("mem_bus_width_bits", "cuda_mem_bus_width_bits")),
+        total_memory_bytes=int(first("total_memory_bytes")),
+        compute_capability=(int(cc[0]), int(cc[1])),
+        max_threads_per_block=int(facts.get("max_threads_per_block") or 1024),
+        max_shared_memory_per_block=int(facts.get("max_shared_memory_per_block") or 49152),
+        l2_cache_bytes=int(first("l2_cache_bytes")),
+        warp_size=int(facts.get("warp_size") or 32),
+    )
+
+
 def read_attributes(index: int) -> CudaAttributes:
     """The GPU's raw attributes; a one-line BadInputError when there is no such GPU."""
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # NVML's order, before CUDA starts
     pynvml = _nvml(index)
     import tvm
 
     dev = tvm.cuda(index)
     if not dev.exist:
-        raise _no_gpu(index, "NVML sees it but the CUDA runtime cannot open it")
+        from agent.devices.cuda_env import cuda_load_failure
+
+        cause = cuda_load_failure() or "NVML sees it but the CUDA runtime cannot open it"
+        raise _no_gpu(index, cause)
     try:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        name = pynvml.nvmlDeviceGetName(handle)
-        name = name.decode() if isinstance(name, bytes) else str(name)
-        sm_clock = float(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
-        mem_clock = float(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM))
-        bus_width = int(pynvml.nvmlDeviceGetMemoryBusWidth(handle))
-        total_memory = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
-    except pynvml.NVMLError as exc:
-        raise RunFailure(
-            f"device cuda:{index}: reading its NVML attributes failed: {exc}"
-        ) from None
+        handle = nvml_handle_for(pynvml, index)
+    except Exception as exc:  # noqa: BLE001 - pynvml.NVMLError and a bad UUID
+        raise RunFailure(f"device cuda:{index}: NVML cannot find it: {exc}") from None
+    nvml, _errors = nvml_fields(pynvml, handle)
     major, minor = (int(part) for part in str(dev.compute_version).split(".")[:2])
+    # CUDA's own clock attributes are kHz; NVML can answer 0 or "not supported".
+    mem_clock = float(nvml.get("mem_clock_mhz") or 0)
+    bus_width = int(nvml.get("mem_bus_width_bits") or 0)
+    memory = int(nvml.get("total_memory_bytes") or 0)
     return CudaAttributes(
-        name=name,
+        name=str(nvml.get("name") or f"NVIDIA GPU cuda:{index}"),
         sm_count=int(dev.multi_processor_count),
-        # NVML can answer 0 on some virtualised GPUs: then the CUDA attribute (kHz)
-        sm_clock_mhz=sm_clock or float(dev.max_clock_rate) / 1000,
-        mem_clock_mhz=mem_clock,
-        mem_bus_width_bits=bus_width,
-        total_memory_bytes=total_memory,
+        sm_clock_mhz=float(nvml.get("sm_clock_mhz") or 0) or float(dev.max_clock_rate) / 1000,
+        mem_clock_mhz=mem_clock or _cuda_attribute(index, "MEMORY_CLOCK_RATE") / 1000,
+        mem_bus_width_bits=bus_width or int(_cuda_attribute(index, "GLOBAL_MEMORY_BUS_WIDTH")),
+        total_memory_bytes=memory or int(dev.total_global_memory or 0),
         compute_capability=(major, minor),
         max_threads_per_block=int(dev.max_threads_per_block),
         max_shared_memory_per_block=int(dev.max_shared_memory_per_block),
         l2_cache_bytes=int(dev.l2_cache_size_bytes),
         warp_size=int(dev.warp_size),
-    )
+    )  # fmt: skip
 
 
-def _init_gpu_worker(index: int) -> None:
-    """MetaSchedule worker initializer: the inspect patch, and only our GPU visible.
+def _cuda_attribute(index: int, name: str) -> float:
+    """A CUDA device attribute through cuda-bindings (the fallback for NVML); 0 if unknown."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        return 0.0
+    try:
+        driver.cuInit(0)
+        err, dev = driver.cuDeviceGet(index)
+        attr = getattr(driver.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+        err2, value = driver.cuDeviceGetAttribute(attr, dev)
+    except Exception:  # noqa: BLE001
+        return 0.0
+    return float(value) if int(err) == 0 and int(err2) == 0 else 0.0
+
+
+def _init_gpu_worker(visible: str) -> None:
+    """MetaSchedule runner worker initializer: the inspect patch, and only our GPU visible.
 
     LocalRunner always measures on device 0 of its worker process, so the worker is
-    shown only GPU `index` (before it initialises CUDA).
+    shown only our GPU (before it initialises CUDA), within what the user made visible.
     """
     tvm_compat.install()
-    if index != 0:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(index)
+    os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible
+
+
+def build_in_target(mod: Any, target: Any, params: Any) -> Any:
+    """MetaSchedule's default build, under `with target:`.
+
+    TVM 0.27 compiles CUDA in a Python callback that reads the arch from the current
+    target, else from `tvm.cuda(0)` of the compiling process: without the scope every
+    builder worker starts CUDA, and cuda:N on a mixed box compiles for GPU 0.
+    """
+    from tvm.s_tir.meta_schedule.builder.local_builder import default_build
+
+    with target:
+        return default_build(mod, target, params)
+
+
+def _warm_builder_worker() -> None:
+    """Builder worker initializer: the inspect patch, then TVM's slow imports (untimed)."""
+    tvm_compat.install()
+    import tvm.s_tir.tensor_intrin  # noqa: F401
+    from tvm.s_tir.meta_schedule.builder import local_builder  # noqa: F401
+
+
+def export_shared_library(rt_mod: Any) -> str:
+    """Link the built module into a .so here, in the builder, so the runner needs no g++."""
+    import tempfile
+
+    path = os.path.join(tempfile.mkdtemp(prefix="simoe-cuda-"), "candidate.so")
+    rt_mod.export_library(path)
+    return path
 
 
 class CUDADevice(Device):
@@ -257,6 +382,9 @@ class CUDADevice(Device):
         self.min_repeat_ms = min_repeat_ms
         self._compiled: OrderedDict[int, Any] = OrderedDict()
         self._lock = threading.Lock()
+        from agent.devices.cuda_failfast import FailureLog
+
+        self.failures = FailureLog(limit=16)  # the first build/run errors, for reports
 
     @property
     def hardware_name(self) -> str:
@@ -282,22 +410,35 @@ class CUDADevice(Device):
         return self.attributes.total_memory_bytes
 
     def builder(self) -> ms.builder.Builder:
+        """LocalBuilder under `with target:`, linking a .so; stops early when nothing builds."""
         from tvm.s_tir import meta_schedule as ms
 
-        return ms.builder.LocalBuilder(initializer=tvm_compat.install)
+        from agent.devices.cuda_env import export_cuda_root
+        from agent.devices.cuda_failfast import FailFastBuilder
+
+        export_cuda_root()  # the workers inherit CUDA_PATH: TVM finds the real headers
+        inner = ms.builder.LocalBuilder(
+            initializer=_warm_builder_worker,
+            f_build=build_in_target,
+            f_export=export_shared_library,
+        )
+        return FailFastBuilder(inner, self.failures)
 
     def runner(self) -> ms.runner.Runner:
+        """LocalRunner on this GPU alone; loads the builder's .so (no g++ needed here)."""
         from tvm.s_tir import meta_schedule as ms
+
+        from agent.devices.cuda_failfast import FailFastRunner
 
         config = ms.runner.EvaluatorConfig(
             number=3, repeat=1, min_repeat_ms=self.min_repeat_ms, enable_cpu_cache_flush=False
         )
-        # The runner loads the module, so the CUDA compile (NVRTC) happens there: allow it.
-        return ms.runner.LocalRunner(
+        inner = ms.runner.LocalRunner(
             evaluator_config=config,
             timeout_sec=60,
-            initializer=functools.partial(_init_gpu_worker, self.index),
+            initializer=functools.partial(_init_gpu_worker, visible_device_for(self.index)),
         )
+        return FailFastRunner(inner, self.failures)
 
     def _compile(self, mod: tvm.IRModule) -> Any:
         """The runnable module for `mod`, compiled once (LRU by structural hash)."""
@@ -310,7 +451,9 @@ class CUDADevice(Device):
                 self._compiled.move_to_end(key)
                 return self._compiled[key]
         try:
-            runnable = tvm.compile(mod, target=self.target()).jit()
+            target = self.target()
+            with target:  # the arch reaches the CUDA compile callback (see build_in_target)
+                runnable = tvm.compile(mod, target=target).jit()
         except Exception as exc:  # noqa: BLE001 - TVM and NVRTC raise many kinds
             first = str(exc).strip().splitlines()
             raise RunFailure(
