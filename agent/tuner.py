@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -435,10 +435,14 @@ def _task_result(
         schedule = ms.tir_integration.compile_tir(database, task.mod, target)
         if schedule is not None:
             tuned = _median_measure(device, schedule.mod, repeat)
-    best = tuned if tuned is not None else best_db
+    tuned = tuned if tuned is not None else best_db
+    # The default is measured once per task, the same way as the tuned schedule, so the two
+    # compare like for like; the faster one is kept (issue 12: never worse than the default).
     untuned = (
         _median_measure(device, _default_schedule(task.mod, target), repeat) if baseline else None
     )
+    kept = _keep(tuned, untuned)
+    best = untuned if kept == "default" else tuned
     return TaskResult(
         task_name=task.name,
         workload_key=workload_key_of(task.mod),
@@ -448,9 +452,46 @@ def _task_result(
         best_latency_s=best,
         best_measured_during_tuning_s=best_db,
         untuned_latency_s=untuned,
+        tuned_latency_s=tuned,
+        kept=kept,
         gflops=(task.flops / best / 1e9) if best and task.flops else None,
         speedup=(untuned / best) if best and untuned else None,
     )
+
+
+def _keep(tuned: float | None, default: float | None) -> Literal["tuned", "default"] | None:
+    """Which schedule a task keeps: the default where it ran and the tuned one did not win."""
+    if default is not None and (tuned is None or default < tuned):
+        return "default"
+    return "tuned" if tuned is not None else None
+
+
+def kept_database(
+    tasks: list[tuple[tvm.IRModule, TaskResult]],
+    database: ms.database.Database,
+    target: tvm.target.Target,
+) -> ms.database.Database:
+    """The best tuned schedule of each task that keeps it, and nothing for the others.
+
+    `compile_relax` schedules a function the database does not know the default way (as
+    is on a CPU, DLight's rules on a GPU: what `_default_schedule` measured), so a network
+    compiled from this database keeps the default exactly where the default was faster."""
+    from tvm.s_tir import meta_schedule as ms
+
+    kept = ms.database.MemoryDatabase()
+    for mod, result in tasks:
+        if result.kept != "tuned":
+            continue
+        top = database.get_top_k(database.commit_workload(mod), 1)
+        if not top:
+            continue
+        record = top[0]
+        kept.commit_tuning_record(
+            ms.database.TuningRecord(
+                record.trace, kept.commit_workload(mod), record.run_secs, target, record.args_info
+            )
+        )
+    return kept
 
 
 def tune_workload(
@@ -550,7 +591,9 @@ def tune_network(
         for t, n in zip(tasks, counts, strict=True)
     ]
     stage(f"{network.name}: compiling and checking against the reference")
-    check = verify_network(network, database, device, repeat=repeat) if verify else None
+    pairs = [(t.mod, r) for t, r in zip(tasks, results, strict=True)]
+    kept = kept_database(pairs, database, target)
+    check = verify_network(network, kept, device, repeat=repeat) if verify else None
     return TuneResult(
         subject=network.name,
         kind="network",

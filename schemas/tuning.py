@@ -18,12 +18,21 @@ class TaskResult(BaseModel):
     trials: int = Field(description="candidates measured in this run")
     flops: float
     best_latency_s: float | None = Field(
-        description="the best schedule, re-measured like the untuned one; None if all failed"
+        description="the schedule kept: the best tuned one, or TVM's default where that was "
+        "faster (see `kept`); None if nothing ran"
     )
     best_measured_during_tuning_s: float | None
     untuned_latency_s: float | None = Field(description="the default schedule; None if unknown")
+    tuned_latency_s: float | None = Field(
+        default=None, description="the best tuned schedule, re-measured like the default one"
+    )
+    kept: Literal["tuned", "default"] | None = Field(
+        default=None,
+        description="which schedule the task keeps (also in the compiled network): 'default' "
+        "where the best tuned one lost to TVM's untuned default; None if neither ran",
+    )
     gflops: float | None
-    speedup: float | None = Field(description="untuned / best")
+    speedup: float | None = Field(description="untuned / best (never below 1 when both ran)")
 
 
 class NetworkCheck(BaseModel):

@@ -64,8 +64,9 @@ def _print_result(result: TuneResult) -> None:
         (
             t.task_name,
             t.trials,
-            _us(t.best_latency_s),
+            _us(t.tuned_latency_s),
             _us(t.untuned_latency_s),
+            t.kept or "-",
             "-" if t.speedup is None else f"{t.speedup:.1f}x",
             f"{t.weight:g}",
             "-" if t.gflops is None else f"{t.gflops:.1f}",
@@ -77,12 +78,20 @@ def _print_result(result: TuneResult) -> None:
         f"{result.trials} trials, search {result.search_wall_s:.0f} s)",
         [
             "task",
-            *(Column(h, "right") for h in ("trials", "best us", "default us", "speedup")),
+            *(Column(h, "right") for h in ("trials", "tuned us", "default us")),
+            "kept",
+            Column("speedup", "right"),
             Column("weight", "right", optional=True),
             Column("GFLOP/s", "right", optional=True),
         ],
         rows,
     )
+    defaults = [t for t in result.tasks if t.kept == "default"]
+    if defaults:
+        console.print(
+            f"{len(defaults)} of {len(result.tasks)} tasks keep TVM's default schedule: "
+            "their best tuned schedule was slower"
+        )
     check = result.network
     if check is None:
         return
@@ -136,7 +145,10 @@ def tune(
         "only the model's top --trials (e.g. --cost-model simoe --trials 32 --model-rounds 5)",
     ),
     baseline: bool = typer.Option(
-        True, "--baseline/--no-baseline", help="also measure the untuned default schedule"
+        True,
+        "--baseline/--no-baseline",
+        help="measure TVM's default (untuned) schedule once per task and keep it wherever the "
+        "best tuned one is slower, here and in the compiled network (--no-baseline: unchecked)",
     ),
     json_out: bool = JsonOption,
     verbose: bool = VerboseOption,
