@@ -211,12 +211,14 @@ def registry_facts(path: Path, node_names: Sequence[str]) -> dict:
     if len(keys) != len(names):
         problems.append("node keys are not unique")
     open_rounds = [r[0] for r in rounds if r[1] == "running"]
+    interrupted = [r[0] for r in rounds if r[1] == "interrupted"]
     return {
         "integrity": integrity,
         "problems": problems,
         "rounds": len(rounds),
         "closed_rounds": sum(1 for r in rounds if r[1] in {"done", "no-update"}),
         "open_rounds": open_rounds,
+        "interrupted": interrupted,
         "rounds_table": [list(r) for r in rounds],
         "replies": [list(t) for t in traffic],
     }
@@ -264,7 +266,8 @@ class ChaosReport(BaseModel):
     registry_problems: list[str]
     rounds_total: int
     rounds_closed: int
-    rounds_interrupted: list[int]  # left "running" by a server kill
+    rounds_interrupted: list[int]  # marked interrupted at the restart after a server kill
+    rounds_open: list[int]  # still "running": at most the one the final stop cut short
     server_kills: int
     rounds_after_each_server_restart: list[int]
     nodes_back: dict[str, bool]
@@ -482,10 +485,12 @@ def run_chaos(
         for when in server_restarts
     ]
     server_kills = sum(1 for f in faults if f.target == "server")
-    interrupted = facts["open_rounds"]
+    interrupted = facts["interrupted"]
     problems = list(facts["problems"])
     if len(interrupted) > server_kills:
-        problems.append(f"{len(interrupted)} rounds left open by {server_kills} server kills")
+        problems.append(f"{len(interrupted)} rounds interrupted by {server_kills} server kills")
+    if len(facts["open_rounds"]) > 1:  # only the one the final clean stop may cut short
+        problems.append(f"rounds left open: {facts['open_rounds']}")
     ok = (
         lost_total == 0
         and all(v == "ok" for v in integrity_end.values())
@@ -515,6 +520,7 @@ def run_chaos(
         rounds_total=facts["rounds"],
         rounds_closed=facts["closed_rounds"],
         rounds_interrupted=interrupted,
+        rounds_open=facts["open_rounds"],
         server_kills=server_kills,
         rounds_after_each_server_restart=after_restart,
         nodes_back=returned,
@@ -597,31 +603,29 @@ def markdown(report: ChaosReport) -> str:
         "",
         "| check | result |",
         "|---|---|",
-        "| records when the faults began | "
-        + ", ".join(f"{n} {report.records_start[n]}" for n in nodes)
-        + " |",
-        "| records after the clean stop | "
-        + ", ".join(f"{n} {report.records_end[n]}" for n in nodes)
-        + " |",
-        "| stores' integrity_check | "
-        + ", ".join(f"{n} {report.integrity_end[n]}" for n in nodes)
-        + " |",
+        _per_node("records when the faults began", report.records_start),
+        _per_node("records after the clean stop", report.records_end),
+        _per_node("stores' integrity_check", report.integrity_end),
         f"| registry integrity_check | {report.registry_integrity} |",
         "| registry consistency | "
         + ("; ".join(report.registry_problems) if report.registry_problems else "consistent")
         + " |",
-        f"| rounds | {report.rounds_total} ({report.rounds_closed} closed, interrupted by a "
-        f"server kill: {report.rounds_interrupted or 'none'}) |",
+        f"| rounds | {report.rounds_total} ({report.rounds_closed} closed; interrupted by a "
+        f"server kill: {report.rounds_interrupted or 'none'}; cut short by the final stop: "
+        f"{report.rounds_open or 'none'}) |",
         f"| rounds completed after each of the {report.server_kills} server restarts | "
         f"{report.rounds_after_each_server_restart or 'no server kill drawn'} |",
-        "| every node back (replied after its last restart) | "
-        + ", ".join(f"{n} {'yes' if report.nodes_back[n] else 'NO'}" for n in nodes)
-        + " |",
-        "| last round each node replied in | "
-        + ", ".join(f"{n} {report.last_reply_round[n]}" for n in nodes)
-        + " |",
+        _per_node(
+            "every node back (replied after its last restart)",
+            {n: "yes" if back else "NO" for n, back in report.nodes_back.items()},
+        ),
+        _per_node("last round each node replied in", report.last_reply_round),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _per_node(label: str, values: dict[str, object]) -> str:
+    return f"| {label} | " + ", ".join(f"{n} {v}" for n, v in values.items()) + " |"
 
 
 def _load(values: list[float]) -> str:

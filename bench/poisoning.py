@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import simoe_model  # noqa: E402,F401  (patches inspect before TVM is imported)
 from bench.federation_helps import (  # noqa: E402
     FleetGPU,
+    _load,
     load_gpus,
     public_command,
     split_tasks,
@@ -483,10 +484,6 @@ def _delta(values: tuple[float, float, float], seeds: int) -> str:
     if seeds < 2:
         return f"{values[0]:+.3f}"
     return f"{values[0]:+.3f} [{values[1]:+.3f}, {values[2]:+.3f}]"
-
-
-def _load(values: list[float]) -> str:
-    return ", ".join(f"{v:.2f}" for v in values)
 
 
 def write_report(report: PoisoningReport, out: Path, stem: str = "poisoning") -> None:

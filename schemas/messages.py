@@ -139,7 +139,7 @@ class RoundInfo(BaseModel):
     rejected: int
     failed: int
     global_version: int
-    status: Literal["running", "done", "no-update"]
+    status: Literal["running", "done", "no-update", "interrupted"]  # interrupted: server died
 
 
 def key_fingerprint(public_key: bytes) -> str:

@@ -354,6 +354,20 @@ class Registry:
             )
         return number
 
+    def close_interrupted_rounds(self) -> list[int]:
+        """Rounds a killed server left open: marked `interrupted` when a run starts."""
+        numbers = [
+            r[0] for r in self.db.execute("select round from rounds where status = ?", ["running"])
+        ]
+        if numbers:
+            with self.db.conn:
+                self.db.execute(
+                    "update rounds set status = 'interrupted', finished_at = ? "
+                    "where status = 'running'",
+                    [now_iso()],
+                )
+        return numbers
+
     def finish_round(
         self,
         number: int,

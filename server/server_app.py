@@ -63,6 +63,9 @@ def run_rounds(
 ) -> list[RoundOutcome]:
     """Run `num_rounds` rounds (0: until `stop` is set); returns what each round did."""
     registry = strategy.registry
+    interrupted = registry.close_interrupted_rounds()  # a killed server left them open
+    if interrupted:
+        log.warning("rounds %s were interrupted (the server stopped mid-round)", interrupted)
     latest = registry.latest_global()
     if latest is None:
         registry.save_global(initial_arrays, round_=registry.last_round())

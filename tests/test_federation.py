@@ -256,3 +256,19 @@ def test_one_refuting_node_is_not_enough(tmp_path: Path) -> None:
     grid, strategy, registry = make_fleet(tmp_path, [liar, *testers], k_experts=2)
     run(grid, strategy, rounds=3)
     assert registry.distrusted_experts() == set()
+
+
+def test_a_round_left_open_by_a_killed_server_is_marked_interrupted(tmp_path: Path) -> None:
+    nodes = [ToyNode("a", 1000, value=2.0), ToyNode("b", 2000, value=2.0)]
+    grid, strategy, registry = make_fleet(tmp_path, nodes)
+    run(grid, strategy, rounds=1)
+    registry.start_round(run_id=7, sampled=2)  # the server dies here, mid-round 2
+    registry.close()
+    grid2, strategy2, registry2 = make_fleet(tmp_path, nodes)
+    [outcome] = run(grid2, strategy2, rounds=1)
+    assert outcome.round == 3
+    assert [(r.round, r.status) for r in registry2.rounds()] == [
+        (1, "done"),
+        (2, "interrupted"),
+        (3, "done"),
+    ]
