@@ -25,7 +25,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.devices.sim import candidate_key, cuda_target, latency, tir_analysis
-from agent.devices.sim.catalog import load_catalog, lookup
+from agent.devices.sim.catalog import load_catalog, resolve
 from schemas import FAILED_RUN_SECS, BadInputError, TuningRecord
 from schemas.gpu import GpuSpec
 
@@ -73,14 +73,14 @@ class SampledWorkload:
 
 
 def resolve_gpus(text: str) -> list[GpuSpec]:
-    """`all` or a comma list of catalog names/aliases."""
+    """`all` (the catalog's models) or a comma list of models, units or spec.json paths."""
     catalog = load_catalog()
     if text.strip().lower() == "all":
         return list(catalog.values())
     specs: list[GpuSpec] = []
     for name in text.split(","):
         if name.strip():
-            spec = lookup(name)
+            spec = resolve(name)
             if spec not in specs:
                 specs.append(spec)
     if not specs:

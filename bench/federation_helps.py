@@ -173,6 +173,26 @@ def load_gpus(directories: Sequence[Path], gpus: Sequence[str]) -> dict[str, Fle
     return out
 
 
+def protocol_gpus(split: str) -> tuple[list[FleetGPU], list[FleetGPU]]:
+    """The protocol's training units as nodes, its `split` units as newcomers (bench/protocol.py).
+
+    Labels come through the protocol's guard: newcomers of the test split only for scoring.
+    """
+    from bench import protocol
+
+    labels = protocol.UnitLabels()
+
+    def gpu(unit: str, purpose: str) -> FleetGPU:
+        dataset = labels.load(unit, purpose)  # type: ignore[arg-type]
+        cached = labels.data_dir / "profiles" / f"{unit}.json"
+        profile = HardwareProfile.model_validate_json(cached.read_text())
+        return FleetGPU(unit, profile, dataset)
+
+    nodes = [gpu(u, "train") for u in protocol.units("train")]
+    purpose = "test" if split == "test" else "select"
+    return nodes, [gpu(u, purpose) for u in protocol.units(split)]  # type: ignore[arg-type]
+
+
 def synthetic_gpus(n_devices: int, n_tasks: int, per_task: int) -> dict[str, FleetGPU]:
     """A synthetic fleet (simoe_model.synthetic): for development and the smoke test."""
     from simoe_model import synthetic
@@ -195,13 +215,23 @@ def _hardware_vector(profile: HardwareProfile) -> np.ndarray:
 
 
 def split_tasks(
-    gpu: FleetGPU, fraction: float, seed: int, same_split: bool
+    gpu: FleetGPU,
+    fraction: float,
+    seed: int,
+    same_split: bool,
+    held_out: Sequence[str] | None = None,
 ) -> tuple[list[TaskData], list[TaskData]]:
-    """(train, held-out) tasks of a node; the draw depends on the node's name unless shared."""
+    """(train, held-out) tasks of a node; the draw depends on the node's name unless shared.
+
+    `held_out` names the held-out tasks outright (the protocol's, the same on every node).
+    """
     names = sorted(t.task_name for t in gpu.dataset.tasks)
     rng = np.random.default_rng(seed if same_split else [seed, zlib.crc32(gpu.name.encode())])
     count = min(len(names) - 1, max(1, round(fraction * len(names))))
-    held = set(rng.choice(names, size=count, replace=False).tolist())
+    if held_out is not None:
+        held = set(held_out) & set(names)
+    else:
+        held = set(rng.choice(names, size=count, replace=False).tolist())
     train = [t for t in gpu.dataset.tasks if t.task_name not in held]
     return train, [t for t in gpu.dataset.tasks if t.task_name in held]
 
@@ -309,6 +339,7 @@ def run_federation_helps(
     k_experts: int = 3,
     held_out_fraction: float = 1 / 3,
     same_split: bool = False,
+    held_out_tasks: Sequence[str] | None = None,
     seed: int = 0,
     offline: dict[str, float] | None = None,
     central_epochs: int = 0,
@@ -338,7 +369,9 @@ def run_federation_helps(
     started = time.perf_counter()
     work_dir.mkdir(parents=True, exist_ok=True)
 
-    splits = {g.name: split_tasks(g, held_out_fraction, seed, same_split) for g in nodes}
+    splits = {
+        g.name: split_tasks(g, held_out_fraction, seed, same_split, held_out_tasks) for g in nodes
+    }
     grid = InProcessGrid()
     for index, gpu in enumerate(nodes):
         state_dir = work_dir / "nodes" / gpu.name
@@ -435,7 +468,13 @@ def run_federation_helps(
         epochs=epochs,
         k_experts=k_experts,
         seed=seed,
-        split="same held-out tasks on every node" if same_split else "per node",
+        split=(
+            f"the protocol's held-out tasks on every node: {', '.join(held_out_tasks)}"
+            if held_out_tasks
+            else "same held-out tasks on every node"
+            if same_split
+            else "per node"
+        ),
         held_out_fraction=held_out_fraction,
         offline_zero_shot_top1=(
             float(np.mean(offline_values))
@@ -596,6 +635,12 @@ def main(argv: list[str] | None = None) -> None:
         "--data", type=Path, nargs="+", help="fleet dataset dirs (DIR/<gpu>.sqlite)"
     )
     parser.add_argument("--synthetic", action="store_true", help="a synthetic fleet instead")
+    parser.add_argument(
+        "--protocol",
+        choices=["validation", "test"],
+        help="bench/protocol.py: training units federate, this split's units join last, "
+        "the protocol's held-out tasks on every node",
+    )
     parser.add_argument("--nodes", default=DEFAULT_NODES, help="GPUs that federate")
     parser.add_argument("--newcomers", default=DEFAULT_NEWCOMERS, help="GPUs that join last")
     parser.add_argument("--rounds", type=int, default=16)
@@ -636,7 +681,16 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     node_names = [g for g in args.nodes.split(",") if g]
     newcomer_names = [g for g in args.newcomers.split(",") if g]
-    if args.synthetic:
+    held_out_tasks = None
+    if args.protocol:
+        from bench import protocol
+
+        nodes, newcomers = protocol_gpus(args.protocol)
+        fleet = {g.name: g for g in [*nodes, *newcomers]}
+        node_names, newcomer_names = [g.name for g in nodes], [g.name for g in newcomers]
+        data = f"protocol fleet dataset ({args.protocol} split as newcomers; bench/protocol.py)"
+        offline, held_out_tasks = {}, list(protocol.HELD_OUT_TASKS)
+    elif args.synthetic:
         fleet = synthetic_gpus(12, 12, 48)
         node_names, newcomer_names = list(fleet)[:6], list(fleet)[6:8]
         data, offline = "synthetic fleet (simoe_model.synthetic)", {}
@@ -659,6 +713,7 @@ def main(argv: list[str] | None = None) -> None:
             k_experts=args.k_experts,
             held_out_fraction=args.held_out_fraction,
             same_split=args.same_split,
+            held_out_tasks=held_out_tasks,
             seed=args.seed,
             offline=offline,
             central_epochs=args.central_epochs,
@@ -671,6 +726,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     stem = "federation_helps_synthetic" if args.synthetic else "federation_helps"
+    stem = f"federation_helps_{args.protocol}" if args.protocol else stem
     stem += f"_{args.tag}" if args.tag else ""
     write_report(report, args.out, stem)
     print(markdown(report))

@@ -1,0 +1,282 @@
+"""The evaluation protocol: the one file every benchmark reads (docs/results/protocol.md).
+
+Units are split three ways by MODEL: training (experts, pre-training, schedule
+databases), validation (every hyperparameter, epoch count, threshold and design
+choice) and test (scored once, by one command, at the end). No model of a test unit
+is in training or validation, so transfer to the test split is transfer to unseen
+hardware. Two test GPUs are users' own spec files that the catalog does not have.
+
+Labels (measured latencies) reach a benchmark only through `UnitLabels.load`, which
+records every read with its purpose and refuses a test unit's labels to any purpose
+but "test". `tests/test_protocol.py` runs the training and selection entry points on
+a tiny fleet and fails if any of them read a test unit's labels.
+
+    python bench/protocol.py                 # check the protocol, write docs/results/protocol.md
+    python bench/protocol.py --build-data    # build its fleet dataset (cached sampling)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ROOT / "bench" / "protocol_specs"
+
+# -- units -----------------------------------------------------------------------------------
+# Training: 23 units of 17 models, Kepler to Hopper, data-centre, desktop and embedded;
+# several models appear as more than one unit (power limits, factory OC, ECC, power modes).
+TRAIN_UNITS: tuple[str, ...] = (
+    "k80-u1", "titanx-u1", "p4-u1", "1080-u1", "1080ti-fe", "1080ti-ftw3", "v100-sxm2",
+    "titanv-u1", "a100-sxm4-400w", "a100-pcie-250w", "a100-80gb-u1", "a40-ecc-on",
+    "a40-ecc-off", "a2-u1", "3090-fe", "3090-strix-oc", "l40s-u1", "h100-sxm-u1", "h200-u1",
+    "tx2-maxn", "tx2-maxq", "nano-maxn", "nano-5w",
+)  # fmt: skip
+# Validation: 8 units of 6 models none of which is in training or test.
+VALIDATION_UNITS: tuple[str, ...] = (
+    "m40-u1", "p100-u1", "t4-cool", "t4-hot", "a10-ecc-on", "a10-ecc-off", "l4-u1", "orin-maxn",
+)  # fmt: skip
+# Test: 9 catalog units of 6 models (6 architectures, one embedded) in no other split,
+# plus two users' spec files of GPUs the catalog does not have.
+TEST_UNITS: tuple[str, ...] = (
+    "titanxp-u1", "2080ti-ref", "2080ti-strix-oc", "a30-u1", "4090-ref", "4090-suprim",
+    "h100-pcie-u1", "xavier-maxn", "xavier-15w",
+)  # fmt: skip
+TEST_USER_SPECS: tuple[str, ...] = ("rtx3060.json", "orin-nano.json")
+
+# -- seeds, tasks, budgets -------------------------------------------------------------------
+SEEDS: tuple[int, ...] = (0, 1, 2)
+SAMPLE_SEED = 0  # the dataset's candidates (the same candidates on every unit)
+PER_WORKLOAD = 128
+# 9 operators of ResNet-50 and MobileNetV2 (batch 1; a subset of
+# agent.workloads.OPERATOR_SUITE): what 2 shared cores at load ~25 sampled in 40 min.
+# Scaled down from the 14 first planned (the BERT-base dense/batch_matmul/softmax and a
+# 512 GEMM were left out when sampling them would not finish in time).
+WORKLOADS: tuple[str, ...] = (
+    "conv2d:1,64,56,56,64,1,1,1,0",
+    "conv2d_bias_relu:1,64,56,56,64,3,3,1,1",
+    "conv2d_bias_relu:1,128,28,28,128,3,3,1,1",
+    "conv2d_bias_relu:1,256,14,14,256,3,3,1,1",
+    "conv2d:1,1024,14,14,512,1,1,1,0",
+    "dense:1,1000,2048",
+    "depthwise_conv2d:1,144,56,56,3,3,1,1",
+    "depthwise_conv2d:1,384,14,14,3,3,1,1",
+    "conv2d:1,144,56,56,24,1,1,1,0",
+)
+# Federation-helps: these tasks are held out on EVERY node (no node trains on them).
+HELD_OUT_TASKS: tuple[str, ...] = (
+    "conv2d_bias_relu:1,128,28,28,128,3,3,1,1",
+    "depthwise_conv2d:1,384,14,14,3,3,1,1",
+    "dense:1,1000,2048",
+)
+# Scaled down for 2 shared cores: each training unit keeps this many candidates per task
+# (the same candidates, smallest ids, on every unit); target units keep all of theirs.
+TRAIN_PER_TASK = 48
+POOL = 64  # per task on a target unit: the measurements a budget draws from; the rest is scored
+BUDGETS: tuple[int, ...] = (0, 16, 64)
+RULE = (
+    "Every hyperparameter, epoch count, threshold and design choice is made on the "
+    "validation units; the test units are scored once, by one command, at the end; "
+    "every report says which split it shows."
+)
+
+Split = Literal["train", "validation", "test"]
+Purpose = Literal["train", "select", "test"]
+DATA_DIR = ROOT / "runs" / "protocol_fleet"  # git-ignored: built by --build-data
+CACHE_DIR = ROOT / "runs" / "cache"
+
+
+def user_spec_paths() -> list[Path]:
+    return [SPECS / name for name in TEST_USER_SPECS]
+
+
+def device_of(unit: str) -> str:
+    """`sim:<unit>` for a catalog unit, `sim:<path>` for a user's spec file."""
+    for path in user_spec_paths():
+        if unit == _spec_key(path):
+            return f"sim:{path}"
+    return f"sim:{unit}"
+
+
+def _spec_key(path: Path) -> str:
+    return str(json.loads(path.read_text())["key"])
+
+
+def units(split: Split) -> list[str]:
+    if split == "train":
+        return list(TRAIN_UNITS)
+    if split == "validation":
+        return list(VALIDATION_UNITS)
+    return [*TEST_UNITS, *(_spec_key(p) for p in user_spec_paths())]
+
+
+def split_of(unit: str) -> Split | None:
+    for split in ("train", "validation", "test"):
+        if unit in units(split):  # type: ignore[arg-type]
+            return split  # type: ignore[return-value]
+    return None
+
+
+def check() -> dict[str, object]:
+    """The protocol's own rules; raises ValueError naming the first one broken."""
+    from agent.devices.sim.catalog import load_catalog, load_units, resolve
+
+    catalog, unit_specs = load_catalog(), load_units()
+    specs = {
+        u: resolve(device_of(u).removeprefix("sim:"))
+        for s in ("train", "validation", "test")
+        for u in units(s)
+    }  # type: ignore[arg-type]
+    model = {u: (spec.model or spec.key) for u, spec in specs.items()}
+    models = {s: {model[u] for u in units(s)} for s in ("train", "validation", "test")}  # type: ignore[arg-type]
+    overlap = models["test"] & (models["train"] | models["validation"])
+    if overlap:
+        raise ValueError(f"test models also in training/validation: {sorted(overlap)}")
+    if models["validation"] & models["train"]:
+        raise ValueError(
+            f"validation models also in training: {models['validation'] & models['train']}"
+        )
+    test_catalog = [u for u in TEST_UNITS]
+    if len(test_catalog) < 6:
+        raise ValueError("the test split needs at least 6 catalog units")
+    archs = {specs[u].architecture for u in test_catalog}
+    if len(archs) < 4:
+        raise ValueError(f"the test split needs at least 4 architectures, has {sorted(archs)}")
+    if not any(specs[u].form_factor == "embedded" for u in test_catalog):
+        raise ValueError("the test split needs an embedded unit")
+    user = [_spec_key(p) for p in user_spec_paths()]
+    if len(user) < 2 or any(k in catalog or k in unit_specs for k in user):
+        raise ValueError("the test split needs two users' spec files of GPUs not in the catalog")
+    if len(SEEDS) < 3:
+        raise ValueError("at least 3 seeds")
+    if not set(HELD_OUT_TASKS) <= set(WORKLOADS):
+        raise ValueError("held-out tasks must be workloads of the protocol")
+    return {
+        "train": {"units": len(TRAIN_UNITS), "models": len(models["train"])},
+        "validation": {"units": len(VALIDATION_UNITS), "models": len(models["validation"])},
+        "test": {
+            "units": len(units("test")),
+            "models": len(models["test"]),
+            "architectures": sorted(archs | {specs[u].architecture for u in user}),
+            "user_specs": user,
+        },
+        "seeds": list(SEEDS),
+        "workloads": len(WORKLOADS),
+        "held_out_tasks": list(HELD_OUT_TASKS),
+    }
+
+
+# -- label access: the only way a benchmark reads latencies ---------------------------------
+class LeakageError(RuntimeError):
+    """A training or selection path asked for a test unit's labels."""
+
+
+@dataclass
+class UnitLabels:
+    """Reads units' labelled datasets from the protocol's fleet dataset, logging each read."""
+
+    data_dir: Path = DATA_DIR
+    reads: list[tuple[str, str]] = field(default_factory=list)  # (unit, purpose)
+
+    def load(self, unit: str, purpose: Purpose):  # noqa: ANN201 - DeviceDataset
+        """The unit's DeviceDataset. A test unit's labels only for purpose 'test'."""
+        if split_of(unit) == "test" and purpose != "test":
+            raise LeakageError(f"{purpose} read the labels of test unit {unit}")
+        self.reads.append((unit, purpose))
+        return _load_unit(self.data_dir, unit)
+
+    def load_many(self, names: Iterable[str], purpose: Purpose) -> list:
+        return [self.load(u, purpose) for u in names]
+
+
+def _load_unit(data_dir: Path, unit: str):  # noqa: ANN202
+    from agent.devices import get_device
+    from agent.profiler import profile_device
+    from agent.store import Store
+    from agent.training_data import load_device_dataset, store_devices
+    from schemas import HardwareProfile
+
+    profiles = data_dir / "profiles"
+    profiles.mkdir(parents=True, exist_ok=True)
+    cached = profiles / f"{unit}.json"
+    if cached.exists():
+        profile = HardwareProfile.model_validate_json(cached.read_text())
+    else:
+        profile = profile_device(get_device(device_of(unit)))
+        cached.write_text(profile.model_dump_json(indent=1))
+    with Store(data_dir / f"{unit}.sqlite") as store:
+        return load_device_dataset(store, store_devices(store)[0], profile)
+
+
+def profile_vector(unit: str, data_dir: Path = DATA_DIR):  # noqa: ANN201
+    """A unit's hardware vector (its profile, not its labels: allowed on every split)."""
+    from agent.devices import get_device
+    from agent.profiler import profile_device
+    from schemas import HardwareProfile
+    from simoe_model.hardware import hardware_vector
+
+    cached = data_dir / "profiles" / f"{unit}.json"
+    if cached.exists():
+        return hardware_vector(HardwareProfile.model_validate_json(cached.read_text()))
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    profile = profile_device(get_device(device_of(unit)))
+    cached.write_text(profile.model_dump_json(indent=1))
+    return hardware_vector(profile)
+
+
+def build_command(out: Path = DATA_DIR) -> list[str]:
+    """The one command that builds the protocol's fleet dataset (every split's units)."""
+    gpus = [*TRAIN_UNITS, *VALIDATION_UNITS, *TEST_UNITS, *(str(p) for p in user_spec_paths())]
+    return [
+        str(ROOT / ".venv" / "bin" / "simoe-agent"), "dataset", "build",
+        "--workloads", " ".join(WORKLOADS), "--gpus", ",".join(gpus),
+        "--per-workload", str(PER_WORKLOAD), "--seed", str(SAMPLE_SEED),
+        "--cache", str(CACHE_DIR), "--out", str(out), "--json",
+    ]  # fmt: skip
+
+
+def markdown() -> str:
+    summary = check()
+    lines = [
+        "# The evaluation protocol (bench/protocol.py)",
+        "",
+        f"Rule: {RULE}",
+        "",
+        "| split | units |",
+        "|---|---|",
+        f"| training | {', '.join(TRAIN_UNITS)} |",
+        f"| validation | {', '.join(VALIDATION_UNITS)} |",
+        f"| test | {', '.join(units('test'))} (last two: users' spec files, "
+        f"bench/protocol_specs/) |",
+        "",
+        f"Seeds {list(SEEDS)}; {len(WORKLOADS)} workloads, {PER_WORKLOAD} candidates each "
+        f"(sampling seed {SAMPLE_SEED}); pool {POOL} per task on a target unit; budgets "
+        f"{list(BUDGETS)}; held-out tasks (federation-helps, every node): "
+        f"{', '.join(HELD_OUT_TASKS)}.",
+        "",
+        f"```\n{json.dumps(summary, indent=1)}\n```",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build-data", action="store_true", help="build the fleet dataset")
+    parser.add_argument("--data", type=Path, default=DATA_DIR, help="where --build-data writes")
+    parser.add_argument("--write", type=Path, default=ROOT / "docs" / "results" / "protocol.md")
+    args = parser.parse_args()
+    text = markdown()
+    args.write.write_text(text)
+    print(text)
+    if args.build_data:
+        sys.exit(subprocess.call(build_command(args.data)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""The evaluation protocol (bench/protocol.py) and its leakage test.
+
+The leakage test runs the training and selection entry points of the protocol's
+transfer benchmark on a tiny fleet and fails if any of them read a test unit's labels:
+every label read is recorded at the lowest level (`Store.labelled_candidates`), not
+only by the protocol's own guard.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.store import Store
+from bench import protocol
+
+
+def test_the_protocol_keeps_its_own_rules() -> None:
+    summary = protocol.check()
+    assert summary["test"]["units"] >= 8 and len(summary["test"]["architectures"]) >= 4
+    assert len(summary["test"]["user_specs"]) == 2
+    assert len(protocol.SEEDS) >= 3
+    # every unit is resolvable and none is in two splits
+    names = [u for s in ("train", "validation", "test") for u in protocol.units(s)]
+    assert len(names) == len(set(names))
+    for unit in names:
+        assert protocol.device_of(unit).startswith("sim:")
+
+
+def test_a_broken_split_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(protocol, "VALIDATION_UNITS", (*protocol.VALIDATION_UNITS, "4090-ref"))
+    with pytest.raises(ValueError, match="test models also in training/validation"):
+        protocol.check()
+
+
+def test_the_guard_refuses_test_labels_to_training_and_selection(tmp_path: Path) -> None:
+    labels = protocol.UnitLabels(tmp_path)
+    for purpose in ("train", "select"):
+        with pytest.raises(protocol.LeakageError, match="test unit"):
+            labels.load("4090-ref", purpose)  # type: ignore[arg-type]
+    assert labels.reads == []
+
+
+TINY = {
+    "TRAIN_UNITS": ("a100-sxm4-400w", "a100-pcie-250w", "tx2-maxn"),
+    "VALIDATION_UNITS": ("t4-cool", "t4-hot"),
+    "TEST_UNITS": ("4090-ref", "xavier-15w"),
+    "TEST_USER_SPECS": ("rtx3060.json",),
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from agent.dataset import TINY_SUITE, build_fleet_dataset, resolve_gpus
+
+    out = tmp_path_factory.mktemp("protocol_fleet")
+    names = [*TINY["TRAIN_UNITS"], *TINY["VALIDATION_UNITS"], *TINY["TEST_UNITS"]]
+    specs = resolve_gpus(",".join([*names, str(protocol.SPECS / "rtx3060.json")]))
+    build_fleet_dataset(TINY_SUITE, specs, 24, out, seed=0)
+    return out
+
+
+@pytest.mark.slow
+def test_training_and_selection_never_read_test_labels(
+    tiny_fleet: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench import protocol_transfer as pt
+
+    for name, value in TINY.items():
+        monkeypatch.setattr(protocol, name, value)
+    monkeypatch.setattr(
+        pt,
+        "GRID",
+        {
+            "simoe": [{"expert_epochs": 1, "shared_epochs": 1, "adapt_epochs": 1}],
+            "pooled": [{"expert_epochs": 1, "adapt_epochs": 1}],
+            "mlp-finetune": [{"mlp_epochs": 1}],
+            "schedule-transfer": [{"k": 1}, {"k": 2}],
+        },
+    )
+    monkeypatch.setattr(pt, "CHOICES", tiny_fleet / "choices.json")
+    read: list[str | None] = []
+    original = Store.labelled_candidates
+
+    def recording(self: Store, *args: object, **kwargs: object):  # noqa: ANN202
+        read.append(kwargs.get("device"))  # type: ignore[arg-type]
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "labelled_candidates", recording)
+    test_devices = {f"sim:{u}" for u in protocol.units("test")}
+    labels = protocol.UnitLabels(tiny_fleet)
+
+    # selection: every method's grid on validation
+    chosen = pt.select(labels, seeds=[0])
+    assert set(chosen) >= {"simoe", "pooled", "mlp-finetune", "schedule-transfer"}
+    # the validation report: every method and the ablations
+    result = pt.evaluate("validation", chosen, [0], list(pt.METHODS), True, labels)
+    assert set(result["per_task_top1"][0]) >= {*pt.METHODS, *pt.ABLATIONS}
+    assert read, "the instrument saw no label read at all"
+    assert not test_devices & set(read), "a training or selection path read test labels"
+    assert all(p in ("train", "select") for _, p in labels.reads)
+
+    # the instrument does catch a read of test labels (the test can fail)
+    pt.evaluate("test", chosen, [0], ["random"], False, labels)
+    assert test_devices <= set(read)
