@@ -1,6 +1,14 @@
 """One prepared check for a machine with an NVIDIA GPU: profile, tune, compare with PyTorch.
 
-    python bench/gpu_check.py [--trials 64] [--out DIR]
+    python bench/gpu_check.py [--trials 64] [--out DIR] [--quick] [--deadline SECONDS]
+
+This check runs the whole TVM toolchain ON the GPU machine (compiler included). Where
+the GPU machine is lean (no room for TVM, no compiler), use a thin bundle instead:
+docs/gpu.md and bench/gpu_evidence.py.
+
+0. preflight: prints the driver, the CUDA toolkit and NVRTC, the libraries TVM loads
+   and `tvm.runtime.enabled("cuda")`; then a self-check compiles and runs one probe
+   and aborts (exit 1) within a minute when that fails;
 
 1. profiles cuda:0 with the probe suite (agent.profiler), compares the measured
    bandwidth and FMA rate with the spec sheet derived from NVML;
@@ -10,9 +18,11 @@
 3. times the same operators in PyTorch on the GPU (cuBLAS / cuDNN, TF32 off so both
    sides do FP32 arithmetic) and reports tuned / PyTorch.
 
-Writes `gpu_check.json` under $OUT if set, else under bench/reports/. Fails fast, with
-one line and exit code 2, when there is no GPU or no way to compile CUDA (TVM needs
-NVRTC from the `cuda-bindings` package, or `nvcc` on PATH).
+Writes `gpu_check.json` under $OUT if set, else under bench/reports/, after every step
+(a killed or timed-out run keeps what it did), with the first builder and runner error
+and MetaSchedule's logs in OUT/gpu-check-state/tune-logs. Fails fast, with one line and
+exit code 2, when there is no GPU or no way to compile CUDA (TVM needs NVRTC from the
+`cuda-bindings` package with libnvrtc loadable, or `nvcc`).
 """
 
 from __future__ import annotations
@@ -20,9 +30,9 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
 import statistics
 import sys
+import threading
 import time
 import traceback
 from datetime import datetime, timezone
@@ -30,6 +40,11 @@ from pathlib import Path
 from typing import Any
 
 import typer
+
+# `python bench/gpu_check.py` from the repo root: put the repo on the path.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+SELF_CHECK_LIMIT_S = 60
 
 # (label, workload spec as `simoe-agent tune --workload` takes it, PyTorch reference)
 MATMUL = "matmul:1024,1024,1024"
@@ -60,15 +75,17 @@ def check_gpu_present() -> dict[str, Any]:
 
 
 def choose_cuda_compiler() -> str:
-    """TVM compiles CUDA with NVRTC (cuda-bindings) by default, else nvcc if asked."""
-    mode = os.environ.get("TVM_CUDA_COMPILE_MODE", "").lower()
-    try:
-        from cuda.bindings import nvrtc  # noqa: F401
+    """TVM compiles CUDA with NVRTC (cuda-bindings) by default, else nvcc if asked.
 
-        has_nvrtc = True
-    except ImportError:
-        has_nvrtc = False
-    has_nvcc = shutil.which("nvcc") is not None
+    NVRTC counts only when libnvrtc really loads (the import alone succeeds without it);
+    nvcc counts with its real toolkit root (CUDA_PATH is set to it for TVM).
+    """
+    from agent.devices.cuda_env import export_cuda_root, nvcc_version, nvrtc_status
+
+    root = export_cuda_root()
+    mode = os.environ.get("TVM_CUDA_COMPILE_MODE", "").lower()
+    has_nvrtc, why_not = nvrtc_status()
+    has_nvcc = root is not None and nvcc_version() is not None
     if mode == "nvcc" and has_nvcc:
         return "nvcc"
     if has_nvrtc and mode != "nvcc":
@@ -76,8 +93,31 @@ def choose_cuda_compiler() -> str:
     if has_nvcc:
         os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
         return "nvcc"
-    fail("cannot compile CUDA: install the cuda-bindings package (NVRTC) or put nvcc on PATH")
+    fail(f"cannot compile CUDA: NVRTC: {why_not}; nvcc: not found (set CUDA_PATH)")
     return ""  # unreachable
+
+
+def self_check(device: Any) -> dict[str, Any]:
+    """Compile and run one probe on the GPU, within SELF_CHECK_LIMIT_S; abort on failure."""
+    from agent.probes import PROBES_BY_NAME
+
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            mod = PROBES_BY_NAME["launch_tiny"].build(device.target())
+            outcome["latency_s"] = statistics.median(device.measure(mod, repeat=3))
+        except Exception as exc:  # noqa: BLE001 - reported, then the check aborts
+            outcome["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+    started = time.perf_counter()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(SELF_CHECK_LIMIT_S)
+    outcome["seconds"] = time.perf_counter() - started
+    if thread.is_alive():
+        outcome["error"] = f"no result within {SELF_CHECK_LIMIT_S} s"
+    return outcome
 
 
 def torch_reference(spec: str, index: int, repeat: int = 50) -> dict[str, Any]:
@@ -134,12 +174,48 @@ def main(
     out: Path | None = typer.Option(None, "--out", help="report directory (default $OUT)"),
     skip_tune: bool = typer.Option(False, "--skip-tune", help="profile and PyTorch only"),
     device_name: str = typer.Option("cuda:0", "--device", help="the GPU to check"),
+    quick: bool = typer.Option(False, "--quick", help="8 trials, the matmul only"),
+    deadline: float | None = typer.Option(None, "--deadline", help="skip steps after SECONDS"),
+    preflight_only: bool = typer.Option(False, "--preflight-only", help="print it and stop"),
 ) -> None:
     """Profile the GPU, tune a matmul and a conv2d on it, compare with PyTorch."""
     started = time.perf_counter()
-    system = check_gpu_present()
-    compiler = choose_cuda_compiler()
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # NVML's numbering, before CUDA
+    out_dir = out or Path(os.environ.get("OUT") or Path(__file__).parent / "reports")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report_path = out_dir / "gpu_check.json"
+    report: dict[str, Any] = {
+        "created_at": datetime.now(timezone.utc).isoformat(),
+        "host": platform.node(),
+        "simulated": False,
+        "steps_done": [],
+    }
 
+    def save(step: str | None = None) -> None:
+        if step:
+            report["steps_done"].append(step)
+        report["wall_s"] = time.perf_counter() - started
+        report_path.write_text(json.dumps(report, indent=2, default=str))
+
+    def out_of_time(step: str) -> bool:
+        if deadline is not None and time.perf_counter() - started > deadline:
+            report.setdefault("skipped_for_deadline", []).append(step)
+            save()
+            return True
+        return False
+
+    from agent.devices.cuda_env import preflight
+
+    report["preflight"] = preflight()
+    for key, value in report["preflight"].items():
+        print(f"gpu_check: preflight: {key}: {value}", flush=True)
+    save("preflight")
+    if preflight_only:
+        return
+    report["nvml"] = check_gpu_present()
+    report["cuda_compiler"] = compiler = choose_cuda_compiler()
+    trials = 8 if quick else trials
+    report["trials_per_operator"] = trials
     try:
         import agent  # noqa: F401  (the TVM inspect patch, before tvm)
         from agent.devices import get_device
@@ -148,57 +224,60 @@ def main(
         from schemas import SimoeError
     except ImportError as exc:
         fail(f"SiMoE is not installed in this Python ({exc}): run ./install.sh first")
-
-    out_dir = out or Path(os.environ.get("OUT") or Path(__file__).parent / "reports")
-    out_dir.mkdir(parents=True, exist_ok=True)
     state_dir = out_dir / "gpu-check-state"
-    report: dict[str, Any] = {
-        "created_at": datetime.now(timezone.utc).isoformat(),
-        "host": platform.node(),
-        "nvml": system,
-        "cuda_compiler": compiler,
-        "trials_per_operator": trials,
-        "simulated": False,
-    }
-    report_path = out_dir / "gpu_check.json"
-
-    def save() -> None:
-        report["wall_s"] = time.perf_counter() - started
-        report_path.write_text(json.dumps(report, indent=2, default=str))
-
     try:
         device = get_device(device_name)
     except SimoeError as exc:
+        report["error"] = str(exc)
+        save()
         fail(str(exc))
     print(f"gpu_check: {device.name} = {device.hardware_name} (CUDA via {compiler})", flush=True)
 
+    def errors() -> None:  # the first builder/runner error, kept in every partial report
+        failures = getattr(device, "failures", None)
+        if failures is not None:
+            report["first_build_error"] = failures.first_build_error
+            report["first_run_error"] = failures.first_run_error
+
+    # 0. self-check: one probe compiled and run, or stop here (within a minute)
+    report["self_check"] = check = self_check(device)
+    errors()
+    save("self_check")
+    if "error" in check:
+        fail(f"self-check failed after {check['seconds']:.0f} s: {check['error']}", code=1)
+    print(f"gpu_check: self-check ok ({check['latency_s'] * 1e6:.1f} us)", flush=True)
+
     # 1. profile
-    step = time.perf_counter()
-    try:
-        profile = load_or_profile(device, state_dir, refresh=True)
-    except Exception as exc:  # noqa: BLE001 - report what failed, keep going
-        report["profile"] = {"error": f"{type(exc).__name__}: {exc}"}
-        traceback.print_exc()
-        profile = None
-    else:
-        specs, fingerprint = profile.analytical, profile.empirical
-        report["profile"] = {
-            "seconds": time.perf_counter() - step,
-            "hardware_profile": profile.model_dump(mode="json"),
-            "bandwidth_measured_over_spec": fingerprint.bandwidth_gbs / specs.mem_bandwidth_gbs,
-            "fma_measured_over_spec": fingerprint.fma_gflops / specs.fp32_gflops,
-        }
-        print(
-            f"gpu_check: profile: {fingerprint.bandwidth_gbs:.0f} GB/s of "
-            f"{specs.mem_bandwidth_gbs:.0f}, {fingerprint.fma_gflops:.0f} GFLOP/s FMA of "
-            f"{specs.fp32_gflops:.0f}",
-            flush=True,
-        )
-    save()
+    profile = None
+    if not out_of_time("profile"):
+        step = time.perf_counter()
+        try:
+            profile = load_or_profile(device, state_dir, refresh=True)
+        except Exception as exc:  # noqa: BLE001 - report what failed, keep going
+            report["profile"] = {"error": f"{type(exc).__name__}: {exc}"}
+            traceback.print_exc()
+        else:
+            specs, fingerprint = profile.analytical, profile.empirical
+            report["profile"] = {
+                "seconds": time.perf_counter() - step,
+                "hardware_profile": profile.model_dump(mode="json"),
+                "bandwidth_measured_over_spec": fingerprint.bandwidth_gbs / specs.mem_bandwidth_gbs,
+                "fma_measured_over_spec": fingerprint.fma_gflops / specs.fp32_gflops,
+            }
+            print(
+                f"gpu_check: profile: {fingerprint.bandwidth_gbs:.0f} GB/s of "
+                f"{specs.mem_bandwidth_gbs:.0f}, {fingerprint.fma_gflops:.0f} GFLOP/s FMA of "
+                f"{specs.fp32_gflops:.0f}",
+                flush=True,
+            )
+        errors()
+        save("profile")
 
     # 2. and 3. tune each operator, time it in PyTorch
     report["operators"] = {}
-    for spec in (MATMUL, CONV2D):
+    for spec in (MATMUL,) if quick else (MATMUL, CONV2D):
+        if out_of_time(spec):
+            continue
         entry: dict[str, Any] = {"torch": torch_reference(spec, device.index)}
         report["operators"][spec] = entry
         if not skip_tune:
@@ -208,7 +287,8 @@ def main(
         if tuned and reference:
             entry["tuned_over_torch"] = tuned / reference  # < 1: the tuned kernel is faster
         print(f"gpu_check: {spec}: {json.dumps(entry, default=str)}", flush=True)
-        save()
+        errors()
+        save(spec)
     save()
     print(f"gpu_check: report written to {report_path}", flush=True)
 
@@ -232,6 +312,7 @@ def tune_one(
                 trials=trials,
                 cost_model="xgb",
                 profile_id=profile.profile_id if profile is not None else None,
+                work_dir=state_dir / "tune-logs",  # kept: MetaSchedule's logs survive the run
             )
     except Exception as exc:  # noqa: BLE001 - report what failed, keep going
         traceback.print_exc()
