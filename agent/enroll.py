@@ -276,6 +276,7 @@ def fetch_model(state_dir: Path, *, timeout: float, port: int | None = None) -> 
     before = node.load()
     log_path = state_dir / "logs" / "enroll-supernode.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    start = log_path.stat().st_size if log_path.exists() else 0
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
             supernode_command(state_dir, port),
@@ -291,6 +292,11 @@ def fetch_model(state_dir: Path, *, timeout: float, port: int | None = None) -> 
             if state.refused:
                 raise BadInputError(f"the server refused this node: {state.refused}")
             if state.last_round > before.last_round and node.model_path.exists():
+                # The ClientApp saved the model; its reply still has to reach the server,
+                # or the round counts this node as failed. Flower says so only in its log.
+                end = min(deadline, time.monotonic() + 60)
+                while time.monotonic() < end and not _reply_sent(log_path, start):
+                    time.sleep(0.5)
                 return
             if process.poll() is not None:
                 raise RunFailure(
@@ -303,6 +309,15 @@ def fetch_model(state_dir: Path, *, timeout: float, port: int | None = None) -> 
         )
     finally:
         stop_group(process)
+
+
+def _reply_sent(log_path: Path, start: int) -> bool:
+    """Whether the SuperNode logged sending the reply to its last train message."""
+    with open(log_path, "rb") as log:
+        log.seek(start)
+        text = log.read().decode(errors="replace")
+    at = text.rfind("train message")
+    return at >= 0 and "Sent successfully" in text[at:]
 
 
 def stop_group(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
@@ -319,89 +334,3 @@ def stop_group(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
         process.wait()
     except ProcessLookupError:
         pass
-
-
-# -- nodes prepared on this machine (the demo plays several nodes at once) --------------------
-
-
-def prepare_local_node(state_dir: Path, name: str, device: str) -> dict[str, object]:
-    """A node's state dir without a server round trip: config, key, profile (cached).
-
-    The profile also goes into the node's store, where the SiMoE cost model looks for it.
-    """
-    from agent.client_app import NodeState
-    from agent.devices import get_device
-    from agent.profiler import load_or_profile
-    from agent.store import Store
-
-    try:
-        check_node_name(name)
-    except ValueError as exc:
-        raise BadInputError(str(exc)) from None
-    config = AgentConfig.load(state_dir).model_copy(update={"name": name, "device": device})
-    config.state_dir = state_dir
-    config.save()
-    _, public, _created = create_node_key(state_dir)
-    profile = load_or_profile(get_device(device), state_dir)
-    NodeState(state_dir).save_profile(profile)
-    with Store(config.store_path) as store:
-        store.save_profile(profile)
-    return {
-        "name": name,
-        "device": device,
-        "state_dir": str(state_dir),
-        "key_fingerprint": key_fingerprint(public.read_bytes()),
-        "simulated": profile.simulated,
-    }
-
-
-def prepare_demo_fleet(
-    out: Path, gpus: str, workloads: str, per_workload: int, seed: int = 0
-) -> list[dict[str, object]]:
-    """Simulated GPU nodes with local data: one fleet dataset, one store per GPU."""
-    import shutil
-
-    from agent.dataset import build_fleet_dataset, resolve_gpus, resolve_workloads
-    from agent.store import Store
-
-    specs = resolve_gpus(gpus)
-    fleet = out / "fleet"
-    build_fleet_dataset(resolve_workloads(workloads), specs, per_workload, fleet, seed=seed)
-    nodes = []
-    for spec in specs:
-        state_dir = out / "nodes" / spec.key
-        state_dir.mkdir(parents=True, exist_ok=True)
-        with Store(fleet / f"{spec.key}.sqlite") as source:
-            devices = sorted({r.device for r in source.records()})
-        shutil.copy(fleet / f"{spec.key}.sqlite", state_dir / "store.sqlite")
-        device = devices[0] if devices else f"sim:{spec.key}"
-        nodes.append(prepare_local_node(state_dir, spec.key, device))
-    return nodes
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m agent.enroll local-node DIR NAME DEVICE | demo-fleet OUT GPUS WORKLOADS N`.
-
-    Node-side steps of `simoe-server demo`, run as a separate process so the server
-    never imports the agent. Prints one JSON document.
-    """
-    import json
-
-    from schemas.errors import run_cli
-
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) == 4 and args[0] == "local-node":
-        result = run_cli(lambda: prepare_local_node(Path(args[1]), args[2], args[3]), "enroll")
-    elif len(args) == 5 and args[0] == "demo-fleet":
-        result = run_cli(
-            lambda: prepare_demo_fleet(Path(args[1]), args[2], args[3], int(args[4])), "enroll"
-        )
-    else:
-        print(__doc__, file=sys.stderr)
-        return 2
-    print(json.dumps(result))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -374,6 +374,9 @@ def start(
     epochs: int = typer.Option(2, "--epochs", help="local epochs per round"),
     min_nodes: int = typer.Option(1, "--min-nodes", help="nodes needed to start a round"),
     round_timeout: float = typer.Option(300.0, "--round-timeout", help="seconds per round"),
+    round_interval: float = typer.Option(
+        10.0, "--round-interval", help="seconds from one round's start to the next's, at least"
+    ),
     aggregation: str = typer.Option(
         "fedavg", "--aggregation", help="fedavg, trimmed, median or krum (robust to bad nodes)"
     ),
@@ -390,6 +393,8 @@ def start(
     from server.superlink import Certs, SuperLink, check_certs, init_certs, submit_run
 
     aggregation_config = aggregation_options(aggregation, clip, trim, krum_f)
+    if round_interval < 0 or round_timeout <= 0:
+        raise BadInputError("--round-interval must be >= 0 and --round-timeout > 0")
     directory = (state_dir or default_state_dir()).expanduser().resolve()
     if certs_dir is not None:
         certs = Certs(certs_dir / "ca.pem", certs_dir / "server.pem", certs_dir / "server.key")
@@ -415,6 +420,7 @@ def start(
             "epochs": epochs,
             "min-nodes": min_nodes,
             "round-timeout": round_timeout,
+            "round-interval": round_interval,
             **aggregation_config.run_config(),
         }
         run_id = submit_run(directory, link.address, certs.ca, run_config)
@@ -492,73 +498,32 @@ def demo(
     gpus: str = typer.Option("k80,v100,t4,a100-40gb", "--gpus", help="simulated GPU nodes"),
     cpu: bool = typer.Option(True, "--cpu/--no-cpu", help="this machine's CPU as a node too"),
     new_gpu: str = typer.Option("a10", "--new-gpu", help="the newcomer (a GPU none of them is)"),
-    network: str = typer.Option("tiny_mlp", "--network", help="the network it tunes"),
-    rounds: int = typer.Option(3, "--rounds", help="federated rounds before it joins"),
+    network: str = typer.Option("tiny_mlp", "--network", help="the network of the suite tuned"),
+    fleet_trials: int = typer.Option(16, "--fleet-trials", help="trials/task each node tunes"),
     budget: int = typer.Option(8, "--budget", help="trials per task, zero-shot and baseline"),
-    full_budget: int = typer.Option(32, "--full-budget", help="the baseline's full budget"),
-    per_workload: int = typer.Option(32, "--per-workload", help="candidates per workload"),
+    full_budget: int = typer.Option(32, "--full-budget", help="the baseline's larger budget"),
+    epochs: int = typer.Option(2, "--epochs", help="local epochs per round"),
     as_json: bool = JsonOption,
     verbose: bool = VerboseOption,
 ) -> None:
-    """A federation on one machine, then a new GPU tunes a network with its zero-shot model."""
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    """The real deployment on loopback (server, enrolled daemons, rounds), then a newcomer."""
+    from server.demo import DemoPlan, print_report, run_demo_with_progress
 
-    from server.demo import run_demo
-
-    if new_gpu in gpus.split(","):
-        raise BadInputError(f"--new-gpu {new_gpu} is one of --gpus; pick a GPU none of them is")
-    with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-        console=err_console,
-    ) as progress:  # fmt: skip
-        task = progress.add_task("starting", total=None)
-
-        def step(text: str) -> None:
-            progress.console.print(f"  {text}")
-            progress.update(task, description=text)
-
-        report = run_demo(
-            out.resolve(),
-            gpus=gpus,
-            cpu=cpu,
-            new_gpu=new_gpu,
-            network=network,
-            rounds=rounds,
-            budget=budget,
-            full_budget=full_budget,
-            per_workload=per_workload,
-            step=step,
-        )
+    plan = DemoPlan(
+        gpus=[g.strip() for g in gpus.split(",") if g.strip()],
+        cpu=cpu,
+        new_gpu=new_gpu,
+        network=network,
+        fleet_trials=fleet_trials,
+        budget=budget,
+        full_budget=full_budget,
+        epochs=epochs,
+    )
+    report = run_demo_with_progress(out.resolve(), plan, console, err_console, quiet=as_json)
     if as_json:
         print(report.model_dump_json(indent=2))
         return
-    print_table(
-        f"{report.network} on sim:{report.new_gpu} (SIMULATED GPU: modelled latencies)",
-        [
-            "method",
-            "trials/task",
-            "search wall s",
-            "modelled measuring s",
-            "compile s (sum)",
-            "network latency us",
-        ],
-        [
-            (
-                r.method,
-                r.trials_per_task,
-                f"{r.search_wall_s:.1f}",
-                "n/a" if r.modelled_measure_s is None else f"{r.modelled_measure_s:.1f}",
-                f"{r.compile_s:.1f}",
-                f"{r.network_latency_s * 1e6:.2f}" if r.network_latency_s else "n/a",
-            )
-            for r in report.rows
-        ],
-    )
-    console.print(
-        f"experts delivered to the newcomer: {', '.join(report.experts_delivered) or 'none'}; "
-        f"federation {report.federation_wall_s:.0f} s; total {report.total_wall_s:.0f} s "
-        f"({report.grid}); report: {report.out_dir}/demo.json"
-    )
+    print_report(report, console)
 
 
 def main() -> None:

@@ -1,39 +1,53 @@
-"""`simoe-server demo`: a whole federation on one machine, then a zero-shot newcomer.
+"""`simoe-server demo`: the real deployment on loopback, then a zero-shot newcomer.
 
-1. Node side (separate processes, `python -m agent.enroll ...`): simulated GPUs of
-   different generations get local data (one fleet dataset, one store per GPU) and
-   this machine's CPU is profiled as one more node (no data: served zero-shot).
-2. Server side: a few federated rounds through the in-process Grid (the ServerApp's
-   round loop and the agent's ClientApp, loaded by its component reference
-   `agent.client_app:app` the way a SuperNode loads it) - the in-process Grid, not
-   SuperLink processes, because a real round costs ~30 s of process starts here.
-3. A GPU type none of them is enrolls: it gets the global model and the experts of
-   the most similar hardware in its first round, then tunes a network of the suite
-   with that zero-shot model (`simoe-agent tune --cost-model simoe`), next to
-   MetaSchedule's default cost model at the same budget and at its full budget.
+Everything runs as the separate processes a user would start, through the product's
+own commands; the server never imports agent code:
 
-Everything on a simulated GPU is simulated: latencies come from the analytical model.
+1. `simoe-server start`: a SuperLink with TLS and node authentication and the SiMoE
+   run (continual rounds), its registry a SQLite file.
+2. One node per simulated GPU of a different generation, plus this machine's CPU:
+   `simoe-agent enroll` (node key, hardware profile, key registration), `simoe-agent
+   submit` (the network to tune, queued) and `simoe-agent run` (the daemon: its
+   SuperNode, and MetaSchedule tuning of the queue on its device). Each node trains
+   its own expert from its own records in the rounds; the server averages the shared
+   parts and keeps the experts.
+3. A GPU type none of them is enrolls (`simoe-agent enroll` waits for its first round:
+   the global model and the experts of the most similar hardware), then tunes the
+   network with that zero-shot model (`simoe-agent tune --cost-model simoe`), next to
+   MetaSchedule's default cost model at the same budget and at a larger one.
+4. `simoe-server status | nodes | rounds | experts | similarity --plot`.
+
+On a simulated GPU every latency comes from the analytical model: the table says so.
 Compile time is the real search wall time plus the modelled time the measurements
-would take on the real GPU (a CUDA compile and timed runs each), both also shown apart.
+would take on the real GPU, both also shown apart.
 """
 
 from __future__ import annotations
 
-import importlib
-import json
+import os
+import resource
 import shutil
-import subprocess
-import sys
 import time
-from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from schemas import RunFailure
+from schemas import BadInputError, RunFailure
+from server.processes import Background, cli, free_port, wait_until
 
-Step = Callable[[str], None]
+
+class DemoUI(Protocol):
+    def event(self, text: str) -> None:
+        """Something happened (printed as a line)."""
+
+    def status(self, text: str) -> None:
+        """What is going on now (the spinner's text)."""
+
+    def show(self, text: str) -> None:
+        """A command's own output, as the user would see it."""
 
 
 class DemoRow(BaseModel):
@@ -53,43 +67,80 @@ class DemoRow(BaseModel):
         return self.search_wall_s + (self.modelled_measure_s or 0.0)
 
 
+class DemoNode(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    device: str
+    records: int  # tuning records in its store at the end
+    job: str  # done / failed: why
+
+
 class DemoReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     out_dir: str
-    gpus: list[str]
-    cpu_node: bool
-    new_gpu: str
+    server_dir: str
+    deployment: str = (
+        "simoe-server start (SuperLink: TLS, node authentication) and one simoe-agent "
+        "enroll + run daemon per node, separate processes on loopback"
+    )
+    nodes: list[DemoNode]
     network: str
-    rounds: int
+    fleet_trials: int
+    new_gpu: str
     experts_delivered: list[str]
+    rounds: int
     federation_wall_s: float
     rows: list[DemoRow]
     total_wall_s: float
-    grid: str = "in-process Grid (ServerApp round loop + agent ClientApp in this process)"
+    cpu_s: float  # CPU time of every process the demo started (user + system)
+    load_average: tuple[float, float]  # 1-min load at the start and at the end
+    report: str
+    plot: str | None
 
 
-def _agent(args: list[str], timeout: float = 900, program: str | None = None) -> Any:
-    """Run a node-side step in its own process; its stdout is one JSON document."""
-    command = [program or sys.executable, *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    if result.returncode != 0:
-        lines = (result.stderr or result.stdout).strip().splitlines()
-        raise RunFailure(f"{' '.join(args[:3])}: {lines[-1] if lines else result.returncode}")
-    return json.loads(result.stdout)
+@dataclass
+class DemoPlan:
+    gpus: list[str]
+    cpu: bool = True
+    new_gpu: str = "a10"
+    network: str = "tiny_mlp"
+    fleet_trials: int = 16  # trials per task each fleet node tunes (its training data)
+    budget: int = 8
+    full_budget: int = 32
+    epochs: int = 2
+    k_experts: int = 3
+    round_interval: float = 20.0  # rounds while nodes still tune cost CPU and teach little
+    timeout_s: float = 1500.0  # the whole fleet phase
+
+    def check(self) -> None:
+        if not self.gpus and not self.cpu:
+            raise BadInputError("the fleet is empty: give --gpus or --cpu")
+        if self.new_gpu in self.gpus:
+            raise BadInputError(
+                f"--new-gpu {self.new_gpu} is one of --gpus; pick a GPU none of them is"
+            )
+        for value, option in ((self.budget, "--budget"), (self.fleet_trials, "--fleet-trials")):
+            if value < 1:
+                raise BadInputError(f"{option} must be at least 1, got {value}")
+        if self.full_budget <= self.budget:
+            raise BadInputError("--full-budget must be larger than --budget")
 
 
-def _simoe_agent() -> str:
-    candidate = Path(sys.executable).with_name("simoe-agent")
-    return str(candidate) if candidate.exists() else "simoe-agent"
+@dataclass
+class _Node:
+    name: str
+    device: str
+    state_dir: Path
+    port: int
+    daemon: Background | None = None
+    job: str = "queued"
+    records: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _load_client_app(reference: str = "agent.client_app:app") -> Any:
-    module, _, attr = reference.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
-def _network_latency(result: dict[str, Any]) -> float | None:
+def network_latency(result: dict[str, Any]) -> float | None:
     """Sum over the network's tasks of weight x best latency (the runtime of one inference)."""
     total = 0.0
     for task in result["tasks"]:
@@ -99,125 +150,432 @@ def _network_latency(result: dict[str, Any]) -> float | None:
     return total
 
 
-def _tune(state_dir: Path, device: str, network: str, trials: int, cost_model: str) -> dict:
-    return _agent(
-        [
-            "tune",
-            "--model",
-            network,
-            "--device",
-            device,
-            "--trials",
-            str(trials),
-            "--cost-model",
-            cost_model,
-            "--no-baseline",
-            "--json",
-            "--state-dir",
-            str(state_dir),
-        ],
-        timeout=3600,
-        program=_simoe_agent(),
-    )
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
-def run_demo(
-    out: Path,
-    *,
-    gpus: str = "k80,v100,t4,a100-40gb",
-    cpu: bool = True,
-    new_gpu: str = "a10",
-    network: str = "tiny_mlp",
-    workloads: str = "tiny",
-    per_workload: int = 32,
-    rounds: int = 3,
-    budget: int = 8,
-    full_budget: int = 32,
-    k_experts: int = 3,
-    step: Step | None = None,
-) -> DemoReport:
-    from server.inprocess import InProcessGrid
-    from server.registry import Registry
-    from server.server_app import run_rounds
-    from server.similarity import initial_shared_arrays, model_similarity
-    from server.strategy import SiMoEStrategy
+class Demo:
+    """One run of the demo: its processes, its directories, what it has seen so far."""
 
-    say = step or (lambda _text: None)
-    started = time.perf_counter()
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    enroll = ["-m", "agent.enroll"]
+    def __init__(self, out: Path, plan: DemoPlan, ui: DemoUI) -> None:
+        plan.check()
+        self.out = out
+        self.plan = plan
+        self.ui = ui
+        self.server_dir = out / "server"
+        self.logs = out / "logs"
+        self.registry_path = self.server_dir / "registry.sqlite"
+        self.ca = self.server_dir / "certs" / "ca.pem"
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.server: Background | None = None
+        self.nodes: list[_Node] = []
+        self.rounds_seen = 0
 
-    say(f"node side: local data for simulated {gpus} ({workloads}, {per_workload}/workload)")
-    nodes = _agent([*enroll, "demo-fleet", str(out), gpus, workloads, str(per_workload)])
-    if cpu:
-        say("node side: profiling this machine's CPU as one more node")
-        nodes.append(_agent([*enroll, "local-node", str(out / "nodes" / "cpu"), "cpu", "cpu"]))
+    # -- helpers ------------------------------------------------------------------------
 
-    client_app = _load_client_app()
-    grid = InProcessGrid()
-    for index, node in enumerate(nodes):
-        grid.add_node(1000 + index, client_app, {"state-dir": node["state_dir"]})
-    registry = Registry(out / "server" / "registry.sqlite")
-    strategy = SiMoEStrategy(registry, model_similarity, k_experts=k_experts, epochs=2)
-    fed_started = time.perf_counter()
-    say(f"federation: {len(nodes)} nodes, {rounds} rounds")
-    run_rounds(
-        grid,
-        strategy,
-        initial_shared_arrays(0),
-        num_rounds=rounds,
-        wait_nodes_s=0,
-        on_round=lambda o: say(
-            f"round {o.round}: {len(o.accepted)} trained, {len(o.served)} served, "
-            f"{len(o.rejected)} rejected, model v{o.global_version}"
-        ),
-    )
+    def agent(self, args: list[str], node: str, **kw: Any) -> Any:
+        return cli("simoe-agent", args, log=self.logs / f"{node}.cli.log", **kw)
 
-    say(f"newcomer: sim:{new_gpu} enrolls and gets the nearest experts")
-    new_dir = out / "nodes" / f"new-{new_gpu}"
-    newcomer = _agent([*enroll, "local-node", str(new_dir), f"new-{new_gpu}", f"sim:{new_gpu}"])
-    grid.add_node(2000, client_app, {"state-dir": newcomer["state_dir"]})
-    [outcome] = run_rounds(grid, strategy, {}, num_rounds=1, wait_nodes_s=0)
-    delivered = outcome.delivered.get(str(newcomer["key_fingerprint"]), [])
-    federation_wall = time.perf_counter() - fed_started
-    registry.close()
+    def finished_rounds(self) -> list[Any]:
+        from server.registry import Registry
 
-    rows = []
-    device = str(newcomer["device"])
-    plans = [
-        ("SiMoE zero-shot", "simoe", budget, new_dir),
-        ("MetaSchedule default, same budget", "xgb", budget, out / "baseline-same"),
-        ("MetaSchedule default, full budget", "xgb", full_budget, out / "baseline-full"),
-    ]
-    for label, cost_model, trials, state_dir in plans:
-        if state_dir != new_dir:
-            _agent([*enroll, "local-node", str(state_dir), f"base-{new_gpu}", device])
-        say(f"tuning {network} on {device}: {label} ({trials} trials/task)")
-        result = _tune(state_dir, device, network, trials, cost_model)
-        rows.append(
-            DemoRow(
+        if not self.registry_path.exists():
+            return []
+        with Registry(self.registry_path) as registry:
+            return [r for r in registry.rounds() if r.status != "running"]
+
+    def expert_names(self) -> set[str]:
+        from server.registry import Registry
+
+        if not self.registry_path.exists():
+            return set()
+        with Registry(self.registry_path) as registry:
+            return {e.name for e in registry.experts()}
+
+    def report_rounds(self) -> list[Any]:
+        rounds = self.finished_rounds()
+        for info in rounds[self.rounds_seen :]:
+            self.ui.event(
+                f"round {info.round}: {info.replied} of {info.sampled} nodes replied, "
+                f"{info.rejected} rejected, {info.failed} failed, global model "
+                f"v{info.global_version} ({info.status})"
+            )
+        self.rounds_seen = len(rounds)
+        return rounds
+
+    def check_processes(self) -> None:
+        if self.server is not None:
+            self.server.check()
+        for node in self.nodes:
+            if node.daemon is not None:
+                node.daemon.check()
+
+    # -- the steps ----------------------------------------------------------------------
+
+    def start_server(self) -> None:
+        self.ui.status("starting the server")
+        self.server = Background(
+            "simoe-server start",
+            "simoe-server",
+            [
+                "start",
+                "--state-dir", str(self.server_dir),
+                "--port", str(self.port),
+                "--epochs", str(self.plan.epochs),
+                "--k-experts", str(self.plan.k_experts),
+                "--round-timeout", "300",
+                "--round-interval", str(self.plan.round_interval),
+            ],
+            self.logs / "server.log",
+        )  # fmt: skip
+
+        def up() -> bool:
+            assert self.server is not None
+            self.server.check()
+            return self.ca.exists() and self.registry_path.exists()
+
+        wait_until("the server's SuperLink and run", up, timeout=300)
+        self.ui.event(
+            f"server: SuperLink on {self.address} (TLS, node authentication), SiMoE run "
+            f"started; registry {self.registry_path}"
+        )
+
+    def bring_up_fleet(self) -> None:
+        """Each node, on its own: enroll, queue its work, start its daemon.
+
+        Nodes come up independently (a CPU node profiles its probes for real, a
+        simulated one in seconds), so the first daemons tune while others still enroll.
+        """
+        fleet = [(gpu, f"sim:{gpu}") for gpu in self.plan.gpus]
+        if self.plan.cpu:
+            fleet.append(("cpu", "cpu"))
+        for name, device in fleet:
+            self.nodes.append(_Node(name, device, self.out / "nodes" / name, free_port()))
+        self.ui.status(f"enrolling {len(self.nodes)} nodes (key, hardware profile, registration)")
+        self.ui.event(
+            f"{len(self.nodes)} nodes: simoe-agent enroll, submit {self.plan.network} "
+            f"({self.plan.fleet_trials} trials/task, MetaSchedule on its own device), run"
+        )
+        with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
+            for future in [pool.submit(self.bring_up, node) for node in self.nodes]:
+                future.result()
+
+    def bring_up(self, node: _Node) -> None:
+        result = self.agent(
+            [
+                "enroll",
+                "--server", self.address,
+                "--ca", str(self.ca),
+                "--name", node.name,
+                "--device", node.device,
+                "--no-download",  # the daemon's SuperNode gets the model in its first round
+                "--state-dir", str(node.state_dir),
+            ],
+            node.name,
+            timeout=900,
+        )  # fmt: skip
+        self.agent(
+            [
+                "submit", self.plan.network,
+                "--trials", str(self.plan.fleet_trials),
+                "--cost-model", "xgb",
+                "--state-dir", str(node.state_dir),
+            ],
+            node.name,
+        )  # fmt: skip
+        node.daemon = Background(
+            f"{node.name}'s daemon",
+            "simoe-agent",
+            ["run", "--port", str(node.port), "--state-dir", str(node.state_dir)],
+            self.logs / f"{node.name}.daemon.log",
+        )
+        self.ui.event(
+            f"{node.name} ({node.device}) enrolled (key {result['key_fingerprint'][:12]}, "
+            f"{result['registration']}); its daemon is tuning"
+        )
+
+    def poll_jobs(self) -> None:
+        for node in self.nodes:
+            if node.job not in ("queued", "tuning"):
+                continue
+            status = self.agent(["status", "--state-dir", str(node.state_dir)], node.name)
+            daemon = (status.get("federation") or {}).get("daemon") or {}
+            node.records = int((status.get("store") or {}).get("records") or 0)
+            if daemon.get("failed"):
+                node.job = "failed"
+                self.ui.event(f"{node.name}: its tuning job failed; see {node.daemon.log}")
+            elif daemon.get("done"):
+                node.job = "done"
+                self.ui.event(f"{node.name}: tuned {self.plan.network}, {node.records} records")
+            elif node.records:
+                node.job = "tuning"
+
+    def run_fleet(self) -> float:
+        """Until every node tuned its work and a round after that trained every expert."""
+        started = time.monotonic()
+        deadline = started + self.plan.timeout_s
+        all_done_at: str | None = None
+        last_jobs_poll = 0.0
+        while True:
+            self.check_processes()
+            rounds = self.report_rounds()
+            experts = self.expert_names()
+            if time.monotonic() - last_jobs_poll > 10 and all_done_at is None:
+                self.poll_jobs()
+                last_jobs_poll = time.monotonic()
+                if all(n.job in ("done", "failed") for n in self.nodes):
+                    from server.registry import now_iso
+
+                    all_done_at = now_iso()
+            tuned = sum(n.job in ("done", "failed") for n in self.nodes)
+            self.ui.status(
+                f"fleet: {tuned}/{len(self.nodes)} nodes tuned, {len(rounds)} rounds, "
+                f"{len(experts)} experts in the registry"
+            )
+            if all_done_at is not None:
+                trained = [n for n in self.nodes if n.job == "done"]
+                after = [r for r in rounds if r.started_at > all_done_at]
+                if after and {n.name for n in trained} <= experts:
+                    return time.monotonic() - started
+            if time.monotonic() > deadline:
+                raise RunFailure(
+                    f"the fleet did not finish in {self.plan.timeout_s:.0f} s; logs in {self.logs}"
+                )
+            time.sleep(3)
+
+    def finish_round(self, timeout: float = 600) -> None:
+        """Let the round in progress end (the newcomer's first), so nothing is cut off."""
+        from server.registry import Registry
+
+        def idle() -> bool:
+            with Registry(self.registry_path) as registry:
+                rounds = registry.rounds()
+            return not rounds or rounds[-1].status != "running"
+
+        self.ui.status("waiting for the round in progress to end")
+        wait_until("the round in progress to end", idle, timeout, poll_s=1.0)
+        self.report_rounds()
+
+    def stop_all(self) -> None:
+        """The server first (no new round starts), then the daemons."""
+        if self.server is not None:
+            self.server.stop()
+        for node in self.nodes:
+            if node.daemon is not None:
+                node.daemon.stop()
+
+    def newcomer(self) -> tuple[Path, str, list[str]]:
+        name = f"new-{self.plan.new_gpu}"
+        device = f"sim:{self.plan.new_gpu}"
+        state_dir = self.out / "nodes" / name
+        self.ui.status(f"{name} ({device}) enrolls and waits for its first round")
+        result = self.agent(
+            [
+                "enroll",
+                "--server", self.address,
+                "--ca", str(self.ca),
+                "--name", name,
+                "--device", device,
+                "--timeout", "600",
+                "--port", str(free_port()),
+                "--state-dir", str(state_dir),
+            ],
+            name,
+            timeout=900,
+        )  # fmt: skip
+        self.report_rounds()
+        experts = list(result.get("experts") or [])
+        self.ui.event(
+            f"newcomer {name} ({device}, none of the fleet is one) enrolled: global model "
+            f"v{result['global_version']}, experts of the most similar hardware: "
+            f"{', '.join(experts) or 'none'}"
+        )
+        return state_dir, device, experts
+
+    def tune_newcomer(self, state_dir: Path, device: str) -> list[DemoRow]:
+        plans = [
+            ("SiMoE zero-shot", "simoe", self.plan.budget, state_dir),
+            ("MetaSchedule, same budget", "xgb", self.plan.budget, None),
+            ("MetaSchedule, larger budget", "xgb", self.plan.full_budget, None),
+        ]
+        rows = []
+        for label, cost_model, trials, directory in plans:
+            directory = directory or self.out / "baselines" / f"{cost_model}-{trials}"
+            self.ui.status(f"{device}: {label}, {trials} trials/task of {self.plan.network}")
+            result = self.agent(
+                [
+                    "tune",
+                    "--model", self.plan.network,
+                    "--device", device,
+                    "--trials", str(trials),
+                    "--cost-model", cost_model,
+                    "--no-baseline",
+                    "--state-dir", str(directory),
+                ],
+                "tune",
+                timeout=3600,
+            )  # fmt: skip
+            row = DemoRow(
                 method=label,
                 cost_model=cost_model,
                 trials_per_task=trials,
                 search_wall_s=float(result["search_wall_s"]),
                 modelled_measure_s=result.get("modelled_measure_s"),
-                network_latency_s=_network_latency(result),
+                network_latency_s=network_latency(result),
                 simulated=bool(result["simulated"]),
             )
-        )
+            latency = row.network_latency_s
+            self.ui.event(f"{label}: {latency * 1e6:.2f} us" if latency else f"{label}: no latency")
+            rows.append(row)
+        return rows
+
+    def monitoring(self) -> Path | None:
+        """The server's own monitoring commands, as a user runs them."""
+        directory = ["--state-dir", str(self.server_dir)]
+        for command in ("status", "nodes", "rounds", "experts"):
+            self.ui.show(cli("simoe-server", [command, *directory], as_json=False))
+        plot = self.out / "similarity.png"
+        try:
+            self.ui.show(
+                cli("simoe-server", ["similarity", *directory, "--plot", str(plot)], as_json=False)
+            )
+        except RunFailure as exc:
+            self.ui.event(f"similarity: {exc}")
+            return None
+        return plot
+
+    def records(self, node: _Node) -> int:
+        status = self.agent(["status", "--state-dir", str(node.state_dir)], node.name)
+        return int((status.get("store") or {}).get("records") or 0)
+
+
+def run_demo(out: Path, plan: DemoPlan, ui: DemoUI) -> DemoReport:
+    plan.check()
+    started = time.perf_counter()
+    cpu_before = _children_cpu_s()
+    load_start = os.getloadavg()[0]
+    if out.exists():
+        if any(out.iterdir()) and not (out / "demo.json").exists() and not (out / "nodes").exists():
+            raise BadInputError(f"--out {out}: not empty and not an earlier demo; pick another")
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    demo = Demo(out, plan, ui)
+    try:
+        demo.start_server()
+        demo.bring_up_fleet()
+        federation_s = demo.run_fleet()
+        state_dir, device, delivered = demo.newcomer()
+        demo.finish_round()
+        rounds = len(demo.finished_rounds())
+    finally:
+        ui.status("stopping the daemons and the server")
+        demo.stop_all()
+    rows = demo.tune_newcomer(state_dir, device)
+    nodes = [
+        DemoNode(name=n.name, device=n.device, records=demo.records(n), job=n.job)
+        for n in demo.nodes
+    ]
+    plot = demo.monitoring()
+    report_path = out / "demo.json"
     report = DemoReport(
         out_dir=str(out),
-        gpus=gpus.split(","),
-        cpu_node=cpu,
-        new_gpu=new_gpu,
-        network=network,
-        rounds=rounds,
+        server_dir=str(demo.server_dir),
+        nodes=nodes,
+        network=plan.network,
+        fleet_trials=plan.fleet_trials,
+        new_gpu=plan.new_gpu,
         experts_delivered=delivered,
-        federation_wall_s=federation_wall,
+        rounds=rounds,
+        federation_wall_s=federation_s,
         rows=rows,
         total_wall_s=time.perf_counter() - started,
+        cpu_s=_children_cpu_s() - cpu_before,
+        load_average=(load_start, os.getloadavg()[0]),
+        report=str(report_path),
+        plot=str(plot) if plot else None,
     )
-    (out / "demo.json").write_text(report.model_dump_json(indent=2))
+    report_path.write_text(report.model_dump_json(indent=2))
     return report
+
+
+class _RichUI:
+    """Progress on stderr (a spinner with the elapsed time); command output on stdout."""
+
+    def __init__(self, progress: Any, out_console: Any, quiet: bool) -> None:
+        self.progress = progress
+        self.task = progress.add_task("starting", total=None)
+        self.out = out_console
+        self.quiet = quiet
+
+    def event(self, text: str) -> None:
+        self.progress.console.print(f"  {text}")
+
+    def status(self, text: str) -> None:
+        self.progress.update(self.task, description=text)
+
+    def show(self, text: str) -> None:
+        if not self.quiet:
+            from rich.text import Text
+
+            self.progress.console.print(Text.from_ansi(text.rstrip()))
+
+
+def run_demo_with_progress(
+    out: Path, plan: DemoPlan, console: Any, err_console: Any, *, quiet: bool = False
+) -> DemoReport:
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        SpinnerColumn(), TimeElapsedColumn(), TextColumn("{task.description}"),
+        console=err_console,
+    ) as progress:  # fmt: skip
+        return run_demo(out, plan, _RichUI(progress, console, quiet))
+
+
+def print_report(report: DemoReport, console: Any) -> None:
+    from rich.table import Table
+
+    table = Table(
+        title=f"{report.network} on sim:{report.new_gpu}, a GPU none of the fleet is "
+        "(SIMULATED GPU: modelled latencies)"
+    )
+    for column in ("method", "trials", "search s", "measure s*", "compile s"):
+        table.add_column(column, justify="left" if column == "method" else "right")
+    table.add_column("latency us", justify="right")
+    for r in report.rows:
+        table.add_row(
+            r.method,
+            str(r.trials_per_task),
+            f"{r.search_wall_s:.1f}",
+            "n/a" if r.modelled_measure_s is None else f"{r.modelled_measure_s:.1f}",
+            f"{r.compile_s:.1f}",
+            f"{r.network_latency_s * 1e6:.2f}" if r.network_latency_s else "n/a",
+        )
+    console.print(table)
+    console.print(
+        "trials per task; search s: real wall time of the search here; measure s*: modelled "
+        "time the measurements would take on the real GPU; compile s: their sum; latency: "
+        "the network's modelled latency (sum over tasks of weight x best)"
+    )
+    simoe, same, larger = (r.network_latency_s for r in report.rows)
+    if simoe and same and larger:
+        verdict = "beats" if simoe < same else "does NOT beat"
+        console.print(
+            f"SiMoE zero-shot {verdict} MetaSchedule at the same budget "
+            f"({same / simoe:.3f}x its latency); against the larger budget: "
+            f"{larger / simoe:.3f}x (>1: SiMoE faster)"
+        )
+    fleet = ", ".join(f"{n.name} ({n.device}, {n.records} records)" for n in report.nodes)
+    console.print(
+        f"fleet: {fleet}; {report.rounds} rounds in {report.federation_wall_s:.0f} s; experts "
+        f"delivered to the newcomer: {', '.join(report.experts_delivered) or 'none'}"
+    )
+    console.print(
+        f"total {report.total_wall_s:.0f} s wall, {report.cpu_s:.0f} s CPU in all processes "
+        f"(load average {report.load_average[0]:.1f} at the start, "
+        f"{report.load_average[1]:.1f} at the end)"
+    )
+    console.print(f"report: {report.report}")
+    console.print(f"similarity plot: {report.plot or 'not written'}")

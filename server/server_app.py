@@ -107,7 +107,7 @@ def run_rounds(
         outcome = replace(outcome, global_version=version)
         registry.finish_round(
             number,
-            replied=len(replies),
+            replied=sum(not r.has_error() for r in replies),  # error replies: failed
             rejected=len(outcome.rejected),
             failed=outcome.failed,
             global_version=version,

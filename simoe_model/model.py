@@ -203,13 +203,21 @@ def expert_outputs(bank: list[Expert], e: torch.Tensor) -> torch.Tensor:
     return (hidden * w2).sum(-1) + b2
 
 
+_CLASH = "%21"  # marks a name that is also an attribute of nn.ModuleDict ("cpu", "train")
+
+
 def expert_key(name: str) -> str:
-    """Module keys cannot contain '.', node names can: escape it (names have no '%')."""
-    return name.replace("%", "%25").replace(".", "%2E")
+    """Module keys cannot contain '.', node names can: escape it (names have no '%').
+
+    A name that is also an attribute of the module dict (a node called "cpu") would
+    be refused by torch: it gets a prefix no escaped name can start with.
+    """
+    key = name.replace("%", "%25").replace(".", "%2E")
+    return _CLASH + key if hasattr(nn.ModuleDict, key) else key
 
 
 def expert_name(key: str) -> str:
-    return key.replace("%2E", ".").replace("%25", "%")
+    return key.removeprefix(_CLASH).replace("%2E", ".").replace("%25", "%")
 
 
 class SiMoE(nn.Module):

@@ -202,3 +202,22 @@ def test_lone_node_sends_its_expert_from_tuned_records(tmp_path: Path) -> None:
         [expert] = registry.experts()
         assert expert.name == "t4-01" and expert.num_examples == tuned
         assert registry.rounds()[0].status == "done"
+
+
+def test_an_expert_may_be_called_like_a_module_method(tmp_path: Path) -> None:
+    """Found by the demo: the node named 'cpu' crashed every round (nn.Module.cpu)."""
+    import numpy as np
+
+    from simoe_model.model import SiMoE, add_expert, expert_arrays, load_model, save_model
+
+    model = SiMoE()
+    hardware = np.zeros(model.config.hardware_dim, dtype=np.float32)
+    for name in ("cpu", "train", "t4.01"):
+        model.ensure_expert(name, hardware)
+    assert model.expert_names == ["cpu", "train", "t4.01"]
+    save_model(model, tmp_path / "m.pt")
+    loaded = load_model(tmp_path / "m.pt")
+    assert loaded.expert_names == ["cpu", "train", "t4.01"]
+    other = SiMoE()
+    add_expert(other, "cpu", expert_arrays(model, "cpu"))
+    assert other.expert_names == ["cpu"]

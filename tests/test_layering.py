@@ -37,12 +37,7 @@ ALLOWED_REFERENCES: dict[tuple[str, str], str] = {
 }
 # Violations still in the tree, each with the issue that removes it. They are checked
 # on their own (xfail) so that every other module of the package is held to the rule.
-KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
-    ("server/demo.py", "agent"): (
-        "issue 13: the demo loads the agent's ClientApp (`agent.client_app:app`) inside the "
-        "server process; it is being rewritten to drive agents as separate processes"
-    ),
-}
+KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)

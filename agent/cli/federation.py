@@ -17,7 +17,7 @@ from agent.cli.app import (
     print_json,
     print_table,
 )
-from schemas import AgentConfig
+from schemas import AgentConfig, BadInputError
 from schemas.config import default_state_dir
 
 
@@ -88,6 +88,12 @@ def run(
 def submit(
     subject: str = typer.Argument(..., help="an operator (matmul:512,512,512) or a network"),
     trials: int | None = typer.Option(None, "--trials", help="trials per task"),
+    cost_model: str | None = typer.Option(
+        None,
+        "--cost-model",
+        help="xgb, mlp, random or simoe (default: simoe once the node holds a federated "
+        "model, else the config's)",
+    ),
     state_dir: Path | None = StateDirOption,
     as_json: bool = JsonOption,
     verbose: bool = VerboseOption,
@@ -98,6 +104,15 @@ def submit(
     directory = _state_dir(state_dir)
     config = AgentConfig.load(directory)
     job = make_job(subject, trials or config.trials_per_task)
+    if cost_model is not None:
+        from typing import get_args
+
+        from schemas.config import CostModelName
+
+        if cost_model not in get_args(CostModelName):
+            known = ", ".join(get_args(CostModelName))
+            raise BadInputError(f"--cost-model {cost_model!r}: unknown (known: {known})")
+        job.cost_model = cost_model
     path = Queue(directory).put(job)
     if as_json:
         print_json(job.model_dump(mode="json") | {"path": str(path)})

@@ -1,0 +1,69 @@
+"""`simoe-server demo`'s checks and its process helpers (the demo itself: test_real_loop)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from schemas import RunFailure
+from server.cli import app
+from server.demo import DemoPlan, network_latency
+from server.processes import Background, cli
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--gpus", "t4,a10", "--new-gpu", "a10"], "none of them is"),
+        (["--budget", "0"], "--budget"),
+        (["--budget", "8", "--full-budget", "8"], "larger than --budget"),
+        (["--gpus", "", "--no-cpu"], "fleet is empty"),
+    ],
+)
+def test_bad_plans_are_refused_before_anything_starts(
+    tmp_path: Path, args: list[str], words: str
+) -> None:
+    result = runner.invoke(app, ["demo", "--out", str(tmp_path / "d"), *args])
+    assert result.exit_code != 0 and words in str(result.exception)
+    assert not (tmp_path / "d").exists()  # nothing started, nothing written
+
+
+def test_an_unrelated_out_dir_is_never_deleted(tmp_path: Path) -> None:
+    (tmp_path / "mine.txt").write_text("keep")
+    result = runner.invoke(app, ["demo", "--out", str(tmp_path)])
+    assert result.exit_code != 0 and "not an earlier demo" in str(result.exception)
+    assert (tmp_path / "mine.txt").read_text() == "keep"
+
+
+def test_plan_defaults_are_a_valid_demo() -> None:
+    DemoPlan(gpus=["k80", "v100", "t4", "a100-40gb"]).check()
+
+
+def test_network_latency_is_the_weighted_sum() -> None:
+    tasks = [{"weight": 2, "best_latency_s": 1e-6}, {"weight": 1, "best_latency_s": 3e-6}]
+    assert network_latency({"tasks": tasks}) == pytest.approx(5e-6)
+    assert network_latency({"tasks": [*tasks, {"weight": 1, "best_latency_s": None}]}) is None
+
+
+def test_cli_failure_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(RunFailure, match="simoe-agent status: error: .*not a valid agent config"):
+        (tmp_path / "agent.json").write_text("{")
+        cli("simoe-agent", ["status", "--state-dir", str(tmp_path)])
+
+
+def test_background_process_group_is_stopped(tmp_path: Path) -> None:
+    script = (
+        "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+        "'import time; time.sleep(60)']); print('up', flush=True); time.sleep(60)"
+    )
+    process = Background("sleeper", sys.executable, ["-c", script], tmp_path / "log")
+    process.check()
+    process.stop(timeout=5)
+    assert not process.alive()
+    with pytest.raises(RunFailure, match="sleeper exited"):
+        process.check()
