@@ -243,3 +243,60 @@ def test_import_of_a_folder_without_results_is_a_one_line_bad_input(tmp_path: Pa
 
     with pytest.raises(BadInputError, match="no summary.json"):
         read_results(tmp_path)
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_a_hung_self_check_is_ended_within_its_limit(exported: Path, tmp_path: Path) -> None:
+    """A first probe that never returns (a hung kernel) ends the run, named, in time."""
+    out = tmp_path / "results"
+    started = time.monotonic()
+    done = _run(exported / "bundle", out, exported / "home" / "standin.json",
+                "--standin-delay", "30", "--self-check-limit", "1")  # fmt: skip
+    assert done.returncode == 1 and time.monotonic() - started < 20
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stopped"] == "self-check failed"
+    assert summary["first_error"] == "self-check p_launch_tiny: no result within 1 s"
+
+
+# What a real GPU's runner reports about itself (an H200 as torch, CUDA and NVML see it).
+H200_DEVICE = {
+    "backend": "cuda", "simulated": False, "device": "cuda:0",
+    "attributes": {
+        "name": "NVIDIA H200", "sm_count": 132, "compute_capability": [9, 0],
+        "total_memory_bytes": 150_754_820_096, "l2_cache_bytes": 62_914_560, "warp_size": 32,
+        "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152,
+        "cuda_sm_clock_khz": 1_980_000, "cuda_mem_clock_khz": 3_201_000,
+        "cuda_mem_bus_width_bits": 6144, "sm_clock_mhz": 1980,
+        "nvml_errors": {"mem_clock_mhz": "Not Supported", "mem_bus_width_bits": "Not Supported"},
+    },
+}  # fmt: skip
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_a_gpu_run_imports_as_real_cuda_records_with_the_gpus_profile(
+    exported: Path, tmp_path: Path
+) -> None:
+    from agent.bundle.importer import import_results
+    from agent.store import Store
+
+    out = tmp_path / "results"
+    assert _run(exported / "bundle", out, exported / "home" / "standin.json").returncode == 0
+    summary = json.loads((out / "summary.json").read_text())
+    summary["device"] = H200_DEVICE  # as if the runner had run on the GPU
+    (out / "summary.json").write_text(json.dumps(summary))
+    store_path = tmp_path / "store.sqlite"
+    result = import_results(out, exported / "home", store_path)
+    assert not result.simulated and result.device == "cuda:0" and result.records == 4
+    with Store(store_path) as store:
+        records = store.records(device="cuda:0")
+        assert len(records) == 4 and not any(r.simulated for r in records)
+        assert {r.profile_id for r in records} == {result.profile_id}
+        profile = store.latest_profile("cuda:0")
+    assert not profile.simulated and profile.name == "NVIDIA H200"
+    # NVML's unsupported fields fell back to CUDA's: 3201 MHz x 2 x 6144 bits = 4917 GB/s
+    assert profile.analytical.mem_bandwidth_gbs == pytest.approx(4917, rel=0.01)
+    assert profile.analytical.compute_capability == 9.0
+    with pytest.raises(BadInputError, match="import as cuda:N"):
+        import_results(out, exported / "home", store_path, device="sim:h200")

@@ -32,6 +32,7 @@ import os
 import platform
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -59,9 +60,14 @@ class ResultWriter:
         self.out_dir = out_dir
         out_dir.mkdir(parents=True, exist_ok=True)
         self.summary = summary
+        self.lock = threading.RLock()  # the watchdog thread saves too
         self._results = open(out_dir / "results.jsonl", "a", encoding="utf-8")  # noqa: SIM115
 
     def result(self, row: dict[str, Any]) -> None:
+        with self.lock:
+            self._result(row)
+
+    def _result(self, row: dict[str, Any]) -> None:
         self._results.write(json.dumps(row) + "\n")
         self._results.flush()
         os.fsync(self._results.fileno())
@@ -77,10 +83,11 @@ class ResultWriter:
         self.save()
 
     def save(self) -> None:
-        self.summary["updated_at"] = time.time()
-        tmp = self.out_dir / f".summary.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(self.summary, indent=2, default=str))
-        tmp.replace(self.out_dir / "summary.json")
+        with self.lock:
+            self.summary["updated_at"] = time.time()
+            tmp = self.out_dir / f".summary.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(self.summary, indent=2, default=str))
+            tmp.replace(self.out_dir / "summary.json")
 
     def close(self) -> None:
         self._results.close()
@@ -197,6 +204,46 @@ class Deadline:
         return self.stop_reason is not None
 
 
+class Watchdog(threading.Thread):
+    """Ends the process when the self-check or a hung entry outlasts its limit.
+
+    A kernel that never returns blocks the main thread in a CUDA call, where no
+    deadline check runs; this thread writes the summary (what hung, since when) and
+    exits, and every result line written so far stays.
+    """
+
+    def __init__(self, writer: ResultWriter, self_check_s: float, hard_stop_at: float | None):
+        super().__init__(daemon=True)
+        self.writer, self.self_check_s, self.hard_stop_at = writer, self_check_s, hard_stop_at
+        self.started = time.monotonic()
+        self.self_checked = False
+        self.current: str | None = None
+        self.finished = False  # set when the run ends: the thread then ends too
+
+    def run(self) -> None:
+        while not self.finished:
+            time.sleep(0.2)
+            now = time.monotonic()
+            if not self.self_checked and now - self.started > self.self_check_s:
+                self._stop("self-check failed", f"self-check {self.current}: no result within "
+                           f"{self.self_check_s:.0f} s", 1)  # fmt: skip
+            if self.hard_stop_at is not None and now > self.hard_stop_at:
+                self._stop("deadline", f"{self.current}: still running past the deadline", 0)
+
+    def _stop(self, stopped: str, error: str, code: int) -> None:
+        with self.writer.lock:
+            if self.finished:
+                return
+            summary = self.writer.summary
+            summary["stopped"] = stopped
+            if summary.get("first_error") is None or stopped == "self-check failed":
+                summary["first_error"] = error
+            summary["wall_s"] = time.monotonic() - self.started
+            self.writer.save()
+        print(f"run.py: stopped ({stopped}): {error}", file=sys.stderr, flush=True)
+        os._exit(code)
+
+
 def run_bundle(
     bundle: Path,
     out_dir: Path,
@@ -204,6 +251,7 @@ def run_bundle(
     *,
     deadline_s: float | None = None,
     skip_references: bool = False,
+    self_check_s: float = SELF_CHECK_LIMIT_S,
 ) -> dict[str, Any]:
     """Time every entry of the bundle on `backend`; returns the final summary."""
     started = time.monotonic()
@@ -222,6 +270,9 @@ def run_bundle(
     }
     writer = ResultWriter(out_dir, summary)
     deadline = Deadline(deadline_s, started)
+    grace = None if deadline_s is None else started + deadline_s + max(10.0, 0.1 * deadline_s)
+    watchdog = Watchdog(writer, self_check_s, grace)
+    watchdog.start()
 
     def on_term(signum: int, _frame: Any) -> None:
         deadline.stop_reason = f"signal {signum}"
@@ -243,6 +294,7 @@ def run_bundle(
         for entry in entries:
             if deadline.passed(margin=1.0):
                 break
+            watchdog.current = entry["id"]
             row: dict[str, Any] = {
                 "id": entry["id"],
                 "kind": entry["kind"],
@@ -272,13 +324,13 @@ def run_bundle(
                 backend.unload(entry["module"])  # frees the module; its kernels are done
             if not self_checked:
                 # The self-check: the first entry (a probe) must load and run, fast.
-                self_checked = True
+                self_checked = watchdog.self_checked = True
                 summary["self_check"] = {
                     "id": entry["id"],
                     "ok": row["ok"],
                     "seconds": row["seconds"],
                 }
-                if not row["ok"] or row["seconds"] > SELF_CHECK_LIMIT_S:
+                if not row["ok"] or row["seconds"] > self_check_s:
                     summary["stopped"] = "self-check failed"
                     summary["first_error"] = f"self-check {entry['id']}: " + str(
                         row.get("error", f"took {row['seconds']:.0f} s")
@@ -310,6 +362,8 @@ def run_bundle(
         summary["stopped"] = "error"
         writer.error(f"{type(exc).__name__}: {exc}".splitlines()[0])
     finally:
+        with writer.lock:
+            watchdog.finished = True
         summary["wall_s"] = time.monotonic() - started
         writer.save()
         writer.close()
@@ -325,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("cuda", "sim"), default="cuda")
     parser.add_argument("--standin", type=Path, help="sim backend: the modelled latencies")
     parser.add_argument("--standin-delay", type=float, default=0.0, help=argparse.SUPPRESS)
+    parser.add_argument("--self-check-limit", type=float, default=SELF_CHECK_LIMIT_S,
+                        help="seconds the first probe may take before the run aborts")  # fmt: skip
     parser.add_argument("--no-references", action="store_true", help="skip cuBLAS/cuDNN")
     args = parser.parse_args(argv)
     out = args.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
@@ -351,8 +407,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run.py: error: {message}", file=sys.stderr)
         return 1
     summary = run_bundle(
-        args.bundle, out, backend, deadline_s=args.deadline, skip_references=args.no_references
-    )
+        args.bundle, out, backend, deadline_s=args.deadline,
+        skip_references=args.no_references, self_check_s=args.self_check_limit,
+    )  # fmt: skip
     counts = summary.get("counts", {})
     print(
         f"run.py: {counts.get('ok', 0)} timed, {counts.get('failed', 0)} failed, "
