@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 import simoe_model.tvm_compat  # noqa: F401  (patch inspect before tvm is imported)
-from schemas import BadInputError, RunFailure
+from schemas import BadInputError, RunFailure, SimoeError
 
 if TYPE_CHECKING:
     import tvm
@@ -238,22 +238,129 @@ def _example_input(shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _torch_network(name: str) -> Network:
-    from tvm.relax.frontend.torch import from_exported_program
-
     model = seeded_module(name)
     x = _example_input(NETWORK_SUITE[name].input_shape)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch.export's own deprecations
         exported = torch.export.export(model, (torch.from_numpy(x),))
+    return _exported_network(name, exported, [x], model)
+
+
+def _flat_outputs(value: Any) -> list[np.ndarray]:
+    if isinstance(value, torch.Tensor):
+        return [value.detach().numpy()]
+    if isinstance(value, (list, tuple)):
+        return [o for v in value for o in _flat_outputs(v)]
+    if isinstance(value, dict):
+        return [o for v in value.values() for o in _flat_outputs(v)]
+    raise RunFailure(f"the model returned a {type(value).__name__}, not tensors")
+
+
+def _exported_network(
+    name: str, exported: torch.export.ExportedProgram, inputs: list[np.ndarray], model: Any
+) -> Network:
+    """A `torch.export` program as a Network; `model` (called with `inputs`) is the reference."""
+    from tvm.relax.frontend.torch import from_exported_program
+
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
         # Weights become constants in the module (keep_params_as_input=False), so they fold.
         mod = from_exported_program(exported, unwrap_unit_return_tuple=True)
 
-    def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
+    def reference(arrays: list[np.ndarray]) -> list[np.ndarray]:
         with torch.no_grad():
-            out = model(*(torch.from_numpy(a) for a in inputs))
-        return [out.numpy()]
+            return _flat_outputs(model(*(torch.from_numpy(a) for a in arrays)))
 
-    return Network(name=name, mod=mod, params={}, inputs=[x], reference=reference)
+    return Network(name=name, mod=mod, params={}, inputs=inputs, reference=reference)
+
+
+def _tensor_inputs(where: str, args: Any) -> list[np.ndarray]:
+    """Example inputs as arrays: a tensor or a tuple/list of tensors, nothing else."""
+    args = (args,) if isinstance(args, torch.Tensor) else args
+    if not isinstance(args, (tuple, list)) or not args:
+        raise BadInputError(f"{where}: example inputs must be a tensor or a tuple of tensors")
+    if not all(isinstance(a, torch.Tensor) for a in args):
+        kinds = ", ".join(type(a).__name__ for a in args)
+        raise BadInputError(f"{where}: example inputs must all be tensors, got {kinds}")
+    return [a.detach().cpu().contiguous().numpy() for a in args]
+
+
+def _pt2_network(path: Path) -> Network:
+    """A `torch.export.save`d program (`.pt2`): its graph, weights and example inputs."""
+    import logging
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        raise BadInputError(f"{path}: not a torch.export program (.pt2 files are zip archives)")
+    torch_log = logging.getLogger("torch.export")
+    level = torch_log.level
+    torch_log.setLevel(logging.CRITICAL)  # it logs a whole traceback before raising
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exported = torch.export.load(str(path))
+    except Exception as exc:  # noqa: BLE001 - a damaged archive raises many kinds
+        raise BadInputError(
+            f"{path}: not a loadable torch.export program ({one_line_of(exc)})"
+        ) from None
+    finally:
+        torch_log.setLevel(level)
+    example = exported.example_inputs
+    if example is None:
+        raise BadInputError(f"{path}: saved without example inputs; export it with them")
+    args, kwargs = example
+    if kwargs:
+        raise BadInputError(f"{path}: keyword inputs are not supported; export positional ones")
+    inputs = _tensor_inputs(str(path), args)
+    return _exported_network(path.name, exported, inputs, exported.module())
+
+
+FACTORY_CONTRACT = (
+    "FILE.py:FUNCTION, where FUNCTION() returns (an nn.Module, a tuple of example input "
+    "tensors)"
+)
+
+
+def _factory_network(ref: str) -> Network:
+    """`path/to/file.py:factory`: the factory returns `(module, example_inputs)`.
+
+    The module is put in eval mode and exported with `torch.export` at those inputs (static
+    shapes); its outputs on them are the reference the compiled network must match.
+    """
+    import importlib.util
+
+    file_name, _, func_name = ref.rpartition(":")
+    path = Path(file_name)
+    if not path.is_file():
+        raise BadInputError(f"{ref}: no such file {file_name}")
+    if not func_name.isidentifier():
+        raise BadInputError(f"{ref}: expected {FACTORY_CONTRACT}")
+    spec = importlib.util.spec_from_file_location(f"simoe_user_model_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise BadInputError(f"{ref}: cannot import {file_name}")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - whatever the user's file raises
+        raise BadInputError(f"{file_name}: importing it failed ({one_line_of(exc)})") from None
+    factory = getattr(module, func_name, None)
+    if not callable(factory):
+        raise BadInputError(f"{ref}: {file_name} has no function {func_name!r}")
+    try:
+        made = factory()
+    except Exception as exc:  # noqa: BLE001
+        raise BadInputError(f"{ref}: the factory raised ({one_line_of(exc)})") from None
+    if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], nn.Module)):
+        raise BadInputError(f"{ref}: expected {FACTORY_CONTRACT}")
+    model, args = made[0].eval(), made[1]
+    inputs = _tensor_inputs(ref, args)
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            exported = torch.export.export(model, tuple(torch.from_numpy(a) for a in inputs))
+    except Exception as exc:  # noqa: BLE001
+        raise BadInputError(f"{ref}: torch.export cannot export it ({one_line_of(exc)})") from None
+    return _exported_network(f"{path.stem}:{func_name}", exported, inputs, model)
 
 
 def _onnx_network(path: Path) -> Network:
@@ -302,8 +409,35 @@ def one_line_of(exc: BaseException) -> str:
     return lines[-1] if lines else type(exc).__name__
 
 
+MODEL_KINDS = "an .onnx file, a torch.export .pt2 file, FILE.py:FUNCTION or a suite name"
+
+
+def is_factory_ref(ref: str) -> bool:
+    """`path/to/file.py:factory` (a Python file and a function in it)."""
+    head, sep, _ = ref.rpartition(":")
+    return bool(sep) and head.endswith(".py")
+
+
+def check_model_ref(ref: str) -> None:
+    """Fail early, in one line, for a --model that names nothing loadable (nothing is run)."""
+    if ref in NETWORK_SUITE:
+        return
+    if is_factory_ref(ref):
+        if not Path(ref.rpartition(":")[0]).is_file():
+            raise BadInputError(f"--model {ref!r}: no such file {ref.rpartition(':')[0]}")
+        return
+    path = Path(ref)
+    if path.suffix.lower() in (".onnx", ".pt2") and path.is_file():
+        return
+    if path.is_file():
+        raise BadInputError(f"--model {ref!r}: give {MODEL_KINDS}")
+    known = ", ".join(NETWORK_SUITE)
+    raise BadInputError(f"--model {ref!r}: no such file, and not a network ({known})")
+
+
 def load_network(name_or_path: str) -> Network:
-    """A suite name (`resnet50`, `tiny_cnn`, ...) or an `.onnx` file as a Relax `Network`."""
+    """A suite name (`resnet50`, ...), an `.onnx` file, a `torch.export` program (`.pt2`) or
+    `file.py:factory` (see `FACTORY_CONTRACT`) as a Relax `Network`."""
     if name_or_path in NETWORK_SUITE:
         try:
             return _torch_network(name_or_path)
@@ -311,15 +445,30 @@ def load_network(name_or_path: str) -> Network:
             raise
         except Exception as exc:  # noqa: BLE001 - torch.export / the frontend
             raise RunFailure(f"importing {name_or_path}: {one_line_of(exc)}") from exc
+    if is_factory_ref(name_or_path):
+        return _guarded(name_or_path, lambda: _factory_network(name_or_path))
     path = Path(name_or_path)
-    if path.suffix.lower() == ".onnx" or path.exists():
+    suffix = path.suffix.lower()
+    if suffix in (".onnx", ".pt2") or path.exists():
         if not path.is_file():
             raise BadInputError(f"{name_or_path}: no such model file")
-        if path.suffix.lower() != ".onnx":
-            raise BadInputError(f"{name_or_path}: only .onnx model files are supported")
-        return _onnx_network(path)
+        if suffix == ".onnx":
+            return _onnx_network(path)
+        if suffix == ".pt2":
+            return _guarded(name_or_path, lambda: _pt2_network(path))
+        raise BadInputError(f"{name_or_path}: give {MODEL_KINDS}")
     known = ", ".join(NETWORK_SUITE)
-    raise BadInputError(f"unknown network {name_or_path!r}: give an .onnx file or one of {known}")
+    raise BadInputError(f"unknown network {name_or_path!r}: give {MODEL_KINDS} ({known})")
+
+
+def _guarded(ref: str, load: Callable[[], Network]) -> Network:
+    """A user's PyTorch model that TVM's frontend cannot take is their input's problem."""
+    try:
+        return load()
+    except SimoeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - TVM's torch frontend raises many kinds
+        raise BadInputError(f"{ref}: TVM cannot import it ({one_line_of(exc)})") from None
 
 
 # --- tasks ---------------------------------------------------------------------------------

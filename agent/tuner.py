@@ -27,8 +27,8 @@ import numpy as np
 from agent.networks import Network, extract_network_tasks, load_network, one_line_of
 from agent.store import workload_key_of
 from agent.workloads import TEWorkload, Workload, flops, prim_func
-from schemas import BadInputError, RunFailure, SimoeError
-from schemas.tuning import NetworkCheck, TaskResult, TuneResult
+from schemas import AgentConfig, BadInputError, HardwareProfile, RunFailure, SimoeError
+from schemas.tuning import ModelUsed, NetworkCheck, TaskResult, TuneResult
 from simoe_model import tvm_compat  # (patches inspect before tvm is imported)
 
 if TYPE_CHECKING:
@@ -61,12 +61,52 @@ def _simoe_class() -> type:
         ) from None
 
 
+def ensure_profile(
+    device: Device, store: Store, progress: Callable[[str, int, int], None] | None = None
+) -> HardwareProfile:
+    """The device's profile from the store, profiling the device first when it has none.
+
+    (A node with no server has never been asked to run `simoe-agent profile`; SiMoE needs
+    the hardware vector, so it is taken here, once, and kept in the store.)"""
+    from agent.profiler import load_or_profile
+
+    profile = store.latest_profile(device.name)
+    if profile is None:
+        profile = load_or_profile(device, Path(store.path).parent, progress=progress)
+        if store.latest_profile(device.name) is None:  # a cached file the store lacked
+            store.save_profile(profile)
+    return profile
+
+
 def _simoe_cost_model(device: Device, store: Store) -> ms.cost_model.CostModel:
-    """`SiMoECostModel.for_node(device, store)` if it has one, else `(device=, store=)`."""
+    """SiMoE for this node: its profile (taken if missing) and the model `choose_model`
+    picks (federation, imported, starter); the node's own expert learns while it tunes."""
+    from agent.model_choice import choose_model
+
     cls = _simoe_class()
-    if hasattr(cls, "for_node"):
-        return cls.for_node(device, store)
-    return cls(device=device, store=store)
+    state_dir = Path(store.path).parent
+    profile = ensure_profile(device, store)
+    used = choose_model(state_dir)
+    expert_name = AgentConfig.load(state_dir).name or "target"
+    model = cls.for_device(profile, used.path, expert_name=expert_name)
+    model.model_used = used  # reported by tune (`TuneResult.model_used`)
+    return model
+
+
+def model_used_by(model: ms.cost_model.CostModel | str) -> ModelUsed:
+    """What `tune` reports as the model it searched with."""
+    if isinstance(model, str):
+        return ModelUsed(
+            source="metaschedule",
+            path=None,
+            label=f"MetaSchedule's {model} cost model, learning from this run's measurements"
+            if model != "random"
+            else "MetaSchedule's random scores (no model)",
+        )
+    used = getattr(model, "model_used", None)
+    if isinstance(used, ModelUsed):
+        return used
+    return ModelUsed(source="untrained", path=None, label=type(model).__name__)
 
 
 COST_MODELS: dict[str, CostModelFactory] = {
@@ -296,7 +336,7 @@ def _run_search(
     log_level: int,
     population: int | None = None,
     model_rounds: int = 0,
-) -> tuple[ms.database.Database, list[int], float, float | None]:
+) -> tuple[ms.database.Database, list[int], float, float | None, ModelUsed]:
     """Run MetaSchedule over `tasks`.
 
     `model_rounds` > 0 is fast mode: per task, that many chained model-only searches
@@ -381,7 +421,7 @@ def _run_search(
     modelled = None
     if modelled_before is not None:
         modelled = float(device.modelled_measure_seconds) - float(modelled_before)
-    return database, counts, wall, modelled
+    return database, counts, wall, modelled, model_used_by(model)
 
 
 def _model_picks(
@@ -521,7 +561,7 @@ def tune_workload(
     check_fits(workload, device)
     mod = _normalize_mod(prim_func(workload))
     task = _Task(name=str(workload), mod=mod, weight=1.0, flops=flops(workload), spec=str(workload))
-    database, counts, wall, modelled = _run_search(
+    database, counts, wall, modelled, used = _run_search(
         [task], device, store, trials_per_task=trials, cost_model=cost_model,
         progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
         log_level=log_level, population=population, model_rounds=model_rounds,
@@ -537,6 +577,7 @@ def tune_workload(
         search_wall_s=wall,
         modelled_measure_s=modelled,
         tasks=[result],
+        model_used=used,
     )
 
 
@@ -580,7 +621,7 @@ def tune_network(
         )
         for t in extracted
     ]
-    database, counts, wall, modelled = _run_search(
+    database, counts, wall, modelled, used = _run_search(
         tasks, device, store, trials_per_task=trials_per_task, cost_model=cost_model,
         progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
         log_level=log_level, population=population, model_rounds=model_rounds,
@@ -605,6 +646,7 @@ def tune_network(
         modelled_measure_s=modelled,
         tasks=results,
         network=check,
+        model_used=used,
     )
 
 

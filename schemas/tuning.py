@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,6 +49,17 @@ class NetworkCheck(BaseModel):
     reason: str | None = None
 
 
+class ModelUsed(BaseModel):
+    """The cost model a tune searched with: where it came from and what it was trained on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: Literal["federation", "imported", "starter", "untrained", "metaschedule"]
+    path: str | None = Field(description="the model file; None for MetaSchedule's own models")
+    label: str = Field(description="what it is, e.g. what the starter model was trained on")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="saved with the model")
+
+
 class TuneResult(BaseModel):
     """The whole run; with a simulated device every latency is modelled, not measured."""
 
@@ -68,3 +79,4 @@ class TuneResult(BaseModel):
     )
     tasks: list[TaskResult]
     network: NetworkCheck | None = None
+    model_used: ModelUsed | None = Field(default=None, description="which cost model searched")

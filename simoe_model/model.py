@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -369,14 +369,18 @@ def remove_expert(model: SiMoE, name: str) -> None:
 
 
 # -- files ----------------------------------------------------------------------------------
-def save_model(model: SiMoE, path: str | Path) -> None:
-    """One file: JSON header (format, version, config, experts) and plain tensors."""
+def save_model(model: SiMoE, path: str | Path, metadata: dict[str, Any] | None = None) -> None:
+    """One file: JSON header (format, version, config, experts, metadata) and plain tensors.
+
+    `metadata` (JSON-able) says where the model came from, e.g. what it was trained on;
+    `model_metadata` reads it back. Loading ignores it."""
     path = Path(path)
     header = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
         "config": model.config.model_dump(),
         "experts": model.expert_names,
+        "metadata": metadata or {},
     }
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -426,6 +430,14 @@ def load_model(path: str | Path) -> SiMoE:
     model.load_state_dict(state)
     model.eval()
     return model
+
+
+def model_metadata(path: str | Path) -> dict[str, Any]:
+    """The metadata saved with a model (empty for one saved without); the file is validated."""
+    load_model(path)  # one line of BadInputError for anything that is not a good model
+    blob = torch.load(Path(path), map_location="cpu", weights_only=True)
+    metadata = json.loads(blob["header"]).get("metadata")
+    return metadata if isinstance(metadata, dict) else {}
 
 
 def parameter_count(model: nn.Module) -> int:

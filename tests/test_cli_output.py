@@ -213,7 +213,7 @@ def test_server_tables_fit_80_columns_when_piped(
 
 def test_tune_table_fits_80_columns(capsys: pytest.CaptureFixture) -> None:
     from agent.cli.tune import _print_result
-    from schemas.tuning import TaskResult, TuneResult
+    from schemas.tuning import ModelUsed, TaskResult, TuneResult
 
     tasks = [
         TaskResult(
@@ -225,6 +225,8 @@ def test_tune_table_fits_80_columns(capsys: pytest.CaptureFixture) -> None:
             best_latency_s=1.2345e-3,
             best_measured_during_tuning_s=1.2e-3,
             untuned_latency_s=9.8765e-3,
+            tuned_latency_s=1.2345e-3,
+            kept="tuned",
             gflops=810.1,
             speedup=8.0,
         )  # fmt: skip
@@ -233,6 +235,9 @@ def test_tune_table_fits_80_columns(capsys: pytest.CaptureFixture) -> None:
     result = TuneResult(
         subject="vit_block.onnx", kind="network", device="sim:geforce-rtx-3090-ti",
         simulated=True, cost_model="simoe", trials=48, search_wall_s=12.0, tasks=tasks,
+        model_used=ModelUsed(source="imported", path="/m/[x]/imported.pt", label="my model"),
     )  # fmt: skip
     _print_result(result)
-    check_readable(capsys.readouterr().out, [f"{LONG_TASK}_1", "9876.5", "1234.5"])
+    out = capsys.readouterr().out
+    check_readable(out, [f"{LONG_TASK}_1", "9876.5", "1234.5"])
+    assert "cost model: my model (/m/[x]/imported.pt)" in out  # which model, path and label

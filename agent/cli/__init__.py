@@ -10,6 +10,7 @@ from schemas.errors import run_cli
 # Each module registers its commands on `app`; a module not written yet is skipped.
 _COMMAND_MODULES = [
     "profile", "tune", "records", "status", "dataset", "evaluate", "federation", "bundle",
+    "model",
 ]  # fmt: skip
 for _name in _COMMAND_MODULES:
     try:

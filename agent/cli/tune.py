@@ -63,11 +63,11 @@ def _print_result(result: TuneResult) -> None:
     rows = [
         (
             t.task_name,
-            t.trials,
             _us(t.tuned_latency_s),
             _us(t.untuned_latency_s),
             t.kept or "-",
             "-" if t.speedup is None else f"{t.speedup:.1f}x",
+            t.trials,
             f"{t.weight:g}",
             "-" if t.gflops is None else f"{t.gflops:.1f}",
         )
@@ -78,14 +78,19 @@ def _print_result(result: TuneResult) -> None:
         f"{result.trials} trials, search {result.search_wall_s:.0f} s)",
         [
             "task",
-            *(Column(h, "right") for h in ("trials", "tuned us", "default us")),
+            *(Column(h, "right") for h in ("tuned us", "default us")),
             "kept",
-            Column("speedup", "right"),
+            Column("speedup", "right", optional=True),
+            Column("trials", "right", optional=True),
             Column("weight", "right", optional=True),
             Column("GFLOP/s", "right", optional=True),
         ],
         rows,
     )
+    used = result.model_used
+    if used is not None:
+        where = f" ({used.path})" if used.path else ""
+        console.print(f"cost model: {used.label}{where}", markup=False, highlight=False)
     defaults = [t for t in result.tasks if t.kept == "default"]
     if defaults:
         console.print(
@@ -119,7 +124,8 @@ def tune(
         None,
         "--model",
         "-m",
-        help="a network: an .onnx file or a suite name "
+        help="a network: an .onnx file, a torch.export program (.pt2), FILE.py:FUNCTION "
+        "(FUNCTION() returns an nn.Module and a tuple of example input tensors) or a suite name "
         "(resnet50, mobilenet_v2, bert_layer, tiny_cnn, tiny_mlp)",
     ),
     device_name: str | None = typer.Option(
@@ -156,11 +162,12 @@ def tune(
 ) -> None:
     """Tune an operator or a network with MetaSchedule; every measurement goes to the store."""
     from agent.devices import get_device
-    from agent.networks import NETWORK_SUITE
+    from agent.networks import check_model_ref, load_network
     from agent.store import Store
     from agent.tuner import (
         check_cost_model,
         check_fits,
+        ensure_profile,
         search_population,
         tune_network,
         tune_workload,
@@ -171,9 +178,8 @@ def tune(
         raise BadInputError("give exactly one of --workload SPEC or --model FILE|NAME")
     config = load_config(state_dir)
     parsed = parse_workload(workload) if workload is not None else None
-    if model is not None and model not in NETWORK_SUITE and not Path(model).is_file():
-        known = ", ".join(NETWORK_SUITE)
-        raise BadInputError(f"--model {model!r}: no such file, and not a network ({known})")
+    if model is not None:
+        check_model_ref(model)
     trials = config.trials_per_task if trials is None else trials
     if trials < 1:
         raise BadInputError(f"--trials must be at least 1, got {trials}")
@@ -185,6 +191,10 @@ def tune(
     device = get_device(device_name or config.device)
     if parsed is not None:
         check_fits(parsed, device)
+    network = None
+    if model is not None:  # a bad model file is one line, before any progress is drawn
+        with err_console.status(f"importing {model}", spinner="dots"):
+            network = load_network(model)
 
     log_level = logging.INFO if verbose else logging.WARNING
     with (
@@ -199,6 +209,15 @@ def tune(
         ) as progress,
     ):
         profile = store.latest_profile(device.name)
+        if profile is None and cost_model == "simoe":  # SiMoE needs it: take it, once
+            probing = progress.add_task(f"no profile of {device.name} yet: profiling", total=None)
+
+            def on_probe(name: str, done: int, total: int) -> None:
+                text = f"profiling {device.name}: {name}"
+                progress.update(probing, completed=done, total=total, description=text)
+
+            profile = ensure_profile(device, store, progress=on_probe)
+            progress.update(probing, visible=False)
         profile_id = profile.profile_id if profile is not None else None
         bars = _TuningBar(progress)
         if parsed is not None:
@@ -208,10 +227,10 @@ def tune(
                 population=population, model_rounds=model_rounds,
             )  # fmt: skip
         else:
-            assert model is not None
-            status = progress.add_task(f"importing {model} and extracting tasks", total=None)
+            assert network is not None
+            status = progress.add_task(f"{network.name}: extracting tasks", total=None)
             result = tune_network(
-                model, device, store, trials_per_task=trials, cost_model=cost_model,
+                network, device, store, trials_per_task=trials, cost_model=cost_model,
                 progress=bars, seed=seed, baseline=baseline, profile_id=profile_id,
                 log_level=log_level, population=population, model_rounds=model_rounds,
                 on_stage=lambda text: progress.update(status, description=text),

@@ -1,0 +1,119 @@
+"""SiMoE without a federation (issue 13): a node with no server profiles its device when it
+must, tunes with an imported or the shipped starter model, and says which model it used."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import agent.model_choice as model_choice
+from agent.cli import app, main
+from agent.model_choice import FEDERATION_MODEL, IMPORTED_MODEL, choose_model
+from agent.store import Store
+from simoe_model.model import SiMoE, model_metadata, save_model
+
+runner = CliRunner()
+
+
+def _model_file(path: Path, label: str | None = None) -> Path:
+    save_model(SiMoE(), path, metadata={"label": label} if label else None)
+    return path
+
+
+def _main(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["simoe-agent", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as exited:
+        code = int(exited.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_model_import_validates_and_keeps_the_last_good_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    state = tmp_path / "state"
+    good = _model_file(tmp_path / "mine.pt", label="my lab's model")
+    code, out, err = _main(
+        ["model", "import", str(good), "--json", "--state-dir", str(state)], monkeypatch, capsys
+    )
+    assert code == 0, err
+    used = json.loads(out)
+    assert used["source"] == "imported" and used["path"] == str(state / IMPORTED_MODEL)
+    assert used["label"].startswith("my lab's model")
+    assert used["metadata"]["imported_from"] == str(good.resolve())
+    before = (state / IMPORTED_MODEL).read_bytes()
+
+    corrupt = tmp_path / "corrupt.pt"
+    corrupt.write_bytes(good.read_bytes()[:200])  # a download cut short
+    for bad in (corrupt, tmp_path / "missing.pt"):
+        code, out, err = _main(
+            ["model", "import", str(bad), "--state-dir", str(state)], monkeypatch, capsys
+        )
+        assert code == 2, err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("simoe-agent: error: "), err
+        assert str(bad) in lines[0] and out == ""
+    assert (state / IMPORTED_MODEL).read_bytes() == before  # the good one is still there
+
+    code, out, err = _main(
+        ["model", "show", "--json", "--state-dir", str(state)], monkeypatch, capsys
+    )
+    assert code == 0 and json.loads(out)["source"] == "imported"
+
+
+def test_the_federation_model_comes_first_then_imported_then_starter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    starter = _model_file(tmp_path / "starter.pt", label="starter for the test")
+    monkeypatch.setattr(model_choice, "starter_model_path", lambda: starter)
+    state = tmp_path / "state"
+    assert choose_model(state).source == "starter"
+    assert choose_model(state).label.startswith("starter for the test")
+    _model_file(state / IMPORTED_MODEL)
+    assert choose_model(state).source == "imported"
+    _model_file(state / FEDERATION_MODEL)
+    assert choose_model(state).source == "federation"
+    monkeypatch.setattr(model_choice, "starter_model_path", lambda: tmp_path / "none.pt")
+    assert choose_model(tmp_path / "empty").source == "untrained"
+
+
+def test_the_shipped_starter_model_says_what_it_was_trained_on() -> None:
+    path = model_choice.starter_model_path()
+    if not path.is_file():
+        pytest.skip("no starter model in this checkout (python -m bench.train_starter)")
+    metadata = model_metadata(path)
+    assert metadata["simulated"] is True and metadata["records"] > 0
+    assert metadata["trained_on"] and all(u.startswith("sim:") for u in metadata["trained_on"])
+    assert metadata["built_by"].startswith("python -m bench.train_starter")
+    from bench.train_starter import FALLBACK_TRAIN_UNITS
+
+    # training units only: never the demo's newcomer or the README's (a10, t4)
+    assert {u.removeprefix("sim:") for u in metadata["trained_on"]} <= set(FALLBACK_TRAIN_UNITS)
+    assert not {"sim:a10", "sim:t4"} & set(metadata["trained_on"])
+
+
+@pytest.mark.slow  # a real (simulated-GPU) search of 4 candidates, with profiling: ~30 s loaded
+def test_tune_with_simoe_and_no_server_profiles_first_and_names_its_model(tmp_path: Path) -> None:
+    state = tmp_path / "state"  # a fresh node: no profile, no federation, no server
+    result = runner.invoke(
+        app,
+        ["tune", "--workload", "matmul:64,64,64", "--device", "sim:t4", "--trials", "4",
+         "--cost-model", "simoe", "--population", "16", "--no-baseline", "--json",
+         "--state-dir", str(state)],
+    )  # fmt: skip
+    assert result.exit_code == 0, (result.output, result.exception)
+    data = json.loads(result.stdout)
+    used = data["model_used"]
+    expected = choose_model(state)
+    assert used["source"] == expected.source and used["path"] == expected.path
+    assert used["source"] in ("starter", "untrained") and used["label"]
+    with Store(state / "store.sqlite") as store:
+        profile = store.latest_profile("sim:t4")
+    assert profile is not None and profile.simulated  # taken because SiMoE needed it
