@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from schemas import AgentConfig, BadInputError, RunFailure
+from schemas.certs import check_certificate
 from schemas.messages import check_node_name, key_fingerprint
 
 if TYPE_CHECKING:
@@ -71,16 +71,9 @@ def parse_address(server: str) -> tuple[str, int]:
 
 
 def check_ca(ca: Path) -> bytes:
-    """The CA certificate's bytes; BadInputError if it is not a PEM certificate."""
-    try:
-        data = ca.read_bytes()
-    except OSError as exc:
-        raise BadInputError(f"{ca}: cannot read the CA certificate ({exc.strerror})") from None
-    try:
-        x509.load_pem_x509_certificate(data)
-    except ValueError:
-        raise BadInputError(f"{ca}: not a PEM certificate") from None
-    return data
+    """The CA certificate's bytes; BadInputError unless it is a PEM certificate valid now."""
+    check_certificate(ca, "CA certificate")
+    return ca.read_bytes()
 
 
 def check_server(server: str, ca: Path, timeout: float = 5.0) -> None:

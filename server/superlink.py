@@ -26,11 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from schemas import BadInputError, RunFailure
+from schemas.certs import check_certificate
 
 CONNECTION = "simoe"  # the connection name in FLWR_HOME/config.toml (agent uses the same)
 RUN_CONFIG_DEFAULTS: dict[str, str | int | float] = {
@@ -58,25 +60,32 @@ class Certs:
 
 
 def check_certs(certs: Certs) -> None:
-    """BadInputError (one line, naming the file) unless all three files are usable PEM.
+    """BadInputError (one line, naming the file) unless the three files make a usable set.
 
-    Why: a SuperLink given a bad file dies at once with a message only in its log.
+    Each is readable PEM, both certificates are valid now, the server certificate is
+    signed by the CA and matches the key. Why: a SuperLink given a bad file dies at
+    once with a message only in its log, or starts and no node can ever connect.
     """
-    for path, what in ((certs.ca, "CA certificate"), (certs.cert, "server certificate")):
-        try:
-            x509.load_pem_x509_certificate(path.read_bytes())
-        except OSError as exc:
-            raise BadInputError(f"{path}: cannot read the {what} ({exc.strerror})") from None
-        except ValueError:
-            raise BadInputError(f"{path}: the {what} is not a PEM certificate") from None
+    ca = check_certificate(certs.ca, "CA certificate")
+    cert = check_certificate(certs.cert, "server certificate")
     try:
-        serialization.load_pem_private_key(certs.key.read_bytes(), password=None)
+        key = serialization.load_pem_private_key(certs.key.read_bytes(), password=None)
     except OSError as exc:
         raise BadInputError(f"{certs.key}: cannot read the server key ({exc.strerror})") from None
     except (ValueError, TypeError):
         raise BadInputError(
             f"{certs.key}: the server key is not an unencrypted PEM private key"
         ) from None
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        raise BadInputError(
+            f"{certs.cert}: the server certificate is not signed by {certs.ca}"
+        ) from None
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    der = serialization.Encoding.DER
+    if key.public_key().public_bytes(der, public) != cert.public_key().public_bytes(der, public):
+        raise BadInputError(f"{certs.key}: the server key does not match {certs.cert}")
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
@@ -90,13 +99,24 @@ def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
         handle.write(data)
 
 
-def init_certs(directory: Path, *, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> Certs:
-    """A dev CA and a server certificate signed by it; existing files are kept."""
+def init_certs(
+    directory: Path,
+    *,
+    hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
+    not_before: dt.datetime | None = None,
+    not_after: dt.datetime | None = None,
+) -> Certs:
+    """A dev CA and a server certificate signed by it; existing files are kept.
+
+    Both are valid from 5 minutes ago for a year; `not_before`/`not_after` set the
+    server certificate's window instead (the tests make an expired one).
+    """
     certs = Certs(directory / "ca.pem", directory / "server.pem", directory / "server.key")
     if certs.ca.exists() and certs.cert.exists() and certs.key.exists():
         return certs
     directory.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.timezone.utc)
+    valid_from, valid_to = now - dt.timedelta(minutes=5), now + dt.timedelta(days=365)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "SiMoE dev CA")])
     ca_cert = (
@@ -105,8 +125,8 @@ def init_certs(directory: Path, *, hosts: tuple[str, ...] = ("127.0.0.1", "local
         .issuer_name(ca_name)
         .public_key(ca_key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=365))
+        .not_valid_before(valid_from)
+        .not_valid_after(valid_to)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -137,8 +157,8 @@ def init_certs(directory: Path, *, hosts: tuple[str, ...] = ("127.0.0.1", "local
         .issuer_name(ca_name)
         .public_key(server_key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=365))
+        .not_valid_before(not_before or valid_from)
+        .not_valid_after(not_after or valid_to)
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
