@@ -27,6 +27,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from flwr.clientapp import ClientApp
 from pydantic import ValidationError
 
+from agent.audit import record_replies
 from agent.payload import (
     PayloadRefused,
     adopt_experts,
@@ -207,7 +208,7 @@ def _hello_record(node: NodeState) -> ConfigRecord:
     return ConfigRecord({"hello": node.hello().model_dump_json()})
 
 
-app = ClientApp()
+app = ClientApp(mods=[record_replies])  # a copy of each reply under audit/, if asked
 
 
 @app.query("hello")

@@ -215,13 +215,19 @@ class Store:
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """One write transaction; taken IMMEDIATE so concurrent writers queue, never deadlock."""
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
             try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._conn
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    if self._conn.in_transaction:  # a failed COMMIT can leave it open
+                        self._conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.OperationalError as exc:
+                # A full or read-only disk, or a lock held past busy_timeout: one line that
+                # names the file. Nothing of this transaction was written; earlier ones stand.
+                raise RunFailure(f"{self.path}: cannot write the store ({exc})") from None
 
     def _query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[dict]:
         with self._lock:

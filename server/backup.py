@@ -16,6 +16,7 @@ must roll the federation back, or its next round saves a newer version on top.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from datetime import datetime, timezone
@@ -112,8 +113,8 @@ def backup(registry: Path, target: Path) -> BackupResult:
     if not target.parent.is_dir():
         raise BadInputError(f"{target.parent}: no such directory")
     tmp = target.with_name(f".{target.name}.tmp")
-    tmp.unlink(missing_ok=True)
     try:
+        tmp.unlink(missing_ok=True)  # left by a killed backup
         create_private(tmp)
         _copy(registry, tmp)
         conn = sqlite3.connect(tmp)
@@ -126,10 +127,12 @@ def backup(registry: Path, target: Path) -> BackupResult:
             os.fsync(handle.fileno())
         tmp.replace(target)
     except (OSError, sqlite3.OperationalError) as exc:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only place has nothing to remove
+            tmp.unlink(missing_ok=True)
         raise _fail(target, exc) from None
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
         raise
     return BackupResult(
         source=str(registry),

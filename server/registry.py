@@ -12,7 +12,7 @@ import contextlib
 import io
 import os
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
@@ -73,6 +73,18 @@ class Registry:
             raise RunFailure(f"{self.path}: cannot open the registry ({why})") from None
         except sqlite3.DatabaseError as exc:
             raise BadInputError(f"{self.path}: not a SQLite database ({exc})") from None
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One transaction; a full or read-only disk is one line naming the registry.
+
+        The transaction is rolled back, so the registry holds what it held before.
+        """
+        try:
+            with self.db.conn:
+                yield
+        except sqlite3.OperationalError as exc:
+            raise RunFailure(f"{self.path}: cannot write the registry ({exc})") from None
 
     def _create(self) -> None:
         db = self.db
@@ -178,7 +190,7 @@ class Registry:
             raise NameTakenError(f"node name {hello.name!r} is already taken by another key")
         stamp = now_iso()
         profile = hello.profile
-        with self.db.conn:
+        with self._writing():
             existing = list(self.db["nodes"].rows_where("node_key = ?", [key], limit=1))
             row = {
                 "node_key": key,
@@ -227,11 +239,11 @@ class Registry:
 
     def touch_node(self, node_key: str) -> None:
         """The node replied in a round (trained, or served without data to train on)."""
-        self.db.execute(
-            "update nodes set last_seen = ?, rounds = rounds + 1 where node_key = ?",
-            [now_iso(), node_key],
-        )
-        self.db.conn.commit()
+        with self._writing():
+            self.db.execute(
+                "update nodes set last_seen = ?, rounds = rounds + 1 where node_key = ?",
+                [now_iso(), node_key],
+            )
 
     def profile(self, node_key: str) -> HardwareProfile | None:
         node = self.node(node_key)
@@ -265,7 +277,7 @@ class Registry:
         if old and old[0]["node_key"] != node_key:
             raise NameTakenError(f"expert {name!r} belongs to another node")
         version = (old[0]["version"] + 1) if old else 1
-        with self.db.conn:
+        with self._writing():
             self.db["experts"].upsert(
                 {
                     "name": name,
@@ -290,7 +302,7 @@ class Registry:
             for e in sorted(set(checked))
         ]
         if rows:
-            with self.db.conn:
+            with self._writing():
                 self.db["expert_checks"].upsert_all(rows, pk=("expert", "node_key"))
 
     def distrusted_experts(self, min_refuted: int = 2) -> set[str]:
@@ -337,7 +349,7 @@ class Registry:
     def start_round(self, run_id: int, sampled: int) -> int:
         """Open the next round (numbers continue across runs and restarts)."""
         number = self.last_round() + 1
-        with self.db.conn:
+        with self._writing():
             self.db["rounds"].insert(
                 {
                     "round": number,
@@ -360,7 +372,7 @@ class Registry:
             r[0] for r in self.db.execute("select round from rounds where status = ?", ["running"])
         ]
         if numbers:
-            with self.db.conn:
+            with self._writing():
                 self.db.execute(
                     "update rounds set status = 'interrupted', finished_at = ? "
                     "where status = 'running'",
@@ -379,7 +391,7 @@ class Registry:
         updated: bool,
     ) -> None:
         status = "done" if updated else "no-update"
-        with self.db.conn:
+        with self._writing():
             self.db["rounds"].update(
                 number,
                 {
@@ -396,7 +408,7 @@ class Registry:
         return [RoundInfo(**row) for row in self.db["rounds"].rows_where(order_by="round")]
 
     def add_metrics(self, number: int, node_key: str, metrics: Mapping[str, float]) -> None:
-        with self.db.conn:
+        with self._writing():
             self.db["metrics"].upsert_all(
                 [
                     {"round": number, "node_key": node_key, "key": k, "value": float(v)}
@@ -411,7 +423,7 @@ class Registry:
         return list(self.db["metrics"].rows_where("round = ?", [number], order_by="node_key"))
 
     def add_traffic(self, number: int, node_key: str, *, bytes_down: int, bytes_up: int) -> None:
-        with self.db.conn:
+        with self._writing():
             self.db["traffic"].upsert(
                 {
                     "round": number,
@@ -427,7 +439,7 @@ class Registry:
         return list(self.db["traffic"].rows_where(where, args, order_by="round, node_key"))
 
     def add_rejection(self, number: int, node_key: str, reason: str) -> None:
-        with self.db.conn:
+        with self._writing():
             self.db["rejections"].insert(
                 {"round": number, "node_key": node_key, "reason": reason, "at": now_iso()}
             )
@@ -438,7 +450,7 @@ class Registry:
 
     def add_refusal(self, flower_node_id: int, reason: str) -> None:
         """A node refused at its hello (a name already taken, a bad identity): no update."""
-        with self.db.conn:
+        with self._writing():
             self.db["refusals"].insert(
                 {"flower_node_id": str(flower_node_id), "reason": reason, "at": now_iso()}
             )
@@ -454,7 +466,7 @@ class Registry:
 
     def save_global(self, arrays: Mapping[str, np.ndarray], *, round_: int) -> int:
         version = self.global_version() + 1
-        with self.db.conn:
+        with self._writing():
             self.db["model_versions"].insert(
                 {
                     "version": version,

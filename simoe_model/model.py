@@ -17,6 +17,7 @@ Files: `save_model` writes one torch file of plain tensors plus a JSON header
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -27,7 +28,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
-from schemas import BadInputError
+from schemas import BadInputError, RunFailure
+from schemas.errors import one_line
 from simoe_model.features import FEATURE_DIM
 from simoe_model.hardware import ANALYTICAL_SLICE, EMPIRICAL_SLICE, HARDWARE_DIM
 
@@ -383,10 +385,17 @@ def save_model(model: SiMoE, path: str | Path, metadata: dict[str, Any] | None =
         "metadata": metadata or {},
     }
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save({"header": json.dumps(header), "state": state}, tmp)
-    tmp.replace(path)  # atomic: a crash never leaves half a model
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"header": json.dumps(header), "state": state}, tmp)
+        tmp.replace(path)  # atomic: a crash never leaves half a model
+    except (OSError, RuntimeError) as exc:  # torch reports a full disk as RuntimeError
+        with contextlib.suppress(OSError):  # on a read-only disk there is nothing to remove
+            tmp.unlink(missing_ok=True)
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else one_line(exc)
+        kept = "the previous file is kept" if path.exists() else "nothing was written"
+        raise RunFailure(f"{path}: cannot write the model ({why}); {kept}") from None
 
 
 def load_model(path: str | Path) -> SiMoE:

@@ -10,67 +10,23 @@ feature rows) anywhere in what was sent.
 from __future__ import annotations
 
 import copy
-import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 from federation_helpers import seed_node
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import ConfigRecord
+from privacy_audit import PrivacyViolation, audit_content, audit_reply, node_secrets
 
+from agent.audit import read_audit
 from agent.client_app import app as client_app
-from schemas.messages import ALLOWED_METRICS, ALLOWED_REPLY_RECORDS, REC_NODE, NodeHello
-from schemas.protocol import arrays_to_record
+from schemas.protocol import arrays_to_record, payload_bytes
 from server.inprocess import InProcessGrid
 from server.registry import Registry
 from server.server_app import run_rounds
 from server.similarity import initial_shared_arrays, model_similarity
 from server.strategy import SiMoEStrategy
-from simoe_model.model import Expert, SiMoE, shared_arrays
 from simoe_model.synthetic import make_devices, make_tasks
-
-SHARED_SHAPES = {k: v.shape for k, v in shared_arrays(SiMoE()).items()}
-EXPERT_SHAPES = {k: tuple(v.shape) for k, v in Expert(SiMoE().config).state_dict().items()}
-RECORD_TYPES = {"array": ArrayRecord, "metric": MetricRecord, "config": ConfigRecord}
-
-
-class PrivacyViolation(AssertionError):
-    pass
-
-
-def audit_reply(message: Message, secrets: set[str], secret_rows: list[bytes]) -> None:
-    """Raise PrivacyViolation if the message carries anything but the allowed payloads."""
-    if message.has_error():
-        return
-    content = message.content
-    for key, record in content.items():
-        kind = ALLOWED_REPLY_RECORDS.get(key)
-        if kind is None or not isinstance(record, RECORD_TYPES[kind]):
-            raise PrivacyViolation(f"record {key!r} ({type(record).__name__}) is not allowed")
-    for key, record in content.array_records.items():
-        expected = SHARED_SHAPES if key == "shared" else EXPERT_SHAPES
-        shapes = {k: tuple(v.shape) for k, v in record.items()}
-        if shapes != {k: tuple(s) for k, s in expected.items()}:
-            raise PrivacyViolation(f"{key}: arrays are not exactly the model's parameters")
-        for name, array in record.items():
-            haystack = array.numpy().astype(np.float32).tobytes()
-            if any(needle in haystack for needle in secret_rows):
-                raise PrivacyViolation(f"{key}/{name} contains raw feature values")
-    for record in content.metric_records.values():
-        extra = set(record) - ALLOWED_METRICS
-        if extra:
-            raise PrivacyViolation(f"metrics {sorted(extra)} are not allowed aggregates")
-    for key, record in content.config_records.items():
-        if key != REC_NODE or set(record) != {"hello"}:
-            raise PrivacyViolation(f"config record {key!r} has {sorted(record)}")
-        NodeHello.model_validate_json(str(record["hello"]))  # extra fields are refused
-    text = json.dumps(
-        {k: str(dict(r)) for k, r in content.config_records.items()}
-        | {k: sorted(r) for k, r in content.array_records.items()}
-        | {k: sorted(r) for k, r in content.metric_records.items()}
-    )
-    leaked = [s for s in secrets if s in text]
-    if leaked:
-        raise PrivacyViolation(f"raw data in the message: {leaked[:3]}")
 
 
 @pytest.fixture(scope="module")
@@ -83,14 +39,10 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> tuple[InProcessGrid,
     grid = InProcessGrid()
     for i, device in enumerate(devices):
         seed_node(tmp_path / device.name, device.name, device, tasks)
+        (tmp_path / device.name / "audit").mkdir()  # each node keeps a copy of what it sends
         grid.add_node(10 + i, client_app, {"state-dir": str(tmp_path / device.name)})
     run_rounds(grid, strategy, initial_shared_arrays(0), num_rounds=2, wait_nodes_s=0)
-    secrets = {t.name for t in tasks} | {f"wk-{t.name}" for t in tasks}
-    # the first 4 values of every feature row, as bytes: a copied row would contain them
-    secret_rows = [
-        row[:4].astype(np.float32).tobytes() for t in tasks for f in t.features for row in f
-    ]
-    return grid, secrets, secret_rows
+    return grid, *node_secrets(tasks)
 
 
 def test_every_node_message_carries_only_allowed_payloads(federation) -> None:
@@ -100,6 +52,19 @@ def test_every_node_message_carries_only_allowed_payloads(federation) -> None:
         audit_reply(message, secrets, secret_rows)
     kinds = {tuple(sorted(m.content.keys())) for m in grid.sent_by_nodes}
     assert ("metrics", "node", "own_expert", "shared") in kinds
+
+
+def test_the_nodes_own_audit_copy_is_what_the_server_got(federation) -> None:
+    """The audit copy (agent/audit.py) is exact: the real-deployment test relies on it."""
+    grid, secrets, secret_rows = federation
+    copies = []
+    for node in grid.nodes.values():
+        copies += [c for _, c in read_audit(Path(node.context.node_config["state-dir"]) / "audit")]
+    assert len(copies) == len(grid.sent_by_nodes)
+    sent = sorted(payload_bytes(m.content) for m in grid.sent_by_nodes)
+    assert sorted(payload_bytes(c) for c in copies) == sent
+    for content in copies:
+        audit_content(content, secrets, secret_rows)
 
 
 @pytest.mark.parametrize(

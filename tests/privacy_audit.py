@@ -1,0 +1,73 @@
+"""The privacy audit of what a node sent: only the allowed payloads, no raw data.
+
+Used over the in-process federation (tests/test_privacy.py) and over the replies a
+real loopback deployment's ClientApps recorded (tests/test_federation_processes.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+
+from schemas.messages import ALLOWED_METRICS, ALLOWED_REPLY_RECORDS, REC_NODE, NodeHello
+from simoe_model.model import Expert, SiMoE, shared_arrays
+
+SHARED_SHAPES = {k: v.shape for k, v in shared_arrays(SiMoE()).items()}
+EXPERT_SHAPES = {k: tuple(v.shape) for k, v in Expert(SiMoE().config).state_dict().items()}
+RECORD_TYPES = {"array": ArrayRecord, "metric": MetricRecord, "config": ConfigRecord}
+
+
+class PrivacyViolation(AssertionError):
+    pass
+
+
+def audit_reply(message: Message, secrets: set[str], secret_rows: list[bytes]) -> None:
+    """Raise PrivacyViolation if the message carries anything but the allowed payloads."""
+    if not message.has_error():
+        audit_content(message.content, secrets, secret_rows)
+
+
+def audit_content(content: RecordDict, secrets: set[str], secret_rows: list[bytes]) -> None:
+    """Raise PrivacyViolation if a reply's content holds anything but the allowed payloads."""
+    for key, record in content.items():
+        kind = ALLOWED_REPLY_RECORDS.get(key)
+        if kind is None or not isinstance(record, RECORD_TYPES[kind]):
+            raise PrivacyViolation(f"record {key!r} ({type(record).__name__}) is not allowed")
+    for key, record in content.array_records.items():
+        expected = SHARED_SHAPES if key == "shared" else EXPERT_SHAPES
+        shapes = {k: tuple(v.shape) for k, v in record.items()}
+        if shapes != {k: tuple(s) for k, s in expected.items()}:
+            raise PrivacyViolation(f"{key}: arrays are not exactly the model's parameters")
+        for name, array in record.items():
+            haystack = array.numpy().astype(np.float32).tobytes()
+            if any(needle in haystack for needle in secret_rows):
+                raise PrivacyViolation(f"{key}/{name} contains raw feature values")
+    for record in content.metric_records.values():
+        extra = set(record) - ALLOWED_METRICS
+        if extra:
+            raise PrivacyViolation(f"metrics {sorted(extra)} are not allowed aggregates")
+    for key, record in content.config_records.items():
+        if key != REC_NODE or set(record) != {"hello"}:
+            raise PrivacyViolation(f"config record {key!r} has {sorted(record)}")
+        NodeHello.model_validate_json(str(record["hello"]))  # extra fields are refused
+    text = json.dumps(
+        {k: str(dict(r)) for k, r in content.config_records.items()}
+        | {k: sorted(r) for k, r in content.array_records.items()}
+        | {k: sorted(r) for k, r in content.metric_records.items()}
+    )
+    leaked = [s for s in secrets if s in text]
+    if leaked:
+        raise PrivacyViolation(f"raw data in the message: {leaked[:3]}")
+
+
+def node_secrets(tasks: list) -> tuple[set[str], list[bytes]]:
+    """What must never leave a node seeded with these SyntheticTasks (federation_helpers).
+
+    Task names and workload keys, and the first 4 values of every feature row as bytes:
+    a copied row would contain them.
+    """
+    secrets = {t.name for t in tasks} | {f"wk-{t.name}" for t in tasks}
+    rows = [row[:4].astype(np.float32).tobytes() for t in tasks for f in t.features for row in f]
+    return secrets, rows
