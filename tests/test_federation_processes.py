@@ -4,7 +4,9 @@ flower-superlink (TLS + --enable-supernode-auth + a persistent database) and thr
 flower-supernode processes with registered keys run SiMoE rounds; a fourth node
 enrolls during the run and receives experts; a SuperNode with an unregistered key is
 refused; the SuperLink is killed and restarted: the registry is intact, the nodes
-reconnect by themselves and the round numbers continue.
+reconnect by themselves and the round numbers continue. Afterwards the privacy audit
+runs over every reply the real ClientApps sent (each node's own copy, agent/audit.py),
+and no log holds key material or a raw record.
 
 Slow (about 3-5 minutes on 2 busy cores: each message starts a ClientApp process that
 imports torch), so it is marked `slow`.
@@ -22,7 +24,9 @@ from pathlib import Path
 
 import pytest
 from federation_helpers import seed_node
+from privacy_audit import audit_content, node_secrets
 
+from agent.audit import read_audit
 from agent.client_app import NodeState
 from agent.enroll import create_node_key, enroll, flwr_env, flwr_home, register_key
 from agent.enroll import supernode_command as node_command
@@ -102,6 +106,7 @@ def test_federation_with_real_processes(tmp_path: Path, processes: list) -> None
     for device in devices:
         state_dir = tmp_path / device.name
         seed_node(state_dir, device.name, device, tasks)
+        (state_dir / "audit").mkdir()  # the node keeps a copy of every reply it sends
         config = AgentConfig.load(state_dir)
         config.server, config.ca_cert = address, certs.ca
         config.save()
@@ -184,3 +189,22 @@ def test_federation_with_real_processes(tmp_path: Path, processes: list) -> None
         after = [r for r in registry.rounds() if r.round > last and r.status == "done"]
         assert after[0].replied >= 3  # the three SuperNodes reconnected by themselves
         assert len({r.run_id for r in registry.rounds()}) == 2
+
+    # the privacy audit over what the real ClientApps sent (their own copies)
+    secrets, secret_rows = node_secrets(tasks)
+    for state_dir in nodes[:4]:
+        sent = read_audit(state_dir / "audit")
+        assert any("shared" in content for _, content in sent), state_dir
+        for _, content in sent:
+            audit_content(content, secrets, secret_rows)
+    # no key material and no raw record in any log, the server's or a node's
+    keys = [certs.key, *(d / "keys" / "node.key" for d in nodes[:4])]
+    key_lines = [
+        line for key in keys for line in key.read_text().splitlines() if not line.startswith("-")
+    ]
+    logs = [p for p in tmp_path.rglob("*.log") if p.is_file()]
+    assert any(p.stat().st_size > 0 for p in logs)
+    for log in logs:
+        text = log.read_text(errors="replace")
+        assert not [line for line in key_lines if line in text], f"key material in {log}"
+        assert not [s for s in secrets if s in text], f"a raw record in {log}"
