@@ -245,7 +245,7 @@ def test_a_node_cannot_upload_an_expert_under_another_nodes_name(tmp_path: Path)
     grid.keys[2] = impostor.pem
     [outcome] = run_rounds(grid, strategy, initial_arrays(), num_rounds=1, wait_nodes_s=0)
     assert outcome.accepted == [owner.key]  # only the real owner's update counts
-    reasons = [r["reason"] for r in registry.rejections()]
+    reasons = [r["reason"] for r in [*registry.refusals(), *registry.rejections()]]
     assert any("does not match the node's registered key" in r for r in reasons)
     after = registry.expert("gpu")
     assert registry.experts()[0].version == 2  # the owner's second round, not the impostor's
