@@ -300,3 +300,31 @@ def test_a_gpu_run_imports_as_real_cuda_records_with_the_gpus_profile(
     assert profile.analytical.compute_capability == 9.0
     with pytest.raises(BadInputError, match="import as cuda:N"):
         import_results(out, exported / "home", store_path, device="sim:h200")
+
+
+def test_a_simoe_model_picks_the_candidates_it_ranks_fastest(tmp_path: Path) -> None:
+    """`export --pick K --model M --profile P`: SiMoE's top K of the sampled pool."""
+    import numpy as np
+
+    from agent.bundle.export import _Item, _model_picks
+    from simoe_model import synthetic
+    from simoe_model.hardware import hardware_vector
+    from simoe_model.model import SiMoE, SiMoEConfig, save_model
+    from simoe_model.train import predict, train_experts
+
+    (device,) = synthetic.make_devices(1, seed=0)
+    data = synthetic.device_dataset(device, synthetic.make_tasks(2, 12, seed=0))
+    model = SiMoE(SiMoEConfig())
+    train_experts(model, [(device.name, data)], epochs=1, seed=0)
+    save_model(model, tmp_path / "model.pt")
+    profile = tmp_path / "profile.json"
+    profile.write_text(device.profile().model_dump_json())
+    task = data.tasks[0]
+    items = [
+        _Item(f"c{i}", "candidate", "w", None, features=f) for i, f in enumerate(task.features)
+    ]
+    picked = _model_picks(items, 3, tmp_path / "model.pt", profile, "h200")
+    scores = predict(model, list(task.features), hardware_vector(device.profile()))
+    assert [i.id for i in picked] == [f"c{i}" for i in sorted(np.argsort(-scores)[:3])]
+    with pytest.raises(BadInputError, match="not a profile"):
+        _model_picks(items, 3, tmp_path / "model.pt", tmp_path / "model.pt", "h200")

@@ -162,6 +162,33 @@ def _from_store(store_path: Path, target: Any, top_k: int, prefix: str) -> list[
     return items
 
 
+def _model_picks(
+    items: list[_Item], pick: int, model_path: Path, profile_path: Path | None, gpu: str
+) -> list[_Item]:
+    """The `pick` candidates a SiMoE model ranks fastest on the GPU (zero-shot).
+
+    The GPU is described by its profile (from an earlier bundle run, `--profile`), or by
+    the simulated twin's profile when there is none yet.
+    """
+    from agent.devices.sim import SimulatedGPU
+    from agent.profiler import profile_device
+    from schemas import HardwareProfile
+    from simoe_model.hardware import hardware_vector
+    from simoe_model.model import load_model
+    from simoe_model.train import predict
+
+    if profile_path is not None:
+        try:
+            hw = HardwareProfile.model_validate_json(Path(profile_path).read_text())
+        except (OSError, ValueError) as exc:
+            raise BadInputError(f"--profile {profile_path}: not a profile ({exc})") from None
+    else:
+        hw = profile_device(SimulatedGPU.from_spec(gpu))
+    scores = predict(load_model(model_path), [i.features for i in items], hardware_vector(hw))
+    order = np.argsort(-scores)[:pick]
+    return [items[i] for i in sorted(order)]
+
+
 def _defaults(workloads: Sequence[str], target: Any) -> list[_Item]:
     import tvm
 
@@ -250,6 +277,9 @@ def export_bundle(
     batch_size: int = 32,
     jobs: int | None = None,
     progress: Progress | None = None,
+    pick: int = 0,
+    model: Path | None = None,
+    profile: Path | None = None,
 ) -> ExportSummary:
     """Build the bundle for the catalog GPU (or spec file) `gpu`; see the module docstring."""
     from agent.devices.sim import SimulatedGPU, cuda_target
@@ -273,7 +303,10 @@ def export_bundle(
     for w, workload in enumerate(workloads):
         if per_workload > 0:
             say(f"sampling {per_workload} candidates of {workload}")
-            items += _sampled(workload, target, per_workload, seed + w, f"c{w}")
+            sampled = _sampled(workload, target, per_workload, seed + w, f"c{w}")
+            if pick > 0 and model is not None:
+                sampled = _model_picks(sampled, pick, model, profile, gpu)
+            items += sampled
     if store is not None:
         items += _from_store(store, target, top_k, "s")
     if not items:

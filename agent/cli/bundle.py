@@ -41,6 +41,9 @@ def export_command(
     top_k: int = typer.Option(8, "--top-k", min=1, help="records per workload from --store"),
     probes: bool = typer.Option(True, "--probes/--no-probes", help="the probe suite (profile)"),
     twin: str | None = typer.Option(None, "--twin", help="sim:<gpu> for a dry run's stand-in"),
+    pick: int = typer.Option(0, "--pick", min=0, help="keep the K a SiMoE model ranks best"),
+    model: Path | None = typer.Option(None, "--model", help="the SiMoE model file for --pick"),
+    profile: Path | None = typer.Option(None, "--profile", help="the GPU's profile JSON"),
     seed: int = typer.Option(0, "--seed"),
     json_out: bool = JsonOption,
     verbose: bool = VerboseOption,
@@ -48,11 +51,16 @@ def export_command(
     """Choose candidates and compile them HERE for the GPU's arch; write the bundle."""
     from agent.bundle.export import export_bundle
     from agent.dataset import resolve_workloads
+    from schemas import BadInputError
+
+    if pick and model is None:
+        raise BadInputError("--pick needs --model (a SiMoE model file)")
 
     names = resolve_workloads(workloads) if workloads.strip() else []
     summary = export_bundle(
         out, gpu=gpu, workloads=names, per_workload=per_workload, store=store, top_k=top_k,
         probes=probes, twin=twin, seed=seed, progress=lambda msg: err_console.print(msg),
+        pick=pick, model=model, profile=profile,
     )  # fmt: skip
     if json_out:
         print_json(summary.model_dump(mode="json"))
