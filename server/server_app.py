@@ -20,6 +20,7 @@ from pathlib import Path
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
+from schemas import RunFailure
 from schemas.messages import MSG_REFUSED, REC_CONFIG
 from schemas.protocol import Arrays
 from server.aggregation import AggregationConfig, make_strategy
@@ -27,6 +28,8 @@ from server.registry import Registry
 from server.strategy import RoundInputs, RoundOutcome, SimilarityFn, SiMoEStrategy
 
 log = logging.getLogger("simoe.server")
+# A round the registry could not record (a full or read-only disk) is tried again after this.
+RETRY_S = 10.0
 
 
 def node_public_keys(grid: Grid) -> dict[int, bytes]:
@@ -83,47 +86,53 @@ def run_rounds(
             if wait > 0 and (stop.wait(wait) if stop is not None else time.sleep(wait)):
                 break
         round_started = time.monotonic()
-        node_ids = wait_for_nodes(grid, strategy.min_available_nodes, wait_nodes_s, stop)
-        public_keys = node_public_keys(grid)
-        unknown = strategy.roster.unknown(node_ids)
-        if unknown:
-            hellos = strategy.hello_messages(unknown, arrays)
-            strategy.handle_hellos(grid.send_and_receive(hellos, timeout=timeout), public_keys)
-            refuse_nodes(grid, strategy.roster.refusals(unknown))
-        known = strategy.roster.known(node_ids)
-        if not known:
-            if num_rounds != 0 and wait_nodes_s <= 0:
+        try:
+            node_ids = wait_for_nodes(grid, strategy.min_available_nodes, wait_nodes_s, stop)
+            public_keys = node_public_keys(grid)
+            unknown = strategy.roster.unknown(node_ids)
+            if unknown:
+                hellos = strategy.hello_messages(unknown, arrays)
+                strategy.handle_hellos(grid.send_and_receive(hellos, timeout=timeout), public_keys)
+                refuse_nodes(grid, strategy.roster.refusals(unknown))
+            known = strategy.roster.known(node_ids)
+            if not known:
+                if num_rounds != 0 and wait_nodes_s <= 0:
+                    break
+                continue
+            number = registry.start_round(grid.run.run_id if _has_run(grid) else 0, len(known))
+            inputs = RoundInputs(number, arrays, node_ids, public_keys)
+            plan = strategy.configure_train(inputs)
+            replies = list(grid.send_and_receive(plan.messages, timeout=timeout))
+            outcome = strategy.aggregate_train(inputs, plan, replies)
+            version = registry.global_version()
+            if outcome.aggregated is not None:
+                version = registry.save_global(outcome.aggregated, round_=number)
+                arrays = outcome.aggregated
+            outcome = replace(outcome, global_version=version)
+            registry.finish_round(
+                number,
+                replied=sum(not r.has_error() for r in replies),  # error replies: failed
+                rejected=len(outcome.rejected),
+                failed=outcome.failed,
+                global_version=version,
+                updated=outcome.aggregated is not None,
+            )
+            log.info(
+                "round %d: %d accepted, %d rejected, %d failed, global v%d",
+                number,
+                len(outcome.accepted),
+                len(outcome.rejected),
+                outcome.failed,
+                version,
+            )
+            outcomes.append(outcome)
+            if on_round is not None:
+                on_round(outcome)
+        except RunFailure as exc:  # the registry cannot be written (a full disk): one line
+            log.error("round not recorded: %s; trying again in %.0f s", exc, RETRY_S)
+            if stop.wait(RETRY_S) if stop is not None else time.sleep(RETRY_S):
                 break
             continue
-        number = registry.start_round(grid.run.run_id if _has_run(grid) else 0, len(known))
-        inputs = RoundInputs(number, arrays, node_ids, public_keys)
-        plan = strategy.configure_train(inputs)
-        replies = list(grid.send_and_receive(plan.messages, timeout=timeout))
-        outcome = strategy.aggregate_train(inputs, plan, replies)
-        version = registry.global_version()
-        if outcome.aggregated is not None:
-            arrays = outcome.aggregated
-            version = registry.save_global(arrays, round_=number)
-        outcome = replace(outcome, global_version=version)
-        registry.finish_round(
-            number,
-            replied=sum(not r.has_error() for r in replies),  # error replies: failed
-            rejected=len(outcome.rejected),
-            failed=outcome.failed,
-            global_version=version,
-            updated=outcome.aggregated is not None,
-        )
-        log.info(
-            "round %d: %d accepted, %d rejected, %d failed, global v%d",
-            number,
-            len(outcome.accepted),
-            len(outcome.rejected),
-            outcome.failed,
-            version,
-        )
-        outcomes.append(outcome)
-        if on_round is not None:
-            on_round(outcome)
         done += 1
     return outcomes
 

@@ -225,3 +225,55 @@ def test_tune_on_a_full_disk_then_with_room(disk: Tmpfs) -> None:
     with Store(store_path) as store:  # the 5 from before, and what the second tune measured
         assert store.count_records(device="sim:t4") > 5
     assert integrity(store_path) == "ok"
+
+
+def test_rounds_resume_once_the_registry_has_room(
+    disk: Tmpfs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The round loop: a round the registry cannot record is one log line, then retried."""
+    import threading
+    import time
+
+    from federation_helpers import ToyNode, initial_arrays, toy_similarity
+
+    import server.server_app as server_app
+    from server.inprocess import InProcessGrid
+    from server.strategy import SiMoEStrategy
+
+    monkeypatch.setattr(server_app, "RETRY_S", 0.2)
+    path = disk.path / "registry.sqlite"
+    grid = InProcessGrid()
+    grid.add_node(1, ToyNode("t4", 8000).app(), {})
+    stop, done = threading.Event(), []
+
+    def on_round(outcome: object) -> None:
+        done.append(outcome)
+        if len(done) == 1:
+            disk.fill()  # the next rounds cannot be recorded
+
+    def serve() -> None:  # SQLite connections belong to the thread that opened them
+        with Registry(path) as registry:
+            strategy = SiMoEStrategy(registry, toy_similarity)
+            server_app.run_rounds(
+                grid, strategy, initial_arrays(), num_rounds=0, stop=stop, on_round=on_round,
+                wait_nodes_s=0,
+            )  # fmt: skip
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not done and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.5)  # rounds are tried and not recorded meanwhile
+        assert len(done) == 1 and thread.is_alive()  # the loop is still there
+        disk.free()
+        while len(done) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert len(done) >= 2  # rounds resumed once there was room
+    with Registry(path) as check:
+        assert [r.status for r in check.rounds()].count("done") >= 2
+    assert integrity(path) == "ok"
