@@ -9,8 +9,7 @@ the workloads, how many labelled records, the epochs and this command.
     python -m bench.train_starter                 # build it (minutes on 2 cores)
     python -m bench.train_starter --check         # print what the shipped model says it is
 
-The training units come from `bench.protocol.TRAIN_UNITS` when that module exists; otherwise
-from the same list written here (`FALLBACK_TRAIN_UNITS`), and the metadata says which.
+The training units are `bench.protocol.TRAIN_UNITS`, the protocol's training split.
 Epochs are the project's full-mode defaults (bench/compile_time.py), not re-chosen here.
 """
 
@@ -19,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shutil
 import sys
 import time
 from datetime import datetime, timezone
@@ -31,14 +31,6 @@ if str(ROOT) not in sys.path:  # run as a script too
 OUT = ROOT / "simoe_model" / "starter" / "starter.pt"
 WORK = ROOT / "runs" / "starter"
 
-# The protocol's training split as it was planned (bench/protocol.py); used only if that
-# module is not there. None of these is a validation or test unit, nor the demo's newcomer.
-FALLBACK_TRAIN_UNITS: tuple[str, ...] = (
-    "k80-u1", "titanx-u1", "p4-u1", "1080-u1", "1080ti-fe", "1080ti-ftw3", "v100-sxm2",
-    "titanv-u1", "a100-sxm4-400w", "a100-pcie-250w", "a100-80gb-u1", "a40-ecc-on",
-    "a40-ecc-off", "a2-u1", "3090-fe", "3090-strix-oc", "l40s-u1", "h100-sxm-u1", "h200-u1",
-    "tx2-maxn", "tx2-maxq", "nano-maxn", "nano-5w",
-)  # fmt: skip
 # One operator of each kind the suite networks are made of (batch 1), small enough to sample
 # on 2 shared cores in minutes.
 WORKLOADS: tuple[str, ...] = (
@@ -53,15 +45,6 @@ PER_WORKLOAD = 32
 SEED = 0
 EXPERT_EPOCHS = 30
 SHARED_EPOCHS = 30
-
-
-def training_units() -> tuple[tuple[str, ...], str]:
-    """The training split and where it came from."""
-    try:
-        from bench.protocol import TRAIN_UNITS  # type: ignore[import-not-found]
-    except ImportError:
-        return FALLBACK_TRAIN_UNITS, "bench/train_starter.py (protocol module not present)"
-    return tuple(TRAIN_UNITS), "bench/protocol.py TRAIN_UNITS"
 
 
 def _profile(unit: str, cache: Path):  # noqa: ANN202 - HardwareProfile
@@ -82,12 +65,14 @@ def build(out: Path, work: Path, per_workload: int, seed: int) -> dict:
     from agent.devices.sim.catalog import lookup
     from agent.store import Store
     from agent.training_data import load_device_dataset, store_devices
+    from bench.protocol import TRAIN_UNITS
     from simoe_model.model import SiMoE, SiMoEConfig, save_model
     from simoe_model.train import train_experts, train_shared
 
-    units, units_from = training_units()
+    units = tuple(TRAIN_UNITS)
     started = time.perf_counter()
     data_dir = work / f"fleet-{per_workload}-{seed}"
+    shutil.rmtree(data_dir, ignore_errors=True)  # a clean dataset; the sample cache stays
 
     def progress(name: str, done: int, total: int) -> None:
         print(f"  sampling {done + 1}/{total}: {name}", flush=True)
@@ -113,7 +98,7 @@ def build(out: Path, work: Path, per_workload: int, seed: int) -> dict:
         "label": f"starter model: SiMoE trained offline on {len(units)} SIMULATED training "
         f"units ({records} records of {len(WORKLOADS)} operators), no real GPU",
         "trained_on": [f"sim:{u}" for u in units],
-        "units_from": units_from,
+        "units_from": "bench/protocol.py TRAIN_UNITS (the training split)",
         "simulated": True,
         "workloads": list(WORKLOADS),
         "records": records,

@@ -3,11 +3,11 @@ stay readable at 80 columns when stdout is not a terminal (issue 13, defects 6 a
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
+from cli_helpers import one_line_error, run_main
 from federation_helpers import toy_profile
 
 import agent.cli
@@ -17,24 +17,6 @@ from schemas import AnalyticalSpecs, EmpiricalFingerprint, HardwareProfile, Tuni
 from schemas.messages import NodeHello
 from server.registry import Registry
 from server.similarity import initial_shared_arrays
-
-
-def run_main(
-    main: Callable[[], None],
-    prog: str,
-    args: list[str],
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture,
-) -> tuple[int, str, str]:
-    """The real entry point, as a user runs it: exit code, stdout, stderr."""
-    monkeypatch.setattr(sys, "argv", [prog, *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exited:
-        code = int(exited.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _unwritable_targets(tmp_path: Path) -> dict[str, Path]:
@@ -60,6 +42,16 @@ def registry_dir(tmp_path: Path) -> Path:
                 name=name, key_fingerprint=f"fp-{name}-000000", profile=toy_profile(name, gflops)
             )
             registry.upsert_node(hello, 2**63 + i)
+        node_key = registry.nodes()[0]["node_key"]
+        registry.put_expert(
+            "geforce-rtx-3090-ti-unit-07", node_key, {"w": np.zeros(3)}, round_=1, num_examples=9
+        )
+        registry.finish_round(
+            registry.start_round(7, sampled=3), replied=3, rejected=0, failed=0,
+            global_version=0, updated=False,
+        )  # fmt: skip
+        registry.start_round(8, sampled=3)
+        registry.close_interrupted_rounds()
     return state
 
 
@@ -73,12 +65,11 @@ def test_similarity_plot_to_an_unwritable_path_is_exit_2_saying_what_to_do(
 ) -> None:
     plot = _unwritable_targets(tmp_path)[where]
     args = ["similarity", "--state-dir", str(registry_dir), "--plot", str(plot)]
-    code, out, err = run_main(server.cli.main, "simoe-server", args, monkeypatch, capsys)
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("simoe-server: error: "), err
-    assert str(plot) in lines[0] and "--plot" in lines[0]  # names the path and the fix
-    assert "[Errno" not in lines[0] and out == ""
+    line = one_line_error(
+        "simoe-server", *run_main(server.cli.main, "simoe-server", args, monkeypatch, capsys)
+    )
+    assert str(plot) in line and "--plot" in line  # names the path and the fix
+    assert "[Errno" not in line
 
 
 def test_records_export_into_a_folder_that_cannot_be_created_is_exit_2(
@@ -89,12 +80,10 @@ def test_records_export_into_a_folder_that_cannot_be_created_is_exit_2(
         pass  # an empty store: export gets as far as the folder
     target = _unwritable_targets(tmp_path)["under a file"]
     args = ["records", "export", str(target), "--state-dir", str(state)]
-    code, out, err = run_main(agent.cli.main, "simoe-agent", args, monkeypatch, capsys)
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("simoe-agent: error: "), err
-    assert str(target) in lines[0] and "another folder" in lines[0]
-    assert "[Errno" not in lines[0] and out == ""
+    line = one_line_error(
+        "simoe-agent", *run_main(agent.cli.main, "simoe-agent", args, monkeypatch, capsys)
+    )
+    assert str(target) in line and "another folder" in line and "[Errno" not in line
 
 
 # --- defect 7: tables at 80 columns -------------------------------------------------------
@@ -159,54 +148,38 @@ def check_readable(out: str, words: list[str]) -> None:
         assert word in out, f"{word!r} is cut or wrapped:\n{out}"
 
 
-AGENT_TABLES = [
-    (["records"], [f"{LONG_TASK}_0", "sim:geforce-rtx-3090-ti", "simulated"]),
-    (["records", "best"], [f"{LONG_TASK}_2", "sim:geforce-rtx-3090-ti", "simulated"]),
-    (["status"], []),
+TABLES = [
+    ("simoe-agent", ["records"], [f"{LONG_TASK}_0", "sim:geforce-rtx-3090-ti", "simulated"]),
+    ("simoe-agent", ["records", "best"], [f"{LONG_TASK}_2", "sim:geforce-rtx-3090-ti"]),
+    ("simoe-agent", ["status"], []),
+    ("simoe-agent", ["model", "show"], []),
+    ("simoe-agent", ["dataset", "gpus"], ["GeForce GTX Titan X (Maxwell)"]),
+    ("simoe-server", ["status"], []),
+    ("simoe-server", ["nodes"], ["geforce-rtx-3090-ti-unit-07", "a100-sxm4-80gb"]),
+    ("simoe-server", ["rounds"], ["no-update", "interrupted"]),
+    ("simoe-server", ["experts"], ["geforce-rtx-3090-ti-unit-07"]),
+    ("simoe-server", ["similarity"], ["geforce-rtx-3090-ti-unit-07", "a100-sxm4-80gb"]),
 ]
 
 
-@pytest.mark.parametrize("args", [a for a, _ in AGENT_TABLES], ids=" ".join)
-def test_agent_tables_fit_80_columns_when_piped(
+@pytest.mark.parametrize(
+    ("prog", "args", "words"), TABLES, ids=[f"{p} {' '.join(a)}" for p, a, _ in TABLES]
+)
+def test_every_table_fits_80_columns_when_piped(
+    prog: str,
     args: list[str],
+    words: list[str],
     agent_dir: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture,
-) -> None:
-    words = dict((" ".join(a), w) for a, w in AGENT_TABLES)[" ".join(args)]
-    monkeypatch.setenv("COLUMNS", "80")
-    code, out, err = run_main(
-        agent.cli.main, "simoe-agent", [*args, "--state-dir", str(agent_dir)], monkeypatch, capsys
-    )
-    assert code == 0, err
-    check_readable(out, words)
-
-
-SERVER_TABLES = [
-    (["status"], []),
-    (["nodes"], ["geforce-rtx-3090-ti-unit-07", "a100-sxm4-80gb"]),
-    (["rounds"], []),
-    (["experts"], []),
-    (["similarity"], ["geforce-rtx-3090-ti-unit-07", "a100-sxm4-80gb"]),
-]
-
-
-@pytest.mark.parametrize("args", [a for a, _ in SERVER_TABLES], ids=" ".join)
-def test_server_tables_fit_80_columns_when_piped(
-    args: list[str],
     registry_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture,
 ) -> None:
-    words = dict((" ".join(a), w) for a, w in SERVER_TABLES)[" ".join(args)]
-    monkeypatch.setenv("COLUMNS", "80")
-    code, out, err = run_main(
-        server.cli.main,
-        "simoe-server",
-        [*args, "--state-dir", str(registry_dir)],
-        monkeypatch,
-        capsys,
+    """Defect 7: `COLUMNS=80 cmd | cat` for each table command of both CLIs."""
+    main, state = (
+        (agent.cli.main, agent_dir) if prog == "simoe-agent" else (server.cli.main, registry_dir)
     )
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = run_main(main, prog, [*args, "--state-dir", str(state)], monkeypatch, capsys)
     assert code == 0, err
     check_readable(out, words)
 

@@ -4,10 +4,10 @@ must, tunes with an imported or the shipped starter model, and says which model 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import one_line_error, run_main
 from typer.testing import CliRunner
 
 import agent.model_choice as model_choice
@@ -25,14 +25,7 @@ def _model_file(path: Path, label: str | None = None) -> Path:
 
 
 def _main(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["simoe-agent", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exited:
-        code = int(exited.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_main(main, "simoe-agent", args, monkeypatch, capsys)
 
 
 def test_model_import_validates_and_keeps_the_last_good_model(
@@ -56,10 +49,7 @@ def test_model_import_validates_and_keeps_the_last_good_model(
         code, out, err = _main(
             ["model", "import", str(bad), "--state-dir", str(state)], monkeypatch, capsys
         )
-        assert code == 2, err
-        lines = err.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("simoe-agent: error: "), err
-        assert str(bad) in lines[0] and out == ""
+        assert str(bad) in one_line_error("simoe-agent", code, out, err)
     assert (state / IMPORTED_MODEL).read_bytes() == before  # the good one is still there
 
     code, out, err = _main(
@@ -92,10 +82,10 @@ def test_the_shipped_starter_model_says_what_it_was_trained_on() -> None:
     assert metadata["simulated"] is True and metadata["records"] > 0
     assert metadata["trained_on"] and all(u.startswith("sim:") for u in metadata["trained_on"])
     assert metadata["built_by"].startswith("python -m bench.train_starter")
-    from bench.train_starter import FALLBACK_TRAIN_UNITS
+    from bench.protocol import TRAIN_UNITS
 
     # training units only: never the demo's newcomer or the README's (a10, t4)
-    assert {u.removeprefix("sim:") for u in metadata["trained_on"]} <= set(FALLBACK_TRAIN_UNITS)
+    assert {u.removeprefix("sim:") for u in metadata["trained_on"]} <= set(TRAIN_UNITS)
     assert not {"sim:a10", "sim:t4"} & set(metadata["trained_on"])
 
 

@@ -4,13 +4,13 @@ and `file.py:factory`; bad files are one line, exit 2 (issue 13)."""
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from cli_helpers import one_line_error, run_main
 from typer.testing import CliRunner
 
 from agent.cli import app, main
@@ -162,16 +162,9 @@ def test_a_bad_model_file_is_one_line_exit_2(
     capsys: pytest.CaptureFixture,
 ) -> None:
     ref = _bad_files(tmp_path, block_file)[case]
-    argv = ["simoe-agent", "tune", "--model", ref, "--device", "cpu", "--trials", "1",
+    argv = ["tune", "--model", ref, "--device", "cpu", "--trials", "1",
             "--state-dir", str(tmp_path / "state")]  # fmt: skip
-    monkeypatch.setattr(sys, "argv", argv)
-    with pytest.raises(SystemExit) as exited:
-        main()
-    out, err = capsys.readouterr()
-    assert exited.value.code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("simoe-agent: error: "), err
-    assert "Traceback" not in err and out == ""
+    one_line_error("simoe-agent", *run_main(main, "simoe-agent", argv, monkeypatch, capsys))
 
 
 def test_the_factory_contract_is_in_the_help() -> None:
