@@ -328,3 +328,19 @@ def test_a_simoe_model_picks_the_candidates_it_ranks_fastest(tmp_path: Path) -> 
     assert [i.id for i in picked] == [f"c{i}" for i in sorted(np.argsort(-scores)[:3])]
     with pytest.raises(BadInputError, match="not a profile"):
         _model_picks(items, 3, tmp_path / "model.pt", tmp_path / "model.pt", "h200")
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_a_kernel_fault_stops_the_run_and_names_it(exported: Path, tmp_path: Path) -> None:
+    """After an illegal address the CUDA context is lost: stop, keep, name it."""
+    standin = json.loads((exported / "home" / "standin.json").read_text())
+    standin["latencies"]["p_vadd"] = "cuLaunchKernel: CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access)"  # noqa: E501
+    path = tmp_path / "standin.json"
+    path.write_text(json.dumps(standin))
+    out = tmp_path / "results"
+    done = _run(exported / "bundle", out, path)
+    assert done.returncode == 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stopped"] == "context lost" and "ILLEGAL_ADDRESS" in summary["first_error"]
+    assert [r["id"] for r in _rows(out)] == ["p_launch_tiny", "p_vadd"]

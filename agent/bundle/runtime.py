@@ -40,6 +40,12 @@ from typing import Any
 FORMAT = "simoe-bundle"
 FORMAT_VERSION = 1
 SELF_CHECK_LIMIT_S = 60.0
+# Errors after which the CUDA context is unusable: the run stops and says so.
+STICKY_ERRORS = (
+    "CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+    "CUDA_ERROR_MISALIGNED_ADDRESS", "CUDA_ERROR_HARDWARE_STACK_ERROR", "CUDA_ERROR_ASSERT",
+    "illegal memory access",
+)  # fmt: skip
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "float64": 8, "int32": 4, "int64": 8, "int8": 1}
 
 
@@ -319,6 +325,10 @@ def run_bundle(
                 row["ok"], row["error"] = False, f"{type(exc).__name__}: {exc}".splitlines()[0]
             row["seconds"] = time.monotonic() - t0
             writer.result(row)
+            if not row["ok"] and any(code in row["error"] for code in STICKY_ERRORS):
+                summary["stopped"] = "context lost"  # every later launch would fail alike
+                writer.error(f"{entry['id']}: {row['error']}")
+                return summary
             by_module[entry["module"]].remove(entry)
             if not by_module[entry["module"]]:
                 backend.unload(entry["module"])  # frees the module; its kernels are done
@@ -417,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         f"first error: {summary.get('first_error')}",
         flush=True,
     )
-    return 0 if summary["stopped"] in ("done", "deadline") else 1
+    return 0 if summary["stopped"] in ("done", "deadline") else 1  # context lost, errors: 1
 
 
 if __name__ == "__main__":
