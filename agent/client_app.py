@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import ClientAppCallable
 from pydantic import ValidationError
 
 from agent.audit import record_replies
@@ -52,6 +53,8 @@ from schemas.messages import (
     TrainInstruction,
     key_fingerprint,
 )
+from schemas.protocol import arrays_to_record, prepare_flower_env
+from simoe_model import tvm_compat
 
 if TYPE_CHECKING:
     from simoe_model.data import DeviceDataset
@@ -169,12 +172,6 @@ def local_dataset(state_dir: Path, device: str, profile: HardwareProfile) -> Dev
         return load_device_dataset(store, device, profile)
 
 
-def _record(arrays: dict[str, np.ndarray]) -> ArrayRecord:
-    from flwr.app import Array
-
-    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
-
-
 def _state_dir(context: Context) -> Path:
     value = context.node_config.get("state-dir")
     if not value:
@@ -208,7 +205,15 @@ def _hello_record(node: NodeState) -> ConfigRecord:
     return ConfigRecord({"hello": node.hello().model_dump_json()})
 
 
-app = ClientApp(mods=[record_replies])  # a copy of each reply under audit/, if asked
+def _entry_point(message: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """Flower starts a fresh process per message: prepare it as every entry point does."""
+    prepare_flower_env()
+    tvm_compat.install()
+    return call_next(message, context)
+
+
+# record_replies: a copy of each reply under audit/, if asked
+app = ClientApp(mods=[_entry_point, record_replies])
 
 
 @app.query("hello")
@@ -343,8 +348,8 @@ def train(message: Message, context: Context) -> Message:
         metrics["expert-loss"] = float(own.get("loss", float("nan")))
         metrics[WEIGHT_METRIC] = float(dataset.num_candidates)
         state.rounds_trained += 1
-        content[REC_SHARED] = _record(shared_update)
-        content[REC_OWN_EXPERT] = _record(expert_arrays(model, name))
+        content[REC_SHARED] = arrays_to_record(shared_update)
+        content[REC_OWN_EXPERT] = arrays_to_record(expert_arrays(model, name))
     save_model(model, node.model_path)
     metrics = {k: v for k, v in metrics.items() if np.isfinite(v)}
     metrics["train-seconds"] = time.perf_counter() - started

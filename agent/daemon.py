@@ -186,14 +186,15 @@ class AgentDaemon:
     # -- the SuperNode ------------------------------------------------------------------
 
     def _start_supernode(self) -> None:
-        from agent.enroll import flwr_env, flwr_home, supernode_command
+        from agent.enroll import flwr_home, supernode_command
+        from schemas.protocol import flower_env
 
         with open(self.logs / "supernode.log", "ab") as out:
             self.supernode = subprocess.Popen(
                 supernode_command(self.state_dir, self.port),
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=flwr_env(flwr_home(self.state_dir)),
+                env=flower_env(flwr_home(self.state_dir)),
                 start_new_session=True,  # its own group: we stop it and its children together
             )
         log.info("SuperNode started (pid %d)", self.supernode.pid)
@@ -303,16 +304,18 @@ class AgentDaemon:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m agent.daemon job STATE_DIR JOB_FILE`: the child that runs one job."""
+    from schemas.errors import run_cli
+    from schemas.protocol import prepare_flower_env
+    from simoe_model import tvm_compat
+
+    prepare_flower_env()
+    tvm_compat.install()
     args = sys.argv[1:] if argv is None else argv
     if len(args) == 3 and args[0] == "job":
-        from schemas.errors import run_cli
-
         return run_cli(lambda: run_job(Path(args[1]), Path(args[2])), "simoe-agent job")
     print("usage: python -m agent.daemon job STATE_DIR JOB_FILE", file=sys.stderr)
     return 2
 
 
 if __name__ == "__main__":
-    import agent  # noqa: F401  (tvm_compat and Flower env before anything else)
-
     raise SystemExit(main())

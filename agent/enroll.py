@@ -18,7 +18,6 @@ import os
 import socket
 import ssl
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +29,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from schemas import AgentConfig, BadInputError, RunFailure
 from schemas.certs import check_certificate
 from schemas.messages import check_node_name, key_fingerprint
+from schemas.protocol import CONNECTION, flower_env, flwr_bin, write_connection
 
 if TYPE_CHECKING:
     from agent.client_app import NodeState
-
-FEDERATION = "simoe"
 
 
 def create_node_key(state_dir: Path) -> tuple[Path, Path, bool]:
@@ -102,45 +100,14 @@ def flwr_home(state_dir: Path) -> Path:
     return state_dir / "flwr"
 
 
-def write_flwr_config(state_dir: Path, server: str, ca: Path) -> Path:
-    home = flwr_home(state_dir)
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "config.toml").write_text(
-        "[superlink]\n"
-        f'default = "{FEDERATION}"\n\n'
-        f"[superlink.{FEDERATION}]\n"
-        f'address = "{server}"\n'
-        f'root-certificates = "{ca.resolve()}"\n'
-    )
-    return home
-
-
-def flwr_env(home: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        {"FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
-    )
-    # Flower's processes start their helpers (flower-superexec, flwr-serverapp,
-    # flwr-clientapp) by name: find them in this interpreter's venv even when it
-    # is not activated (`.venv/bin/python -m pytest`, a systemd unit).
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
-
-
-def flwr_bin(name: str) -> str:
-    """A Flower executable next to this interpreter (the venv), else from PATH."""
-    candidate = Path(sys.executable).with_name(name)
-    return str(candidate) if candidate.exists() else name
-
-
 def register_key(state_dir: Path, server: str, ca: Path, public_key: Path) -> str:
     """`flwr supernode register`; an already registered key counts as success."""
-    home = write_flwr_config(state_dir, server, ca)
+    home = write_connection(flwr_home(state_dir), server, ca)
     result = subprocess.run(
-        [flwr_bin("flwr"), "supernode", "register", str(public_key), FEDERATION],
+        [flwr_bin("flwr"), "supernode", "register", str(public_key), CONNECTION],
         capture_output=True,
         text=True,
-        env=flwr_env(home),
+        env=flower_env(home),
         timeout=60,
     )
     text = (result.stdout + result.stderr).strip()
@@ -275,7 +242,7 @@ def fetch_model(state_dir: Path, *, timeout: float, port: int | None = None) -> 
             supernode_command(state_dir, port),
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=flwr_env(flwr_home(state_dir)),
+            env=flower_env(flwr_home(state_dir)),
             start_new_session=True,
         )
     try:

@@ -26,7 +26,6 @@ import numpy as np
 import torch
 from torch import nn
 
-import simoe_model.tvm_compat  # noqa: F401  (patch inspect before tvm is imported)
 from schemas import BadInputError, RunFailure, SimoeError
 
 if TYPE_CHECKING:

@@ -25,6 +25,7 @@ import numpy as np
 
 from schemas import BadInputError, RunFailure
 from schemas.messages import PROTOCOL_VERSION
+from schemas.protocol import record_to_arrays
 
 if TYPE_CHECKING:
     from flwr.app import ArrayRecord
@@ -49,7 +50,7 @@ def check_protocol(version: object) -> None:
 def decode(record: ArrayRecord, what: str) -> dict[str, np.ndarray]:
     """The record's arrays; PayloadRefused if any does not decode (a corrupt payload)."""
     try:
-        return {key: array.numpy() for key, array in record.items()}
+        return record_to_arrays(record)
     except Exception as exc:  # noqa: BLE001 - any decoding failure means a corrupt payload
         raise PayloadRefused(f"{what}: corrupt arrays ({type(exc).__name__})") from None
 

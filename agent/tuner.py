@@ -29,7 +29,7 @@ from agent.store import workload_key_of
 from agent.workloads import TEWorkload, Workload, flops, prim_func
 from schemas import AgentConfig, BadInputError, HardwareProfile, RunFailure, SimoeError
 from schemas.tuning import ModelUsed, NetworkCheck, TaskResult, TuneResult
-from simoe_model import tvm_compat  # (patches inspect before tvm is imported)
+from simoe_model import tvm_compat
 
 if TYPE_CHECKING:
     import tvm

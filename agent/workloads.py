@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-import simoe_model.tvm_compat  # noqa: F401  (patch inspect before tvm is imported)
 from schemas import BadInputError, WorkloadSpec
 
 if TYPE_CHECKING:

@@ -685,6 +685,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    from bench import prepare
+
+    prepare()
     from schemas.errors import run_cli
 
     run_cli(main, "chaos")

@@ -41,7 +41,6 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-import simoe_model  # noqa: F401  (patches inspect before TVM is imported)
 from simoe_model.data import DeviceDataset, TaskData
 
 Say = Callable[[str], None]

@@ -20,8 +20,6 @@ from typing import Any
 
 import numpy as np
 
-import simoe_model  # noqa: F401  (patches inspect before TVM is imported)
-
 QUICK_OPS = ["matmul:512,512,512", "batch_matmul:12,128,128,64", "dense:128,3072,768"]
 FULL_OPS = [
     "matmul:512,512,512",

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.devices.cpu import fma_pipes
+from bench import prepare
 
 _CHAINS = 12
 
@@ -151,4 +152,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    prepare()
     main()

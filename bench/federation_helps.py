@@ -54,7 +54,6 @@ from pydantic import BaseModel, ConfigDict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import simoe_model  # noqa: E402,F401  (patches inspect before TVM is imported)
 from schemas import BadInputError, HardwareProfile  # noqa: E402
 from simoe_model.data import DeviceDataset, TaskData  # noqa: E402
 
@@ -733,6 +732,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    from bench import prepare
+
+    prepare()
     from schemas.errors import run_cli
 
     run_cli(main, "federation_helps")

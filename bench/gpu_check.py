@@ -217,7 +217,9 @@ def main(
     trials = 8 if quick else trials
     report["trials_per_operator"] = trials
     try:
-        import agent  # noqa: F401  (the TVM inspect patch, before tvm)
+        from bench import prepare
+
+        prepare()
         from agent.devices import get_device
         from agent.profiler import load_or_profile
         from agent.workloads import parse_workload

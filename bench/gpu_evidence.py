@@ -36,7 +36,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import simoe_model  # noqa: E402,F401  (patches inspect before TVM is imported)
 
 WORKLOADS = ["matmul:1024,1024,1024", "conv2d:1,64,56,56,64,3,3,1,1", "batch_matmul:12,128,128,64"]
 QUICK_WORKLOADS = ["matmul:64,64,64", "conv2d:1,8,14,14,8,3,3,1,1", "batch_matmul:2,32,32,16"]
@@ -365,4 +364,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from bench import prepare
+
+    prepare()
     sys.exit(main())

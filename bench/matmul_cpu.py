@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from bench import prepare
+
 REPORTS = Path(__file__).resolve().parent / "reports"
 SPEEDUP_TARGET = 10.0
 NUMPY_RATIO_TARGET = 1.5
@@ -63,7 +65,7 @@ def run(size: int, trials: int, cost_model: str, repeat: int) -> dict:
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    import agent  # noqa: F401  (the inspect patch before TVM)
+    prepare()
     from agent.devices import get_device
     from agent.store import Store
     from agent.tuner import tune_workload
@@ -186,4 +188,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    prepare()
     main()

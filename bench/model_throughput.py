@@ -22,7 +22,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import simoe_model  # noqa: E402,F401  (patches inspect before TVM is imported)
 from simoe_model import synthetic  # noqa: E402
 from simoe_model.hardware import hardware_vector  # noqa: E402
 from simoe_model.model import SiMoE  # noqa: E402
@@ -125,4 +124,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from bench import prepare
+
+    prepare()
     main()

@@ -44,7 +44,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import simoe_model  # noqa: E402,F401  (patches inspect before TVM is imported)
 from bench.compile_time import add_training_groups, step_lr_accepts_verbose  # noqa: E402
 from simoe_model import synthetic  # noqa: E402
 from simoe_model.data import DeviceDataset, TaskData  # noqa: E402
@@ -684,4 +683,7 @@ def plot(report: dict, path: Path) -> None:
 
 
 if __name__ == "__main__":
+    from bench import prepare
+
+    prepare()
     main()

@@ -51,7 +51,6 @@ from pydantic import BaseModel, ConfigDict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import simoe_model  # noqa: E402,F401  (patches inspect before TVM is imported)
 from bench.federation_helps import (  # noqa: E402
     FleetGPU,
     _load,
@@ -612,6 +611,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    from bench import prepare
+
+    prepare()
     from schemas.errors import run_cli
 
     run_cli(main, "poisoning")

@@ -279,4 +279,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from bench import prepare
+
+    prepare()
     main()

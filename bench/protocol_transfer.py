@@ -31,7 +31,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import simoe_model  # noqa: E402,F401  (patches inspect before TVM is imported)
 from bench import protocol  # noqa: E402
 from bench.baselines import ScheduleTransfer, random_scorer  # noqa: E402
 from bench.offline_transfer import (  # noqa: E402
@@ -461,4 +460,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from bench import prepare
+
+    prepare()
     main()

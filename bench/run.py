@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from bench import prepare
+
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = Path("bench") / "reports"
 SECTIONS = ("compile", "offline", "federation", "cpu", "budget")
@@ -955,7 +957,6 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown sections {unknown}; known: {', '.join(SECTIONS)}")
     os.chdir(ROOT)
-    import simoe_model  # noqa: F401  (patches inspect before TVM is imported)
 
     args.work.mkdir(parents=True, exist_ok=True)
     args.previous = None  # read before the new report overwrites it
@@ -995,4 +996,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    prepare()
     sys.exit(main())

@@ -124,4 +124,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from bench import prepare
+
+    prepare()
     main()

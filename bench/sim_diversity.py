@@ -21,6 +21,8 @@ from pathlib import Path
 
 import matplotlib
 
+from bench import prepare
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
@@ -33,7 +35,7 @@ GENERATIONS = ["k80", "titanx", "1080ti", "v100", "t4", "a100-40gb", "4090", "h1
 
 def load(dataset: Path) -> tuple[list[str], dict[str, dict[str, dict[str, float]]]]:
     """GPU keys (catalog order) and {workload: {gpu: {candidate id: seconds or inf}}}."""
-    import agent  # noqa: F401
+    prepare()
     from agent.devices.sim.catalog import load_catalog
     from agent.store import Store
 
@@ -141,4 +143,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    prepare()
     main()

@@ -21,11 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import prepare
+
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 def bench_labelling(pairs_target: int = 2_000_000) -> dict:
-    import agent  # noqa: F401
+    prepare()
     from agent.dataset import generic_target, sample_workload
     from agent.devices.sim import candidate_key, latency, tir_analysis
     from agent.devices.sim.catalog import load_catalog
@@ -70,7 +72,7 @@ def _cpu_seconds() -> float:
 
 
 def bench_tuning(trials: int, population: int | None = None) -> dict:
-    import agent  # noqa: F401
+    prepare()
     from agent.devices import get_device
     from agent.store import Store
     from agent.tuner import search_population, tune_workload
@@ -118,7 +120,7 @@ def bench_tuning_direct(trials: int, population: int) -> dict:
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    import agent  # noqa: F401
+    prepare()
     from agent.devices import get_device
     from agent.workloads import parse_workload, prim_func
 
@@ -194,4 +196,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    prepare()
     main()

@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import spearmanr
 
+from bench import prepare
+
 GPUS = ["titanx", "1080ti", "v100", "tx2", "jetson-nano"]
 SHARED = ["titanx", "1080ti", "tx2", "jetson-nano"]
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -85,7 +87,7 @@ def _sample_rows(
     """Worker: sample a workload once (or load the cached sample) and analyse its candidates."""
     import tvm
 
-    import agent  # noqa: F401  (tvm_compat before tvm)
+    prepare()
     from agent.dataset import generic_target, sample_workload
     from agent.devices.sim import candidate_key, tir_analysis
     from agent.devices.sim.catalog import load_catalog
@@ -250,4 +252,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    prepare()
     main()

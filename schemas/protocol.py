@@ -18,9 +18,12 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, RecordDict
+
+if TYPE_CHECKING:  # flwr is imported where arrays meet the wire, not by the env helpers
+    from flwr.app import ArrayRecord, RecordDict
 
 Arrays = dict[str, np.ndarray]
 
@@ -34,6 +37,8 @@ def record_to_arrays(record: ArrayRecord) -> Arrays:
 
 
 def arrays_to_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
+    from flwr.app import Array, ArrayRecord
+
     return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
 
 

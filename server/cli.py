@@ -527,4 +527,9 @@ def demo(
 
 
 def main() -> None:
+    from schemas.protocol import prepare_flower_env
+    from simoe_model import tvm_compat
+
+    prepare_flower_env()
+    tvm_compat.install()
     run_cli(lambda: app(standalone_mode=True), "simoe-server")

@@ -22,10 +22,11 @@ from flwr.serverapp import Grid, ServerApp
 
 from schemas import RunFailure
 from schemas.messages import MSG_REFUSED, REC_CONFIG
-from schemas.protocol import Arrays
+from schemas.protocol import Arrays, prepare_flower_env
 from server.aggregation import AggregationConfig, make_strategy
 from server.registry import Registry
 from server.strategy import RoundInputs, RoundOutcome, SimilarityFn, SiMoEStrategy
+from simoe_model import tvm_compat
 
 log = logging.getLogger("simoe.server")
 # A round the registry could not record (a full or read-only disk) is tried again after this.
@@ -174,6 +175,8 @@ app = ServerApp()
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Entry point under a SuperLink: settings come from the run config."""
+    prepare_flower_env()
+    tvm_compat.install()
     cfg = context.run_config
     registry_path = Path(str(cfg.get("registry", "registry.sqlite"))).expanduser()
     aggregation = AggregationConfig.from_run_config(dict(cfg))

@@ -20,7 +20,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +32,8 @@ from cryptography.x509.oid import NameOID
 
 from schemas import BadInputError, RunFailure
 from schemas.certs import check_certificate
+from schemas.protocol import CONNECTION, flower_env, flwr_bin, write_connection
 
-CONNECTION = "simoe"  # the connection name in FLWR_HOME/config.toml (agent uses the same)
 RUN_CONFIG_DEFAULTS: dict[str, str | int | float] = {
     "registry": "",
     "num-rounds": 0,
@@ -172,37 +171,6 @@ def init_certs(
     return certs
 
 
-def flwr_bin(name: str) -> str:
-    candidate = Path(sys.executable).with_name(name)
-    return str(candidate) if candidate.exists() else name
-
-
-def flwr_env(flwr_home: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        {
-            "FLWR_HOME": str(flwr_home),
-            "FLWR_TELEMETRY_ENABLED": "0",
-            "FLWR_DISABLE_UPDATE_CHECK": "1",
-        }
-    )
-    # Flower's processes start their helpers (flower-superexec, flwr-serverapp,
-    # flwr-clientapp) by name: find them in this interpreter's venv even when it
-    # is not activated (`.venv/bin/python -m pytest`, a systemd unit).
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
-
-
-def write_connection(flwr_home: Path, address: str, ca: Path) -> None:
-    """The flwr CLI's connection settings live in FLWR_HOME/config.toml."""
-    flwr_home.mkdir(parents=True, exist_ok=True)
-    (flwr_home / "config.toml").write_text(
-        f'[superlink]\ndefault = "{CONNECTION}"\n\n'
-        f'[superlink.{CONNECTION}]\naddress = "{address}"\n'
-        f'root-certificates = "{ca.resolve()}"\n'
-    )
-
-
 def port_open(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=1.0):
@@ -272,7 +240,7 @@ class SuperLink:
                 self.command(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=flwr_env(self.flwr_home),
+                env=flower_env(self.flwr_home),
                 start_new_session=True,
             )
         if not wait_port(self.host, self.port, timeout, self.process) or (
@@ -349,7 +317,7 @@ def submit_run(
     if overrides:
         command += ["--run-config", overrides]
     result = subprocess.run(
-        command, capture_output=True, text=True, env=flwr_env(flwr_home), timeout=120
+        command, capture_output=True, text=True, env=flower_env(flwr_home), timeout=120
     )
     try:
         data = json.loads(result.stdout)

@@ -1,3 +1,5 @@
-"""The SiMoE cost model: features, hardware vector, the MoE module, losses, training, metrics."""
+"""The SiMoE cost model: features, hardware vector, the MoE module, losses, training, metrics.
 
-from simoe_model import tvm_compat  # noqa: F401  (before any TVM import: see the module)
+Importing it changes nothing in the process: entry points call
+`simoe_model.tvm_compat.install()` themselves (see that module).
+"""

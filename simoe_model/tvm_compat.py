@@ -6,6 +6,11 @@ frame whose file does not exist (`<frozen importlib._bootstrap>`) makes
 `tvm.s_tir.tensor_intrin` then takes over a minute, and MetaSchedule's builder
 workers time out. Frames without a real file never map to a module anyway, so
 answering None for them at once changes no result.
+
+Importing this module patches nothing: every entry point (the CLIs, the ClientApp and
+ServerApp, the bench mains, the daemon's and enroll's `python -m` children) calls
+`install()` first, and MetaSchedule's worker processes get it as their initializer.
+Then the order of imports cannot matter.
 """
 
 from __future__ import annotations
@@ -27,5 +32,3 @@ def install() -> None:
     """Patch `inspect.getmodule` in this process (idempotent); also a worker initializer."""
     inspect.getmodule = _getmodule
 
-
-install()

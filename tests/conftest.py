@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
-os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+from schemas.protocol import prepare_flower_env
+from simoe_model import tvm_compat
+
+# The test run is an entry point like any other: Flower offline, TVM's inspect patch.
+prepare_flower_env()
+tvm_compat.install()
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-import agent  # noqa: F401  (the TVM inspect patch, before tvm)
 from agent.bundle.lowering import LoweredProgram, Unsupported, launches_from_host_script
 from agent.devices.cuda_env import nvcc_path
 from schemas import BadInputError

@@ -12,8 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import agent  # noqa: F401  (the TVM inspect patch, before tvm)
-
 # isort: split
 import tvm
 

@@ -28,9 +28,10 @@ from privacy_audit import audit_content, node_secrets
 
 from agent.audit import read_audit
 from agent.client_app import NodeState
-from agent.enroll import create_node_key, enroll, flwr_env, flwr_home, register_key
+from agent.enroll import create_node_key, enroll, flwr_home, register_key
 from agent.enroll import supernode_command as node_command
 from schemas import AgentConfig
+from schemas.protocol import flower_env
 from server.registry import Registry
 from server.superlink import SuperLink, init_certs, submit_run
 from simoe_model.synthetic import make_devices, make_tasks
@@ -59,7 +60,7 @@ def start_node(state_dir: Path, port: int) -> subprocess.Popen[bytes]:
         node_command(state_dir, port),
         stdout=log,
         stderr=subprocess.STDOUT,
-        env=flwr_env(flwr_home(state_dir)),
+        env=flower_env(flwr_home(state_dir)),
         start_new_session=True,
     )
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-import agent  # noqa: F401  (the TVM inspect patch, before tvm)
 from agent.devices.cuda_env import nvcc_path
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-import agent  # noqa: F401  (the TVM inspect patch, before tvm)
-
 # isort: split
 import tvm
 

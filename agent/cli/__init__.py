@@ -6,6 +6,8 @@ import importlib
 
 from agent.cli.app import app
 from schemas.errors import run_cli
+from schemas.protocol import prepare_flower_env
+from simoe_model import tvm_compat
 
 # Each module registers its commands on `app`; a module not written yet is skipped.
 _COMMAND_MODULES = [
@@ -21,4 +23,6 @@ for _name in _COMMAND_MODULES:
 
 
 def main() -> None:
+    prepare_flower_env()
+    tvm_compat.install()
     run_cli(lambda: app(standalone_mode=True), "simoe-agent")
