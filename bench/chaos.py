@@ -82,10 +82,9 @@ def cli_path(name: str) -> str:
 
 
 def environment() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update({"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"})
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
+    from schemas.protocol import flower_env
+
+    return flower_env()
 
 
 @dataclass

@@ -58,10 +58,12 @@ def prepare_flower_env() -> None:
         os.environ.setdefault(key, value)
 
 
-def flower_env(flwr_home: Path) -> dict[str, str]:
-    """The environment of a Flower process we start: its own FLWR_HOME, offline."""
+def flower_env(flwr_home: Path | None = None) -> dict[str, str]:
+    """The environment of a process we start that runs Flower: offline, its own FLWR_HOME."""
     env = dict(os.environ)
-    env.update({"FLWR_HOME": str(flwr_home), **OFFLINE_ENV})
+    env.update(OFFLINE_ENV)
+    if flwr_home is not None:
+        env["FLWR_HOME"] = str(flwr_home)
     # Flower's processes start their helpers (flower-superexec, flwr-serverapp,
     # flwr-clientapp) by name: find them in this interpreter's venv even when it
     # is not activated (`.venv/bin/python -m pytest`, a systemd unit).
