@@ -15,27 +15,24 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from schemas import RunFailure
+from schemas.protocol import flower_env, flwr_bin
 
 
 def program(name: str) -> str:
     """A console script of this installation (next to the interpreter), else from PATH."""
     if os.sep in name:
         return name
-    candidate = Path(sys.executable).with_name(name)
-    return str(candidate) if candidate.exists() else name
+    return flwr_bin(name)  # any console script of the venv, found the way Flower's are
 
 
 def offline_env() -> dict[str, str]:
     """This environment, with Flower kept offline and this venv's programs found first."""
-    env = dict(os.environ)
-    env.update({"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"})
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env = flower_env()
     # tables a command prints into a pipe get this terminal's width, not rich's 80
     env.setdefault("COLUMNS", str(shutil.get_terminal_size().columns))
     return env

@@ -35,11 +35,6 @@ ALLOWED_REFERENCES: dict[tuple[str, str], str] = {
     # server's process and `clientapp` to each SuperNode; the server never imports it.
     ("server/superlink.py", "agent"): "Flower app manifest names both components",
 }
-# Violations still in the tree, each with the issue that removes it. They are checked
-# on their own (xfail) so that every other module of the package is held to the rule.
-KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {}
-
-
 @dataclass(frozen=True)
 class Reach:
     path: str  # relative to the repository root
@@ -124,23 +119,6 @@ def test_package_reaches_only_what_it_may(package: str) -> None:
     for path in modules:
         rel = str(path.relative_to(ROOT))
         bad += violations(reaches(path.read_text(), rel, package), package)
-    bad = [r for r in bad if (r.path, r.target) not in KNOWN_VIOLATIONS]
-    assert not bad, "\n".join(f"{r.path}:{r.line}: {r.how} of {r.target}" for r in bad)
-
-
-@pytest.mark.parametrize(
-    ("rel", "target"),
-    [
-        pytest.param(rel, target, marks=pytest.mark.xfail(reason=why, strict=False))
-        for (rel, target), why in KNOWN_VIOLATIONS.items()
-    ],
-)
-def test_known_violation_is_gone(rel: str, target: str) -> None:
-    """Passes (XPASS) once the issue is fixed: then remove the entry above."""
-    package = rel.split("/", 1)[0]
-    path = ROOT / rel
-    found = reaches(path.read_text(), rel, package) if path.exists() else []
-    bad = [r for r in violations(found, package) if r.target == target]
     assert not bad, "\n".join(f"{r.path}:{r.line}: {r.how} of {r.target}" for r in bad)
 
 
