@@ -235,7 +235,11 @@ def analyze(prepared_dir: Path, results: Path, report_dir: Path) -> dict[str, An
     prepared = json.loads((prepared_dir / "prepared.json").read_text())
     summary, rows = read_results(results)
     report_dir.mkdir(parents=True, exist_ok=True)
-    store_path = report_dir / "evidence_store.sqlite"
+    # The measurements stay beside the bundle (never in the report folder); a second
+    # analysis of the same run starts from a fresh store.
+    store_path = prepared_dir / "evidence_store.sqlite"
+    for stale in prepared_dir.glob("evidence_store.sqlite*"):
+        stale.unlink()
     imported = import_results(results, home, store_path)
     profile = None
     if imported.profile_id:
