@@ -409,7 +409,7 @@ def run_chaos(
     try:
         deployment.start_server()
         say(f"server up in {deployment.wait_server(180):.0f} s on 127.0.0.1:{deployment.port}")
-        deployment.enroll(timeout=300)
+        deployment.enroll(timeout=900)  # a loaded 2-core machine: minutes each
         deployment.queue_jobs(trials)
         for name in nodes:
             deployment.start_daemon(name)
