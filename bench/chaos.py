@@ -7,9 +7,9 @@ Real processes only, as a user deploys them: `simoe-server start` (SuperLink wit
 node authentication, the ServerApp, the registry), then per node `simoe-agent enroll` and
 `simoe-agent run` (the daemon: its SuperNode, ClientApps, tuning jobs) on a simulated GPU,
 with tiny tuning jobs queued (`simoe-agent submit`) so that records are being written
-while the faults hit. Every 30-60 s (seeded draw) one target, the server or a node, is
-killed with SIGKILL together with every process it started (a crash of that machine),
-then restarted with the same command.
+while the faults hit. Every 30-60 s (seeded draw) one target is killed with SIGKILL
+together with every process it started (a crash of that machine), then restarted with
+the same command: the server with probability 1/2, else a node drawn uniformly.
 
 Before each fault and after the target is back, every node's store is read (read-only):
 its committed record count and `PRAGMA integrity_check`. A record is lost if a count
@@ -345,15 +345,30 @@ class Deployment:
         self.say(f"enrolled {len(procs)} nodes")
 
     def queue_jobs(self, trials: int) -> None:
-        for name in self.nodes:
-            for subject in JOBS:
-                subprocess.run(
-                    [
-                        cli_path("simoe-agent"), "submit", subject, "--trials", str(trials),
-                        "--state-dir", str(self.node_dir(name)), "--json",
-                    ],
-                    check=True, capture_output=True, env=environment(),
-                )  # fmt: skip
+        """`simoe-agent submit` of every job at once (each is a process start)."""
+        procs = [
+            subprocess.Popen(
+                [
+                    cli_path("simoe-agent"),
+                    "submit",
+                    subject,
+                    "--trials",
+                    str(trials),
+                    "--state-dir",
+                    str(self.node_dir(name)),
+                    "--json",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env=environment(),
+            )  # fmt: skip
+            for name in self.nodes
+            for subject in JOBS
+        ]
+        for proc in procs:
+            _, err = proc.communicate(timeout=900)
+            if proc.returncode != 0:
+                raise RunFailure(f"submit: {err.decode().strip().splitlines()[-1:]}")
 
     def start_daemon(self, name: str) -> None:
         if name not in self.daemons:
@@ -423,7 +438,8 @@ def run_chaos(
                 break
             time.sleep(wait)
             cycle += 1
-            target = rng.choice(["server", *nodes])
+            # half the faults hit the server (the one every node depends on), half a node
+            target = "server" if rng.random() < 0.5 else rng.choice(list(nodes))
             before, _ = deployment.counts()
             last_round = deployment.last_round()
             at = time.monotonic() - chaos_started
@@ -569,9 +585,9 @@ def markdown(report: ChaosReport) -> str:
         f"(daemon, SuperNode, ClientApps, tuning jobs) on a SIMULATED GPU "
         f"({', '.join(f'{n}: sim:{d}' for n, d in report.nodes.items())}).  ",
         f"Every {report.interval_s[0]:.0f}-{report.interval_s[1]:.0f} s for "
-        f"{report.faults_for_s:.0f} s (seed {report.seed}), one target (the server or a node, "
-        "uniformly) is killed with SIGKILL together with every process it started, then "
-        "restarted with the same command.  ",
+        f"{report.faults_for_s:.0f} s (seed {report.seed}), one target (the server with "
+        "probability 1/2, else a node drawn uniformly) is killed with SIGKILL together "
+        "with every process it started, then restarted with the same command.  ",
         f"Wall time {report.wall_s:.0f} s; load average at start "
         f"{_load(report.load_average_start)}, at end {_load(report.load_average_end)}.",
         "",
@@ -636,8 +652,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nodes", type=int, default=4, help="node daemons (at least 4)")
     parser.add_argument("--faults-for", type=float, default=270.0, help="seconds of faults")
     parser.add_argument("--interval", default="30,60", help="seconds between faults: MIN,MAX")
-    parser.add_argument("--recover-for", type=float, default=120.0, help="seconds to come back")
-    parser.add_argument("--round-timeout", type=float, default=60.0)
+    parser.add_argument("--recover-for", type=float, default=300.0, help="seconds to come back")
+    parser.add_argument(
+        "--round-timeout", type=float, default=150.0, help="a ClientApp start is slow at load"
+    )
     parser.add_argument("--trials", type=int, default=8, help="trials per queued tuning job")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", type=Path, help="keep the deployment here (default: temp)")
