@@ -122,7 +122,7 @@ def backup(registry: Path, target: Path) -> BackupResult:
             conn.execute("pragma journal_mode = delete")
         finally:
             conn.close()
-        integrity, counts = _check_registry(tmp)
+        _check_registry(tmp)  # only a sound copy takes the name
         with tmp.open("rb") as handle:
             os.fsync(handle.fileno())
         tmp.replace(target)
@@ -134,13 +134,7 @@ def backup(registry: Path, target: Path) -> BackupResult:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise
-    return BackupResult(
-        source=str(registry),
-        target=str(target),
-        bytes=target.stat().st_size,
-        integrity=integrity,
-        rows=counts,
-    )
+    return _report(registry, target)
 
 
 def restore(source: Path, registry: Path) -> BackupResult:
@@ -165,11 +159,16 @@ def restore(source: Path, registry: Path) -> BackupResult:
         raise RunFailure(
             f"{registry}: restore failed ({exc}); the registry before it is in {kept}"
         ) from None
-    integrity, counts = _check_registry(registry)
+    return _report(source, registry, kept)
+
+
+def _report(source: Path, target: Path, kept: str | None = None) -> BackupResult:
+    """What was written, checked again where it now lies."""
+    integrity, counts = _check_registry(target)
     return BackupResult(
         source=str(source),
-        target=str(registry),
-        bytes=registry.stat().st_size,
+        target=str(target),
+        bytes=target.stat().st_size,
         integrity=integrity,
         rows=counts,
         kept=kept,
