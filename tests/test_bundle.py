@@ -343,3 +343,25 @@ def test_a_kernel_fault_stops_the_run_and_names_it(exported: Path, tmp_path: Pat
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stopped"] == "context lost" and "ILLEGAL_ADDRESS" in summary["first_error"]
     assert [r["id"] for r in _rows(out)] == ["p_launch_tiny", "p_vadd"]
+
+
+@pytest.mark.slow  # two CLI processes: about 10 s each on a loaded machine
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["import", "{tmp}", "--home", "{tmp}"], "not a bundle's home folder"),
+        (["export", "--out", "{tmp}/x", "--gpu", "h200", "--pick", "3"], "--pick needs --model"),
+    ],
+)
+def test_bundle_cli_bad_input_is_one_line_exit_2(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    done = subprocess.run(
+        [sys.executable, "-c", "from agent.cli import main; main()", "bundle", *argv],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "SIMOE_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], done.stderr

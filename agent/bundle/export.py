@@ -192,7 +192,7 @@ def _model_picks(
 def _defaults(workloads: Sequence[str], target: Any) -> list[_Item]:
     import tvm
 
-    from agent.tuner import _default_schedule
+    from agent.tuner import _default_schedule  # the untuned baseline `tune` reports
     from agent.workloads import parse_workload, prim_func
 
     items = []

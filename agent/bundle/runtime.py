@@ -283,7 +283,8 @@ def run_bundle(
     def on_term(signum: int, _frame: Any) -> None:
         deadline.stop_reason = f"signal {signum}"
 
-    signal.signal(signal.SIGTERM, on_term)
+    if threading.current_thread() is threading.main_thread():  # signals: main thread only
+        signal.signal(signal.SIGTERM, on_term)
     try:
         step = time.monotonic()
         summary["device"] = backend.describe()
