@@ -127,9 +127,12 @@ def main() -> None:
 
         print(json.dumps(model_metadata(args.out), indent=1))
         return
+    import torch
+
     from simoe_model import tvm_compat
 
     tvm_compat.install()
+    torch.set_num_threads(1)  # reproducible, and no thread fight on a shared 2-core machine
     metadata = build(args.out, args.work, args.per_workload, args.seed)
     print(json.dumps(metadata, indent=1))
     print(f"wrote {args.out} ({args.out.stat().st_size / 1024:.0f} KiB)")
