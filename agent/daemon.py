@@ -267,6 +267,7 @@ class AgentDaemon:
             "state": state,
             "pid": os.getpid(),
             "supernode_pid": self.supernode.pid if self.supernode else None,
+            "job_pid": self.job_process.pid if self.job_process else None,
             "updated_at": datetime.now(timezone.utc).isoformat(),
             "pending": len(self.queue.jobs("pending")),
             "done": len(self.queue.jobs("done")),
@@ -284,7 +285,40 @@ class AgentDaemon:
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
 
+    def reap_orphans(self) -> list[int]:
+        """Stop what a daemon killed outright (SIGKILL, OOM) left running.
+
+        Its SuperNode and job run in their own sessions, so they outlive it: the old
+        SuperNode holds the port, the old job writes the store beside the resumed one.
+        Only processes whose command line names this state directory are touched
+        (a pid may have been reused). Returns the pids stopped.
+        """
+        try:
+            previous = json.loads((self.state_dir / "daemon.json").read_text())
+        except (OSError, ValueError):
+            return []
+        names = {str(self.state_dir), str(self.state_dir.resolve())}
+        stopped = []
+        for key in ("supernode_pid", "job_pid"):
+            pid = previous.get(key)
+            if not isinstance(pid, int) or pid == os.getpid():
+                continue
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue  # gone already
+            if not any(name in cmdline for name in names):
+                continue
+            log.warning("stopping the %s left by a killed daemon (pid %d)", key[:-4], pid)
+            try:
+                os.killpg(pid, signal.SIGKILL)  # committed records are safe in the store
+            except (ProcessLookupError, PermissionError):
+                continue
+            stopped.append(pid)
+        return stopped
+
     def run(self) -> int:
+        self.reap_orphans()
         recovered = self.queue.recover()
         if recovered:
             log.info("%d interrupted job(s) back in the queue", recovered)

@@ -103,13 +103,19 @@ def flwr_home(state_dir: Path) -> Path:
 def register_key(state_dir: Path, server: str, ca: Path, public_key: Path) -> str:
     """`flwr supernode register`; an already registered key counts as success."""
     home = write_connection(flwr_home(state_dir), server, ca)
-    result = subprocess.run(
-        [flwr_bin("flwr"), "supernode", "register", str(public_key), CONNECTION],
-        capture_output=True,
-        text=True,
-        env=flower_env(home),
-        timeout=60,
-    )
+    timeout = 300  # the flwr CLI alone takes tens of seconds to start on a busy machine
+    try:
+        result = subprocess.run(
+            [flwr_bin("flwr"), "supernode", "register", str(public_key), CONNECTION],
+            capture_output=True,
+            text=True,
+            env=flower_env(home),
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        raise RunFailure(
+            f"registering the node key with {server}: no answer in {timeout} s"
+        ) from None
     text = (result.stdout + result.stderr).strip()
     if result.returncode == 0:
         return "registered"

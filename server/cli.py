@@ -495,9 +495,15 @@ def restore(
 @app.command()
 def demo(
     out: Path = typer.Option(Path("runs/demo"), "--out", help="where everything goes"),
-    gpus: str = typer.Option("k80,v100,t4,a100-40gb", "--gpus", help="simulated GPU nodes"),
+    gpus: str = typer.Option(
+        "k80-u1,v100-sxm2,t4-cool,a100-pcie-250w",
+        "--gpus",
+        help="simulated GPU units (or models) of the fleet, one node each",
+    ),
     cpu: bool = typer.Option(True, "--cpu/--no-cpu", help="this machine's CPU as a node too"),
-    new_gpu: str = typer.Option("a10", "--new-gpu", help="the newcomer (a GPU none of them is)"),
+    new_gpu: str = typer.Option(
+        "a10-ecc-on", "--new-gpu", help="the newcomer: a simulated GPU none of them is"
+    ),
     network: str = typer.Option("tiny_mlp", "--network", help="the network of the suite tuned"),
     fleet_trials: int = typer.Option(16, "--fleet-trials", help="trials/task each node tunes"),
     budget: int = typer.Option(8, "--budget", help="trials per task, zero-shot and baseline"),

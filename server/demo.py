@@ -104,7 +104,7 @@ class DemoReport(BaseModel):
 class DemoPlan:
     gpus: list[str]
     cpu: bool = True
-    new_gpu: str = "a10"
+    new_gpu: str = "a10-ecc-on"
     network: str = "tiny_mlp"
     fleet_trials: int = 16  # trials per task each fleet node tunes (its training data)
     budget: int = 8
@@ -525,8 +525,14 @@ class _RichUI:
 def run_demo_with_progress(
     out: Path, plan: DemoPlan, console: Any, err_console: Any, *, quiet: bool = False
 ) -> DemoReport:
+    import signal
+
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    def interrupted(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM stops the demo's processes as Ctrl-C does
+
+    signal.signal(signal.SIGTERM, interrupted)
     with Progress(
         SpinnerColumn(), TimeElapsedColumn(), TextColumn("{task.description}"),
         console=err_console,

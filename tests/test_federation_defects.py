@@ -221,3 +221,27 @@ def test_an_expert_may_be_called_like_a_module_method(tmp_path: Path) -> None:
     other = SiMoE()
     add_expert(other, "cpu", expert_arrays(model, "cpu"))
     assert other.expert_names == ["cpu"]
+
+
+def test_a_restarted_daemon_stops_what_a_killed_one_left(tmp_path: Path) -> None:
+    """Found by the real loop: a SIGKILLed daemon's SuperNode (own session) kept the port."""
+    import subprocess
+    import sys
+
+    from agent.daemon import AgentDaemon
+
+    sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
+    orphan = subprocess.Popen([*sleep, str(tmp_path)], start_new_session=True)
+    stranger = subprocess.Popen(sleep, start_new_session=True)  # a reused pid: not ours
+    try:
+        (tmp_path / "daemon.json").write_text(
+            json.dumps({"supernode_pid": orphan.pid, "job_pid": stranger.pid})
+        )
+        daemon = AgentDaemon(tmp_path, supernode=False, tune=False)
+        assert daemon.reap_orphans() == [orphan.pid]
+        assert orphan.wait(timeout=10) != 0
+        assert stranger.poll() is None
+    finally:
+        for process in (orphan, stranger):
+            process.kill()
+            process.wait()
