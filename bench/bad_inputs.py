@@ -36,6 +36,7 @@ class Outcome:
     stderr_lines: int
     traceback: bool
     seconds: float
+    when: str = ""
 
     @property
     def ok(self) -> bool:
@@ -59,6 +60,27 @@ def _tls_listener(cert: Path, key: Path) -> int:
 
     threading.Thread(target=serve, daemon=True).start()
     return listener.getsockname()[1]
+
+
+def _expired_ca(now: dt.datetime) -> bytes:
+    """A self-signed CA certificate that expired a month ago."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "expired CA")])
+    builder = x509.CertificateBuilder().subject_name(name).issuer_name(name)
+    cert = (
+        builder.public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=400))
+        .not_valid_after(now - dt.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM)
 
 
 def _files(root: Path) -> dict[str, Path]:
@@ -89,6 +111,8 @@ def _files(root: Path) -> dict[str, Path]:
         "existing": root / "existing.sqlite",
     }
     files["text"].write_text("not a certificate, not a database\n")
+    files["expired-ca"] = root / "expired-ca.pem"
+    files["expired-ca"].write_bytes(_expired_ca(now))
     files["onnx"].write_text("this is not an ONNX model\n")
     files["store-dir"].mkdir()
     (files["store-dir"] / "store.sqlite").write_text("plain text, not SQLite\n")
@@ -105,7 +129,6 @@ def _files(root: Path) -> dict[str, Path]:
             "certs-wrong-ca": wrong_ca,
             "certs-missing": root / "no-such-certs",
             "expired-port": Path(str(_tls_listener(expired.cert, expired.key))),
-            "expired-ca": expired.ca,
             "other-port": Path(str(_tls_listener(other.cert, other.key))),
         }
     )
@@ -132,7 +155,8 @@ def cases(f: dict[str, Path], scratch: Path) -> list[tuple[str, list[str]]]:
         ("tune: --population 0", [*tune, *mm, "--population", "0"]),
         ("tune: missing model file", [*tune, "-m", str(scratch / "missing.onnx")]),
         ("tune: a text file as .onnx", [*tune, "-m", str(f["onnx"])]),
-        ("profile: unknown device", [AGENT, "profile", "-d", "tpu:0", *node]),
+        ("profile: an option it lacks (-d)", [AGENT, "profile", "-d", "tpu:0", *node]),
+        ("profile: unknown device", [AGENT, "profile", "--device", "tpu:0", *node]),
         ("records: store is a text file", [AGENT, "records", "--state-dir", str(f["store-dir"])]),
         ("status: invalid agent.json", [AGENT, "status", "--state-dir", str(f["config-dir"])]),
         ("evaluate: corrupt model file", [AGENT, "evaluate", "--model", str(f["model"]), *node]),
@@ -251,11 +275,14 @@ def run_case(case: str, command: list[str], timeout: float) -> Outcome:
         stderr_lines=len(lines),
         traceback="Traceback" in stderr,
         seconds=round(time.perf_counter() - started, 1),
+        when=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     )
 
 
-def markdown(outcomes: list[Outcome], when: str) -> str:
+def markdown(outcomes: list[Outcome]) -> str:
     good = sum(o.ok for o in outcomes)
+    stamps = sorted(o.when for o in outcomes if o.when)
+    when = stamps[0] if stamps[0] == stamps[-1] else f"{stamps[0]} to {stamps[-1]}"
     out = [
         f"Bad inputs through the real CLIs ({when}; `python -m bench.bad_inputs`): "
         f"{good} of {len(outcomes)} got exit 1 or 2, one line on stderr, no traceback.",
@@ -278,23 +305,33 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("docs/results/bad_inputs"))
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per case")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="rerun only the cases whose name contains this (repeatable); the other rows "
+        "of an existing OUT.json are kept",
+    )
     args = parser.parse_args(argv)
+    json_path = args.out.with_suffix(".json")
+    kept: dict[str, Outcome] = {}
+    if args.only and json_path.exists():
+        kept = {o["case"]: Outcome(**o) for o in json.loads(json_path.read_text())["outcomes"]}
     outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="simoe-bad-inputs-") as tmp:
         root = Path(tmp)
         files = _files(root)
         for case, command in cases(files, root / "scratch"):
+            if args.only and not any(word in case for word in args.only) and case in kept:
+                outcomes.append(kept[case])
+                continue
             outcome = run_case(case, command, args.timeout)
-            print(
-                f"{'ok ' if outcome.ok else 'BAD'} {case}: {outcome.exit_code} {outcome.first_line}"
-            )
+            mark = "ok " if outcome.ok else "BAD"
+            print(f"{mark} {case}: {outcome.exit_code} {outcome.first_line}")
             outcomes.append(outcome)
-    when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(
-        json.dumps({"when": when, "outcomes": [asdict(o) for o in outcomes]}, indent=2)
-    )
-    args.out.with_suffix(".md").write_text(markdown(outcomes, when))
+    json_path.write_text(json.dumps({"outcomes": [asdict(o) for o in outcomes]}, indent=2))
+    args.out.with_suffix(".md").write_text(markdown(outcomes))
     print(f"{sum(o.ok for o in outcomes)} of {len(outcomes)} as expected; {args.out}.md")
     return 0
 
