@@ -239,12 +239,24 @@ def evaluate(
 
 
 def select(
-    labels: protocol.UnitLabels, seeds: list[int], train_per_task: int | None = None
+    labels: protocol.UnitLabels,
+    seeds: list[int],
+    train_per_task: int | None = None,
+    methods: list[str] | None = None,
 ) -> dict[str, dict[str, int]]:
-    """Each method's budget: the grid point with the best mean top-1 on validation."""
-    chosen: dict[str, dict[str, int]] = {}
-    scores: dict[str, list[tuple[dict[str, int], float]]] = {}
+    """Each method's budget: the grid point with the best mean top-1 on validation.
+
+    Merged into CHOICES (methods may be selected by separate, parallel runs).
+    """
+    previous = json.loads(CHOICES.read_text()) if CHOICES.exists() else {}
+    chosen: dict[str, dict[str, int]] = dict(previous.get("chosen", {}))
+    scores: dict[str, list[tuple[dict[str, int], float]]] = {
+        m: [(hp, s) for hp, s in v] for m, v in previous.get("grid_scores", {}).items()
+    }
     for method, grid in GRID.items():
+        if methods is not None and method not in methods:
+            continue
+        scores[method] = []
         for hp in grid:
             result = evaluate(
                 "validation", {method: hp}, seeds, [method], False, labels, train_per_task
@@ -259,26 +271,40 @@ def select(
             scores.setdefault(method, []).append((hp, float(np.mean(values))))
             print(f"select {method} {hp}: {np.mean(values):.4f}", flush=True)
         chosen[method] = max(scores[method], key=lambda kv: kv[1])[0]
-    chosen["nearest-expert"] = chosen["simoe"]  # the same experts, the same fine-tuning
+    if "simoe" in chosen:
+        chosen["nearest-expert"] = chosen["simoe"]  # the same experts, the same fine-tuning
+    # parallel runs select other methods: merge with what they wrote meanwhile
+    latest = json.loads(CHOICES.read_text()) if CHOICES.exists() else {}
+    mine = {m for m in GRID if methods is None or m in methods}
+    merged_chosen = {**latest.get("chosen", {}), **{m: chosen[m] for m in chosen if m in mine}}
+    if "simoe" in mine and "simoe" in chosen:
+        merged_chosen["nearest-expert"] = chosen["simoe"]
+    merged_scores = {
+        **latest.get("grid_scores", {}),
+        **{m: [[hp, s] for hp, s in v] for m, v in scores.items() if m in mine},
+    }
     CHOICES.write_text(
         json.dumps(
             {
                 "chosen_on": "validation",
                 "seeds": seeds,
                 "train_per_task": train_per_task,
-                "chosen": chosen,
-                "grid_scores": {m: [[hp, s] for hp, s in v] for m, v in scores.items()},
+                "chosen": merged_chosen,
+                "grid_scores": merged_scores,
             },
             indent=1,
         )
     )
-    return chosen
+    return merged_chosen
 
 
 # -- report ---------------------------------------------------------------------------------
 def seed_mean(result: dict, method: str, budget: int) -> dict[str, np.ndarray] | None:
     """Per unit: each task's top-1 averaged over the seeds (None if the method did not run)."""
-    runs = [r.get(method, {}).get(budget) for r in result["per_task_top1"].values()]
+    runs = [
+        r.get(method, {}).get(budget, r.get(method, {}).get(str(budget)))  # JSON: str keys
+        for r in result["per_task_top1"].values()
+    ]
     if not runs or any(r is None for r in runs):
         return None
     return {u: np.mean([np.asarray(r[u]) for r in runs], axis=0) for u in runs[0]}
@@ -319,7 +345,7 @@ def markdown(result: dict) -> str:
         "| method | " + " | ".join(f"budget {b}" for b in protocol.BUDGETS) + " |",
         "|---|" + "---|" * len(protocol.BUDGETS),
     ]
-    methods = list(result["per_task_top1"][result["seeds"][0]])
+    methods = list(next(iter(result["per_task_top1"].values())))
     for m in methods:
         cells = []
         for b in protocol.BUDGETS:
@@ -413,8 +439,31 @@ def main() -> None:
         help="scale down: this many candidates per task of each training unit (0: all)",
     )
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--override", default="", help='JSON {"method": {...}}: budgets not from validation'
+    )
+    parser.add_argument("--tag", default="", help="suffix of the report files (parallel runs)")
+    parser.add_argument("--merge", type=Path, nargs="+", help="merge parallel runs' JSON, exit")
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    parser.add_argument(
+        "--side-by-side", action="store_true", help="write the validation|test table, exit"
+    )
     args = parser.parse_args()
+    if args.side_by_side:
+        pair = [
+            json.loads((args.out / f"protocol_transfer_{s}.json").read_text())
+            for s in ("validation", "test")
+        ]
+        (args.out / "protocol_transfer.md").write_text(side_by_side(*pair))
+        print(side_by_side(*pair))
+        return
+    if args.merge:
+        result = merge(args.merge)
+        stem = f"protocol_transfer_{result['split']}"
+        (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=float))
+        (args.out / f"{stem}.md").write_text(markdown(result))
+        print(markdown(result))
+        return
     import os
 
     import torch
@@ -429,21 +478,37 @@ def main() -> None:
     labels = protocol.UnitLabels(args.data)
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.select:
-        select(labels, seeds, args.train_per_task)
+        select(labels, seeds, args.train_per_task, args.methods.split(","))
         print(CHOICES.read_text())
         return
-    if CHOICES.exists():
-        hps, source = (
-            json.loads(CHOICES.read_text())["chosen"],
-            "chosen on validation, " + CHOICES.name,
-        )
-    elif args.split == "test":
-        parser.exit(2, "error: no bench/protocol_choices.json: run --select on validation first\n")
-    else:
-        hps, source = {m: g[0] for m, g in GRID.items()}, "first grid point, not yet selected"
+    chosen = json.loads(CHOICES.read_text())["chosen"] if CHOICES.exists() else {}
+    overridden = json.loads(args.override) if args.override else {}
+    chosen = {**chosen, **overridden}
+    if "simoe" in overridden:
+        chosen["nearest-expert"] = overridden["simoe"]
+    needed = [m for m in args.methods.split(",") if m in {*GRID, "nearest-expert"}]
+    if not args.no_ablations:
+        needed.append("simoe")
+    missing = [m for m in needed if m not in chosen]
+    if missing and args.split == "test":
+        parser.exit(2, f"error: no budget chosen on validation for {missing}: run --select\n")
+    hps = {**{m: g[0] for m, g in GRID.items() if m in missing}, **chosen}
+    source = (
+        "chosen on validation, " + CHOICES.name
+        if not missing
+        else f"chosen on validation where chosen; first grid point for {missing}"
+    )
+    if overridden:
+        source += f"; NOT chosen on validation (set by --override): {sorted(overridden)}"
     started = time.perf_counter()
     result = evaluate(
-        args.split, hps, seeds, args.methods.split(","), not args.no_ablations, labels
+        args.split,
+        hps,
+        seeds,
+        args.methods.split(","),
+        not args.no_ablations,
+        labels,
+        args.train_per_task,
     )
     result.update(
         command="python bench/protocol_transfer.py " + " ".join(sys.argv[1:]),
@@ -453,10 +518,58 @@ def main() -> None:
         label_reads=sorted({f"{u}:{p}" for u, p in labels.reads}),
     )
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"protocol_transfer_{args.split}"
+    stem = f"protocol_transfer_{args.split}" + (f"_{args.tag}" if args.tag else "")
     (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=float))
     (args.out / f"{stem}.md").write_text(markdown(result))
     print(markdown(result))
+
+
+def merge(paths: list[Path]) -> dict:
+    """One result from parallel runs (disjoint methods or seeds) on the same split and units."""
+    runs = [json.loads(p.read_text()) for p in paths]
+    first = runs[0]
+    for other in runs[1:]:
+        if (other["split"], other["units"]) != (first["split"], first["units"]):
+            raise SystemExit(f"cannot merge: different split or units in {paths}")
+    merged = {**first, "command": " && ".join(r["command"] for r in runs)}
+    seeds = sorted({int(s) for r in runs for s in r["per_task_top1"]})
+    merged["seeds"] = seeds
+    merged["per_task_top1"] = {
+        str(seed): {m: v for r in runs for m, v in r["per_task_top1"].get(str(seed), {}).items()}
+        for seed in seeds
+    }
+    merged["fidelity"] = {str(k): v for r in runs for k, v in r["fidelity"].items()}
+    merged["seconds"] = {k: v for r in runs for k, v in r["seconds"].items()}
+    merged["load"] = " / ".join(r["load"] for r in runs)
+    merged["label_reads"] = sorted({x for r in runs for x in r["label_reads"]})
+    return merged
+
+
+def side_by_side(validation: dict, test: dict) -> str:
+    """Top-1 per method and budget on the validation and the test split, next to each other."""
+    lines = [
+        "# Offline transfer: validation and test columns (SIMULATED units)",
+        "",
+        f"Validation: `{validation['command']}`  ",
+        f"Test: `{test['command']}`  ",
+        f"Seeds: validation {validation['seeds']}, test {test['seeds']}. Mean top-1 over "
+        "units, tasks and seeds. Full reports: protocol_transfer_validation.md, "
+        "protocol_transfer_test.md.",
+        "",
+        "| method | " + " | ".join(f"{b} val | {b} test" for b in protocol.BUDGETS) + " |",
+        "|---|" + "---|---|" * len(protocol.BUDGETS),
+    ]
+    methods = list(next(iter(test["per_task_top1"].values())))
+    for m in methods:
+        cells = []
+        for b in protocol.BUDGETS:
+            for result in (validation, test):
+                got = seed_mean(result, m, b)
+                cells.append(
+                    "" if got is None else f"{np.mean(np.concatenate(list(got.values()))):.3f}"
+                )
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
