@@ -16,14 +16,14 @@ from pathlib import Path
 
 from flwr.app import Context, Message, RecordDict
 
-AUDIT_DIR = "audit"
+from agent.node_state import NodeState
 
 
 def _audit_dir(context: Context) -> Path | None:
     value = context.node_config.get("state-dir")
     if not value:
         return None
-    directory = Path(str(value)).expanduser() / AUDIT_DIR
+    directory = NodeState(Path(str(value))).audit_dir
     return directory if directory.is_dir() else None
 
 

@@ -7,7 +7,7 @@ own child process, so SIGTERM stops the daemon promptly: the SuperNode and a run
 job are terminated, the job goes back to the queue, and everything resumes at the next
 start. Measurements are safe in the store (SQLite WAL, one transaction per batch).
 
-Queue layout in the state directory:
+Queue layout (under NodeState.queue_dir):
   queue/pending/<stamp>-<id>.json   waiting (oldest first)
   queue/running/<...>.json          being tuned (moved back to pending on restart)
   queue/done/<...>.json             finished, with the result
@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent.node_state import NodeState, write_atomic
 from schemas import AgentConfig, BadInputError
 
 log = logging.getLogger("simoe.agent.daemon")
@@ -60,8 +61,8 @@ class Job(BaseModel):
 class Queue:
     """Jobs as files: a crash at any point leaves each job in exactly one state."""
 
-    def __init__(self, state_dir: Path) -> None:
-        self.root = state_dir / "queue"
+    def __init__(self, root: Path) -> None:
+        self.root = root
         for state in QUEUE_STATES:
             (self.root / state).mkdir(parents=True, exist_ok=True)
 
@@ -113,38 +114,40 @@ def make_job(subject: str, trials: int) -> Job:
     return Job(kind="workload", subject=subject, trials=trials)
 
 
-def cost_model_for(state_dir: Path, config: AgentConfig) -> str:
-    """'simoe' once the node holds a federated model and the adapter exists, else the config's."""
-    if not (state_dir / "federation" / "model.pt").exists():
-        return config.cost_model
-    try:
-        from agent.tuner import check_cost_model
-
-        check_cost_model("simoe")
-    except BadInputError:
-        return config.cost_model
-    return "simoe"
+def cost_model_for(node: NodeState, config: AgentConfig) -> str:
+    """'simoe' once the node holds a federated model, else the config's."""
+    return "simoe" if node.has_model() else config.cost_model
 
 
 def run_job(state_dir: Path, job_path: Path) -> int:
     """Child process: tune one job into the store; the result goes back into the job file."""
     from agent.devices import get_device
-    from agent.store import Store
     from agent.tuner import tune_network, tune_workload
     from agent.workloads import parse_workload
 
     job = Job.model_validate_json(job_path.read_text())
-    config = AgentConfig.load(state_dir)
+    node = NodeState(state_dir)
+    config = node.config()
     device = get_device(config.device)
-    cost_model = job.cost_model or cost_model_for(state_dir, config)
-    with Store(config.store_path) as store:
+    cost_model = job.cost_model or cost_model_for(node, config)
+    with node.open_store() as store:
         if job.kind == "workload":
             result = tune_workload(
-                parse_workload(job.subject), device, store, trials=job.trials, cost_model=cost_model
+                parse_workload(job.subject),
+                device,
+                store,
+                trials=job.trials,
+                cost_model=cost_model,
+                node=node,
             )
         else:
             result = tune_network(
-                job.subject, device, store, trials_per_task=job.trials, cost_model=cost_model
+                job.subject,
+                device,
+                store,
+                trials_per_task=job.trials,
+                cost_model=cost_model,
+                node=node,
             )
     job.result = json.loads(result.model_dump_json())
     job.cost_model = cost_model
@@ -165,8 +168,14 @@ class AgentDaemon:
         tune: bool = True,
         max_restart_backoff_s: float = 60.0,
         job_command: list[str] | None = None,
+        drain: bool = False,
     ) -> None:
-        self.state_dir = state_dir
+        """`drain`: work through the queue, then stop (instead of waiting for more work)."""
+        if drain and not tune:
+            raise BadInputError("--drain works through the queue; it cannot go with --no-tune")
+        self.node = NodeState(state_dir)
+        self.state_dir = self.node.dir
+        self.drain = drain
         self.port = port
         self.poll_s = poll_s
         self.use_supernode = supernode
@@ -174,11 +183,11 @@ class AgentDaemon:
         self.max_backoff = max_restart_backoff_s
         # how a job is run: this + [STATE_DIR, JOB_FILE] (tests swap in a stand-in)
         self.job_command = job_command or [sys.executable, "-m", "agent.daemon", "job"]
-        self.queue = Queue(state_dir)
+        self.queue = Queue(self.node.queue_dir)
         self.stop = threading.Event()
         self.supernode: subprocess.Popen[bytes] | None = None
         self.job_process: subprocess.Popen[bytes] | None = None
-        self.logs = state_dir / "logs"
+        self.logs = self.node.logs_dir
         self.logs.mkdir(parents=True, exist_ok=True)
         self._backoff = 1.0
         self._next_start = 0.0
@@ -186,7 +195,7 @@ class AgentDaemon:
     # -- the SuperNode ------------------------------------------------------------------
 
     def _start_supernode(self) -> None:
-        from agent.enroll import flwr_home, supernode_command
+        from agent.enroll import supernode_command
         from schemas.protocol import flower_env
 
         with open(self.logs / "supernode.log", "ab") as out:
@@ -194,7 +203,7 @@ class AgentDaemon:
                 supernode_command(self.state_dir, self.port),
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=flower_env(flwr_home(self.state_dir)),
+                env=flower_env(self.node.flwr_home),
                 start_new_session=True,  # its own group: we stop it and its children together
             )
         log.info("SuperNode started (pid %d)", self.supernode.pid)
@@ -229,7 +238,8 @@ class AgentDaemon:
 
     # -- tuning jobs --------------------------------------------------------------------
 
-    def _run_next_job(self) -> bool:
+    def run_next_job(self) -> bool:
+        """Tune the oldest pending job in a child process; False when there is none."""
         job = self.queue.next_pending()
         if job is None:
             return False
@@ -273,9 +283,7 @@ class AgentDaemon:
             "done": len(self.queue.jobs("done")),
             "failed": len(self.queue.jobs("failed")),
         }
-        tmp = self.state_dir / "daemon.json.tmp"
-        tmp.write_text(json.dumps(status, indent=2))
-        tmp.replace(self.state_dir / "daemon.json")
+        write_atomic(self.node.daemon_status_path, json.dumps(status, indent=2))
 
     def install_signal_handlers(self) -> None:
         def _stop(signum: int, _frame: object) -> None:
@@ -294,7 +302,7 @@ class AgentDaemon:
         (a pid may have been reused). Returns the pids stopped.
         """
         try:
-            previous = json.loads((self.state_dir / "daemon.json").read_text())
+            previous = json.loads(self.node.daemon_status_path.read_text())
         except (OSError, ValueError):
             return []
         names = {str(self.state_dir), str(self.state_dir.resolve())}
@@ -326,7 +334,9 @@ class AgentDaemon:
         try:
             while not self.stop.is_set():
                 self._keep_supernode()
-                if not (self.tune and self._run_next_job()):
+                if not (self.tune and self.run_next_job()):
+                    if self.drain:
+                        break  # the queue is empty: drained
                     self.stop.wait(self.poll_s)
                 self.write_status("running")
         finally:

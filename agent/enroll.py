@@ -21,24 +21,21 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from schemas import AgentConfig, BadInputError, RunFailure
+from agent.node_state import NodeState
+from schemas import BadInputError, RunFailure
 from schemas.certs import check_certificate
 from schemas.messages import check_node_name, key_fingerprint
 from schemas.protocol import CONNECTION, flower_env, flwr_bin, write_connection
 
-if TYPE_CHECKING:
-    from agent.client_app import NodeState
-
 
 def create_node_key(state_dir: Path) -> tuple[Path, Path, bool]:
     """(private key path, public key path, created) - an existing key is kept."""
-    keys = state_dir / "keys"
-    private, public = keys / "node.key", keys / "node.pub"
+    node = NodeState(state_dir)
+    keys, private, public = node.keys_dir, node.key_path, node.public_key_path
     if private.exists() and public.exists():
         return private, public, False
     keys.mkdir(parents=True, exist_ok=True)
@@ -97,7 +94,7 @@ def check_server(server: str, ca: Path, timeout: float = 5.0) -> None:
 
 def flwr_home(state_dir: Path) -> Path:
     """A private FLWR_HOME with the federation's connection settings (flwr CLI reads it)."""
-    return state_dir / "flwr"
+    return NodeState(state_dir).flwr_home
 
 
 def register_key(state_dir: Path, server: str, ca: Path, public_key: Path) -> str:
@@ -156,31 +153,24 @@ def enroll(
         raise BadInputError(str(exc)) from None
     parse_address(server)
     check_ca(ca)
-    config = AgentConfig.load(state_dir)
+    node = NodeState(state_dir)
+    config = node.config()
     if config.name and config.name != name:
         raise BadInputError(
             f"{state_dir}: already enrolled as {config.name!r}; use another --state-dir"
         )
     check_server(server, ca)
-    from agent.client_app import NodeState
-
-    node = NodeState(state_dir)
     _, public, created = create_node_key(state_dir)
-    previous, had_config = config, config.config_path.exists()
+    previous, had_config = config, node.config_path.exists()
     config = config.model_copy(
         update={"name": name, "device": device, "server": server, "ca_cert": ca.resolve()}
     )
-    config.state_dir = state_dir
     # The SuperNode's ClientApp reads the name from agent.json, so it is written now; a
     # failed enrolment (refused name, no server) puts the old config back, so nothing
     # left here blocks a retry with another name. The key stays: it is registered.
-    config.save()
+    node.save_config(config)
     try:
-        if not node.profile_path.exists() or node.profile().device != device:
-            from agent.devices import get_device
-            from agent.profiler import load_or_profile
-
-            node.save_profile(load_or_profile(get_device(device), state_dir))
+        node.profile(device)  # profiled once (cached): the profile the federation sees
         registration = register_key(state_dir, server, ca, public)
         if download:
             forget_refusal(node)  # a refusal of an earlier name is not this attempt's answer
@@ -188,11 +178,11 @@ def enroll(
     except BaseException:
         forget_refusal(node)
         if had_config:
-            previous.save()
+            node.save_config(previous)
         else:
-            previous.config_path.unlink(missing_ok=True)  # this attempt wrote the only one
+            node.config_path.unlink(missing_ok=True)  # this attempt wrote the only one
         raise
-    state = node.load()
+    state = node.federation_state()
     return EnrollResult(
         name=name,
         device=device,
@@ -202,20 +192,21 @@ def enroll(
         registration=registration,
         global_version=state.global_version,
         experts=state.experts,
-        model_path=str(node.model_path) if node.model_path.exists() else None,
+        model_path=str(node.model_path) if node.has_model() else None,
     )
 
 
 def forget_refusal(node: NodeState) -> None:
-    state = node.load()
+    state = node.federation_state()
     if state.refused:
         state.refused = None
-        node.save(state)
+        node.save_federation_state(state)
 
 
 def supernode_command(state_dir: Path, port: int | None = None) -> list[str]:
     """The flower-supernode command line of this node (TLS + node key auth)."""
-    config = AgentConfig.load(state_dir)
+    node = NodeState(state_dir)
+    config = node.config()
     if not config.server or not config.ca_cert:
         raise BadInputError(f"{state_dir}: not enrolled (no server); run enroll")
     command = [
@@ -225,7 +216,7 @@ def supernode_command(state_dir: Path, port: int | None = None) -> list[str]:
         "--root-certificates",
         str(config.ca_cert),
         "--auth-supernode-private-key",
-        str(state_dir / "keys" / "node.key"),
+        str(node.key_path),
         "--node-config",
         f'state-dir="{state_dir.resolve()}"',
     ]
@@ -236,11 +227,9 @@ def supernode_command(state_dir: Path, port: int | None = None) -> list[str]:
 
 def fetch_model(state_dir: Path, *, timeout: float, port: int | None = None) -> None:
     """Run the SuperNode until the server has delivered a model and a bank (or refused us)."""
-    from agent.client_app import NodeState
-
     node = NodeState(state_dir)
-    before = node.load()
-    log_path = state_dir / "logs" / "enroll-supernode.log"
+    before = node.federation_state()
+    log_path = node.logs_dir / "enroll-supernode.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = log_path.stat().st_size if log_path.exists() else 0
     with open(log_path, "ab") as log:
@@ -254,10 +243,10 @@ def fetch_model(state_dir: Path, *, timeout: float, port: int | None = None) -> 
     try:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            state = node.load()
+            state = node.federation_state()
             if state.refused:
                 raise BadInputError(f"the server refused this node: {state.refused}")
-            if state.last_round > before.last_round and node.model_path.exists():
+            if state.last_round > before.last_round and node.has_model():
                 # The ClientApp saved the model; its reply still has to reach the server,
                 # or the round counts this node as failed. Flower says so only in its log.
                 end = min(deadline, time.monotonic() + 60)

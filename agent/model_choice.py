@@ -13,12 +13,10 @@ import hashlib
 from datetime import datetime, timezone
 from pathlib import Path
 
+from agent.node_state import NodeState
 from schemas import BadInputError
 from schemas.tuning import ModelUsed
 from simoe_model.model import load_model, model_metadata, save_model
-
-FEDERATION_MODEL = Path("federation") / "model.pt"
-IMPORTED_MODEL = Path("models") / "imported.pt"
 
 
 def starter_model_path() -> Path:
@@ -43,11 +41,11 @@ def describe(path: Path, source: str) -> ModelUsed:
     return ModelUsed(source=source, path=str(path), label=label, metadata=metadata)
 
 
-def choose_model(state_dir: Path) -> ModelUsed:
+def choose_model(node: NodeState) -> ModelUsed:
     """The model `--cost-model simoe` uses on this node: federation, imported, starter."""
     for source, path in (
-        ("federation", state_dir / FEDERATION_MODEL),
-        ("imported", state_dir / IMPORTED_MODEL),
+        ("federation", node.model_path),
+        ("imported", node.imported_model_path),
         ("starter", starter_model_path()),
     ):
         if path.is_file():
@@ -60,7 +58,7 @@ def choose_model(state_dir: Path) -> ModelUsed:
     )
 
 
-def import_model(file: Path, state_dir: Path, label: str | None = None) -> ModelUsed:
+def import_model(file: Path, node: NodeState, label: str | None = None) -> ModelUsed:
     """Validate a SiMoE model file and make it this node's imported model.
 
     The file is loaded (a corrupt or foreign file is one line, exit 2) and saved again,
@@ -77,5 +75,5 @@ def import_model(file: Path, state_dir: Path, label: str | None = None) -> Model
         metadata["label"] = label
     elif not metadata.get("label"):
         metadata["label"] = f"imported from {file.name}"
-    save_model(model, state_dir / IMPORTED_MODEL, metadata=metadata)
-    return describe(state_dir / IMPORTED_MODEL, "imported")
+    save_model(model, node.imported_model_path, metadata=metadata)
+    return describe(node.imported_model_path, "imported")

@@ -5,8 +5,8 @@ wrong keys or shapes, a payload of another protocol version, or bytes that do no
 decode. The node refuses such a payload and keeps its last good model: the checks
 run before anything touches the model (`load_shared_arrays` and `add_expert` are
 all-or-nothing), the model file is only rewritten after a good round, and the
-refusal goes to the node's log (`logs/federation.log`) and into its federation state,
-which `simoe-agent status` shows.
+refusal goes to the node's federation log (NodeState.federation_log_path) and into its
+federation state, which `simoe-agent status` shows.
 
 A refused global model fails the round for this node (the server sees an error
 reply, not an update built on a bad model). A refused expert is only left out: the
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from simoe_model.model import SiMoE
 
 log = logging.getLogger("simoe.agent.payload")
-LOG_FILE = Path("logs") / "federation.log"
 
 
 class PayloadRefused(RunFailure):
@@ -82,10 +81,9 @@ def adopt_experts(
     return accepted, refused
 
 
-def note_refusal(state_dir: Path, text: str) -> None:
-    """One line in the node's federation log (and the process log) saying what was refused."""
+def note_refusal(path: Path, text: str) -> None:
+    """One line in the node's federation log `path` (and the process log): what was refused."""
     log.warning("refused a server payload: %s", text)
-    path = state_dir / LOG_FILE
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

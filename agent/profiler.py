@@ -10,8 +10,6 @@ probe rather than all samples of one probe, which keeps their order stable.
 from __future__ import annotations
 
 import logging
-import os
-import re
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +17,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from agent.devices.base import Device
+from agent.node_state import NodeState
 from agent.probes import BANDWIDTH_PROBE, FMA_PROBE, PROBE_SUITE_VERSION, PROBES, Probe
 from schemas import EmpiricalFingerprint, HardwareProfile, RunFailure
 
@@ -110,14 +109,8 @@ def profile_device(
     )
 
 
-def device_slug(device_name: str) -> str:
-    """A file name for a device: `cuda:0` -> `cuda-0`, `sim:a/b c.json` -> `sim-a-b-c.json`."""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", device_name).strip("-.")
-    return slug or "device"
-
-
 def profile_path(device: Device, state_dir: Path) -> Path:
-    return Path(state_dir) / "profiles" / f"{device_slug(device.name)}.json"
+    return NodeState(state_dir).profile_path(device.name)
 
 
 def _read_cached(path: Path, device: Device) -> HardwareProfile | None:
@@ -139,25 +132,6 @@ def _read_cached(path: Path, device: Device) -> HardwareProfile | None:
     return profile
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # two writers never share one
-    tmp.write_text(text)
-    tmp.replace(path)  # a crash never leaves half a profile behind
-
-
-def _save_to_store(profile: HardwareProfile, state_dir: Path) -> None:
-    """Also keep the profile in the node's store (if this checkout has one)."""
-    try:
-        from agent.store import Store
-    except ImportError:  # the store is optional for the profiler
-        return
-    from schemas import AgentConfig
-
-    with Store(AgentConfig(state_dir=state_dir).store_path) as store:
-        store.save_profile(profile)
-
-
 def load_or_profile(
     device: Device,
     state_dir: Path,
@@ -171,13 +145,11 @@ def load_or_profile(
     A missing, corrupt, foreign or outdated cache file (or `refresh`) means profiling
     again; the new profile is written to the cache and saved into the node's store.
     """
-    state_dir = Path(state_dir)
-    path = profile_path(device, state_dir)
+    node = NodeState(state_dir)
     if not refresh:
-        cached = _read_cached(path, device)
+        cached = _read_cached(node.profile_path(device.name), device)
         if cached is not None:
             return cached
     profile = profile_device(device, repeat=repeat, progress=progress)
-    _write_atomic(path, profile.model_dump_json(indent=2))
-    _save_to_store(profile, state_dir)
+    node.save_profile(profile)
     return profile

@@ -2,21 +2,18 @@
 
 One SQLite file per node, through sqlite-utils, in WAL mode with `synchronous=FULL`:
 every write is one explicit transaction, so a SIGKILL (or a power cut) at any
-moment loses no committed record and never corrupts the file. The store is also
-a MetaSchedule database (`Store.ms_database`): every tuning record MetaSchedule
-commits is written through to SQLite at once, and `compile_tir` / `compile_relax`
-read the best schedules straight from it.
+moment loses no committed record and never corrupts the file.
+
+MetaSchedule sees the store through `agent.ms_database` (a PyDatabase whose writes go
+through to SQLite) and `agent.ms_json` (JSONDatabase import and export); both use only
+the public methods here. This module never imports TVM, so the CLI reads the store fast.
 
 Nothing in here ever leaves the node: records, features and workload
 descriptions stay local; only the federation's aggregate payloads are sent.
-
-TVM is imported lazily (only by the MetaSchedule parts), so reading the store
-from the CLI stays fast.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import sqlite3
@@ -26,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import sqlite_utils
@@ -34,17 +31,11 @@ from pydantic import BaseModel, ConfigDict
 
 from schemas import BadInputError, HardwareProfile, RunFailure, TuningRecord
 
-if TYPE_CHECKING:
-    import tvm
-    from tvm.s_tir import meta_schedule as ms
-
 # Bump with a migration in `_migrate` whenever the tables change.
 SCHEMA_VERSION = 1
 # Per-store program features of MetaSchedule's PerStoreFeature: [n_stores, 164].
 FEATURE_WIDTH = 164
 SQLITE_MAGIC = b"SQLite format 3\x00"
-MS_WORKLOAD_FILE = "database_workload.json"
-MS_RECORD_FILE = "database_tuning_record.json"
 _OUR_TABLES = {"workloads", "records", "profiles", "features"}
 # SQLite's bound-parameter limit is 32766 on recent builds; stay far below it.
 _IN_CHUNK = 500
@@ -107,52 +98,7 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), sort_keys=True)
 
 
-def workload_key_of(mod: tvm.IRModule | tvm.tirx.PrimFunc) -> str:
-    """A workload's key: the structural hash, as MetaSchedule's JSONDatabase writes it.
-
-    The module is first normalized as MetaSchedule does (a PrimFunc or a one-function
-    module becomes `{"main": func}`), so the key is the one its records get.
-    """
-    import tvm_ffi
-    from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
-
-    return str(tvm_ffi.structural_hash(_normalize_mod(mod)))
-
-
-def plain_json(obj: Any) -> Any:
-    """A JSON value of plain Python types from one holding TVM containers and immediates.
-
-    Objects with no JSON shape of their own (the IndexMap of a layout-rewrite trace) become
-    TVM's JSON text, which is how traces already carry index maps.
-    """
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    if isinstance(obj, (list, tuple)):
-        return [plain_json(item) for item in obj]
-    if isinstance(obj, dict):
-        return {str(key): plain_json(value) for key, value in obj.items()}
-    import tvm
-    from tvm.tirx import FloatImm, IntImm
-    from tvm_ffi import Array, Map
-
-    if isinstance(obj, (IntImm, FloatImm)):
-        return obj.value
-    if isinstance(obj, Array):
-        return [plain_json(item) for item in obj]
-    if isinstance(obj, Map):
-        return {str(plain_json(key)): plain_json(value) for key, value in obj.items()}
-    return tvm.ir.save_json(obj)
-
-
-def trace_json(trace: Any) -> str:
-    """The canonical JSON text of a MetaSchedule `Trace` (e.g. `candidate.sch.trace`).
-
-    `Store.candidate_id(workload_key, trace_json(trace))` is the id its record gets.
-    """
-    return canonical_json(plain_json(trace.as_json()))
-
-
-def _check_labelled(device: str, simulated: bool) -> None:
+def check_labelled(device: str, simulated: bool) -> None:
     """A simulated GPU's numbers are never stored as measurements."""
     if device.startswith("sim:") and not simulated:
         raise BadInputError(f"device {device}: its records must be labelled simulated")
@@ -335,7 +281,8 @@ class Store:
                 (workload_key, task_name, spec, mod_json, _utc_now().isoformat()),
             )
 
-    def _replace_mod_json(self, workload_key: str, mod_json: str) -> None:
+    def replace_workload_module(self, workload_key: str, mod_json: str) -> None:
+        """Keep another module under a known key (same hash, e.g. normalized differently)."""
         with self._transaction() as conn:
             conn.execute(
                 "UPDATE workloads SET mod_json = ? WHERE workload_key = ?", (mod_json, workload_key)
@@ -370,7 +317,7 @@ class Store:
         rows = []
         ids = []
         for record in records:
-            _check_labelled(record.device, record.simulated)
+            check_labelled(record.device, record.simulated)
             cid = self.candidate_id(record.workload_key, record.trace)
             ids.append(cid)
             rows.append(
@@ -447,6 +394,15 @@ class Store:
         rows = self._query(
             self._BEST_SQL.format(device=" AND device = ?" if device else ""),
             [device] if device else [],
+        )
+        return [self._to_record(row) for row in rows]
+
+    def fastest_records(self, workload_key: str, device: str, limit: int) -> list[TuningRecord]:
+        """The `limit` fastest successful records of one workload on one device."""
+        rows = self._query(
+            "SELECT * FROM records WHERE workload_key = ? AND device = ? AND failed = 0 "
+            "ORDER BY latency_s, rowid LIMIT ?",
+            [workload_key, device, limit],
         )
         return [self._to_record(row) for row in rows]
 
@@ -636,309 +592,3 @@ class Store:
     def integrity_check(self) -> str:
         """SQLite's own verdict on the file: "ok" when sound."""
         return str(self._query("PRAGMA integrity_check")[0]["integrity_check"])
-
-    # -- MetaSchedule ---------------------------------------------------------------
-
-    def ms_database(
-        self,
-        *,
-        device: str,
-        profile_id: str | None = None,
-        simulated: bool = False,
-        task_name: str | None = None,
-    ) -> ms.database.Database:
-        """A MetaSchedule database over this store, for one device.
-
-        Records committed through it are written to SQLite at once, labelled with
-        `device`, `profile_id` and `simulated`; queries see only this device's
-        records. `task_name` names workloads it commits that the store does not know
-        yet (default: the function's name and the key). Committing through a `sim:`
-        device's database without `simulated=True` raises BadInputError.
-        """
-        cls = _ms_database_class()
-        return cls(
-            self, device=device, profile_id=profile_id, simulated=simulated, task_name=task_name
-        )
-
-    def export_ms_json(self, directory: Path | str, *, device: str | None = None) -> int:
-        """Write records (all, or one device's) as a MetaSchedule JSONDatabase; returns how many."""
-        from tvm.s_tir import meta_schedule as ms
-
-        directory = Path(directory)
-        paths = [directory / MS_WORKLOAD_FILE, directory / MS_RECORD_FILE]
-        if any(p.exists() for p in paths):
-            raise BadInputError(f"{directory}: already holds a MetaSchedule database")
-        directory.mkdir(parents=True, exist_ok=True)
-        target_db = ms.database.JSONDatabase(work_dir=str(directory))
-        loader = _WorkloadLoader(self)
-        count = 0
-        for record in self.records(device=device):
-            workload = loader.workload(record.workload_key)
-            if workload is None:
-                continue  # a record without its workload cannot be replayed anywhere
-            workload = target_db.commit_workload(workload.mod)
-            target_db.commit_tuning_record(_to_ms_record(record, workload))
-            count += 1
-        return count
-
-    def import_ms_json(self, directory: Path | str, *, device: str, simulated: bool = False) -> int:
-        """Read a MetaSchedule JSONDatabase into this store for `device`; returns new records."""
-        from tvm.s_tir import meta_schedule as ms
-
-        _check_labelled(device, simulated)
-        directory = Path(directory)
-        for path in (directory / MS_WORKLOAD_FILE, directory / MS_RECORD_FILE):
-            if not path.is_file():
-                raise BadInputError(f"{path}: no such file (not a MetaSchedule JSON database)")
-        try:
-            source = ms.database.JSONDatabase(work_dir=str(directory), allow_missing=False)
-            ms_records = list(source.get_all_tuning_records())
-        except Exception as exc:  # noqa: BLE001 - TVM raises its own error types for bad files
-            lines = str(exc).strip().splitlines()
-            reason = lines[-1] if lines else type(exc).__name__
-            raise BadInputError(
-                f"{directory}: not a valid MetaSchedule JSON database ({reason})"
-            ) from None
-        before = self.count_records(device=device)
-        task_names: dict[str, str] = {}  # by workload key
-        records = []
-        for ms_record in ms_records:
-            mod = ms_record.workload.mod
-            key = workload_key_of(mod)
-            if key not in task_names:
-                row = self.workload(key)
-                if row is None:  # a workload new here: named after its function and key
-                    task_names[key] = _default_task_name(mod, key)
-                    self.add_workload(key, task_names[key], _save_json(mod))
-                else:
-                    task_names[key] = row["task_name"]
-            records.append(
-                _from_ms_record(
-                    ms_record,
-                    workload_key=key,
-                    task_name=task_names[key],
-                    device=device,
-                    profile_id=None,
-                    simulated=simulated,
-                )
-            )
-        self.add_records(records)
-        return self.count_records(device=device) - before
-
-
-# -- MetaSchedule glue (TVM imported lazily) ---------------------------------------------
-
-
-def _save_json(mod: tvm.IRModule) -> str:
-    import tvm
-
-    return tvm.ir.save_json(mod)
-
-
-def _default_task_name(mod: tvm.IRModule, key: str) -> str:
-    names = [gv.name_hint for gv in mod.get_global_vars()]
-    return f"{names[0] if len(names) == 1 else 'module'}-{key[:8]}"
-
-
-def _to_ms_record(record: TuningRecord, workload: ms.database.Workload) -> ms.database.TuningRecord:
-    from tvm.s_tir import meta_schedule as ms
-
-    args_info = record.args_info or None
-    return ms.database.TuningRecord.from_json(
-        [record.trace, record.run_secs, record.target, args_info], workload
-    )
-
-
-def _from_ms_record(
-    ms_record: ms.database.TuningRecord,
-    *,
-    workload_key: str,
-    task_name: str,
-    device: str,
-    profile_id: str | None,
-    simulated: bool,
-) -> TuningRecord:
-    # Not `ms_record.as_json()`: its unpacking raises on the IndexMap of a layout-rewrite
-    # trace (dense, batch_matmul on llvm); plain_json handles it.
-    from tvm.s_tir.meta_schedule import _ffi_api as ms_api
-
-    trace, run_secs, target, args_info = plain_json(ms_api.TuningRecordAsJSON(ms_record))
-    return TuningRecord(
-        workload_key=workload_key,
-        task_name=task_name,
-        trace=trace,
-        run_secs=[float(s) for s in (run_secs or [])],
-        target=target or {},
-        args_info=args_info or [],
-        device=device,
-        profile_id=profile_id,
-        simulated=simulated,
-    )
-
-
-class _WorkloadLoader:
-    """MetaSchedule Workload objects of a store, one object per structurally equal module.
-
-    A key's module as saved in SQLite is loaded once; modules committed in this
-    process are kept too, so `commit_workload` returns the same object every time.
-    """
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self._stored: dict[str, ms.database.Workload | None] = {}
-        self._committed: dict[str, list[ms.database.Workload]] = {}
-
-    def find(self, mod: tvm.IRModule, key: str | None = None) -> ms.database.Workload | None:
-        """The Workload of an equal module: from memory, else from SQLite, else None."""
-        import tvm_ffi
-
-        key = key or workload_key_of(mod)
-        for workload in self._committed.get(key, []):
-            if tvm_ffi.structural_equal(workload.mod, mod):
-                return workload
-        stored = self.stored(key)
-        if stored is not None and tvm_ffi.structural_equal(stored.mod, mod):
-            return stored
-        return None
-
-    def stored(self, key: str) -> ms.database.Workload | None:
-        """The workload of a key as SQLite holds it, loaded once."""
-        import tvm
-        from tvm.s_tir import meta_schedule as ms
-
-        if key not in self._stored:
-            row = self.store.workload(key)
-            self._stored[key] = (
-                None if row is None else ms.database.Workload(tvm.ir.load_json(row["mod_json"]))
-            )
-        return self._stored[key]
-
-    def workload(self, key: str) -> ms.database.Workload | None:
-        """The Workload records of this key are replayed on."""
-        return self.stored(key)
-
-    def remember(self, key: str, workload: ms.database.Workload, *, saved: bool) -> None:
-        """Keep a committed Workload; `saved`: SQLite now holds its module for the key."""
-        self._committed.setdefault(key, []).append(workload)
-        if saved:
-            self._stored[key] = workload
-
-
-@functools.cache
-def _ms_database_class() -> type:
-    """Define the PyDatabase subclass on first use (it needs TVM, which is slow to import)."""
-    from tvm.ir.utils import derived_object
-    from tvm.s_tir import meta_schedule as ms
-
-    @derived_object
-    class StoreDatabase(ms.database.PyDatabase):
-        """MetaSchedule's view of a Store, for one device: writes go through to SQLite."""
-
-        def __init__(
-            self,
-            store: Store,
-            *,
-            device: str,
-            profile_id: str | None,
-            simulated: bool,
-            task_name: str | None,
-        ) -> None:
-            super().__init__()
-            self.store = store
-            self.device = device
-            self.profile_id = profile_id
-            self.simulated = simulated
-            self.task_name = task_name
-            self.loader = _WorkloadLoader(store)
-            self.task_names: dict[str, str] = {}  # by workload key
-
-        def has_workload(self, mod: tvm.IRModule) -> bool:
-            return self.loader.find(mod) is not None
-
-        def commit_workload(self, mod: tvm.IRModule) -> ms.database.Workload:
-            key = workload_key_of(mod)
-            workload = self.loader.find(mod, key)
-            if workload is not None:
-                return workload
-            workload = ms.database.Workload(mod)
-            row = self.store.workload(key)
-            if row is None:
-                name = self.task_name or _default_task_name(mod, key)
-                self.store.add_workload(key, name, _save_json(mod))
-            else:
-                # Same hash, module not structurally equal (e.g. saved before MetaSchedule
-                # normalized it): keep the module MetaSchedule tunes, which queries will use.
-                self.store._replace_mod_json(key, _save_json(mod))
-            self.loader.remember(key, workload, saved=True)
-            return workload
-
-        def _task_name(self, key: str, mod: tvm.IRModule) -> str:
-            if key not in self.task_names:
-                row = self.store.workload(key)
-                if row is None:  # a record whose workload was never committed here
-                    self.commit_workload(mod)
-                    row = self.store.workload(key)
-                self.task_names[key] = row["task_name"] if row else key
-            return self.task_names[key]
-
-        def commit_tuning_record(self, record: ms.database.TuningRecord) -> None:
-            mod = record.workload.mod
-            key = workload_key_of(mod)
-            task_name = self._task_name(key, mod)
-            self.store.add_records(
-                [
-                    _from_ms_record(
-                        record,
-                        workload_key=key,
-                        task_name=task_name,
-                        device=self.device,
-                        profile_id=self.profile_id,
-                        simulated=self.simulated,
-                    )
-                ]
-            )
-
-        def get_top_k(
-            self, workload: ms.database.Workload, top_k: int
-        ) -> list[ms.database.TuningRecord]:
-            if top_k <= 0:
-                return []
-            rows = self.store._query(
-                "SELECT trace, run_secs, target, args_info FROM records WHERE workload_key = ? "
-                "AND device = ? AND failed = 0 ORDER BY latency_s, rowid LIMIT ?",
-                [workload_key_of(workload.mod), self.device, top_k],
-            )
-            return [self._ms_record(row, workload) for row in rows]
-
-        def get_all_tuning_records(self) -> list[ms.database.TuningRecord]:
-            rows = self.store._query(
-                "SELECT workload_key, trace, run_secs, target, args_info FROM records "
-                "WHERE device = ? ORDER BY rowid",
-                [self.device],
-            )
-            result = []
-            for row in rows:
-                workload = self.loader.workload(row["workload_key"])
-                if workload is not None:
-                    result.append(self._ms_record(row, workload))
-            return result
-
-        def __len__(self) -> int:
-            return self.store.count_records(device=self.device)
-
-        @staticmethod
-        def _ms_record(
-            row: Mapping[str, Any], workload: ms.database.Workload
-        ) -> ms.database.TuningRecord:
-            args_info = json.loads(row["args_info"] or "[]") or None
-            return ms.database.TuningRecord.from_json(
-                [
-                    json.loads(row["trace"]),
-                    json.loads(row["run_secs"]),
-                    json.loads(row["target"]),
-                    args_info,
-                ],
-                workload,
-            )
-
-    return StoreDatabase

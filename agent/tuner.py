@@ -2,19 +2,17 @@
 
 Every candidate MetaSchedule measures goes through the store's `PyDatabase`, so it lands in
 SQLite at once. The cost model that guides the search is pluggable: MetaSchedule's own
-("xgb", "mlp", "random") or any factory registered in `COST_MODELS` ("simoe" looks up
-`simoe_model.cost_model.SiMoECostModel` when asked for). After tuning, `compile_tir` /
+("xgb", "mlp", "random") or any name of `agent.cost_models.COST_MODELS` ("simoe": a SiMoE
+built from the node's state). After tuning, `compile_tir` /
 `compile_relax` read the best schedules back from the same database, and the tuned result is
 measured against the untuned default schedule (and, for a network, checked against PyTorch).
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -24,10 +22,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from agent.cost_models import make_cost_model, model_used_by
+from agent.ms_database import ms_database, workload_key_of
 from agent.networks import Network, extract_network_tasks, load_network, one_line_of
-from agent.store import workload_key_of
+from agent.tuning_logs import close_loggers, task_loggers
 from agent.workloads import TEWorkload, Workload, flops, prim_func
-from schemas import AgentConfig, BadInputError, HardwareProfile, RunFailure, SimoeError
+from schemas import BadInputError, RunFailure, SimoeError
 from schemas.tuning import ModelUsed, NetworkCheck, TaskResult, TuneResult
 from simoe_model import tvm_compat
 
@@ -36,105 +36,11 @@ if TYPE_CHECKING:
     from tvm.s_tir import meta_schedule as ms
 
     from agent.devices.base import Device
+    from agent.node_state import NodeState
     from agent.store import Store
-
-# A cost model factory gets the device and the store (for models that learn from the node's
-# own records) and returns a MetaSchedule CostModel or one of MetaSchedule's names.
-CostModelFactory = Callable[["Device", "Store"], "ms.cost_model.CostModel | str"]
 
 # (task name, candidates measured so far in this task, trial budget of this task)
 ProgressHook = Callable[[str, int, int], None]
-
-
-def _builtin(name: str) -> CostModelFactory:
-    return lambda _device, _store: name
-
-
-def _simoe_class() -> type:
-    """SiMoE's MetaSchedule adapter, looked up only when asked for (it may not exist yet)."""
-    try:
-        return importlib.import_module("simoe_model.cost_model").SiMoECostModel
-    except (ImportError, AttributeError):
-        raise BadInputError(
-            "cost model 'simoe' is not available yet "
-            "(simoe_model.cost_model.SiMoECostModel is missing); use xgb, mlp or random"
-        ) from None
-
-
-def ensure_profile(
-    device: Device, store: Store, progress: Callable[[str, int, int], None] | None = None
-) -> HardwareProfile:
-    """The device's profile from the store, profiling the device first when it has none.
-
-    (A node with no server has never been asked to run `simoe-agent profile`; SiMoE needs
-    the hardware vector, so it is taken here, once, and kept in the store.)"""
-    from agent.profiler import load_or_profile
-
-    profile = store.latest_profile(device.name)
-    if profile is None:
-        profile = load_or_profile(device, Path(store.path).parent, progress=progress)
-        if store.latest_profile(device.name) is None:  # a cached file the store lacked
-            store.save_profile(profile)
-    return profile
-
-
-def _simoe_cost_model(device: Device, store: Store) -> ms.cost_model.CostModel:
-    """SiMoE for this node: its profile (taken if missing) and the model `choose_model`
-    picks (federation, imported, starter); the node's own expert learns while it tunes."""
-    from agent.model_choice import choose_model
-
-    cls = _simoe_class()
-    state_dir = Path(store.path).parent
-    profile = ensure_profile(device, store)
-    used = choose_model(state_dir)
-    expert_name = AgentConfig.load(state_dir).name or "target"
-    model = cls.for_device(profile, used.path, expert_name=expert_name)
-    model.model_used = used  # reported by tune (`TuneResult.model_used`)
-    return model
-
-
-def model_used_by(model: ms.cost_model.CostModel | str) -> ModelUsed:
-    """What `tune` reports as the model it searched with."""
-    if isinstance(model, str):
-        return ModelUsed(
-            source="metaschedule",
-            path=None,
-            label=f"MetaSchedule's {model} cost model, learning from this run's measurements"
-            if model != "random"
-            else "MetaSchedule's random scores (no model)",
-        )
-    used = getattr(model, "model_used", None)
-    if isinstance(used, ModelUsed):
-        return used
-    return ModelUsed(source="untrained", path=None, label=type(model).__name__)
-
-
-COST_MODELS: dict[str, CostModelFactory] = {
-    "xgb": _builtin("xgb"),
-    "mlp": _builtin("mlp"),
-    "random": _builtin("random"),
-    "simoe": _simoe_cost_model,
-}
-
-
-def register_cost_model(name: str, factory: CostModelFactory) -> None:
-    """Make `--cost-model NAME` available (e.g. a SiMoE variant from another module)."""
-    COST_MODELS[name] = factory
-
-
-def check_cost_model(name: str) -> None:
-    """Fail early, with one line, for a cost model that is unknown or not installed."""
-    if name not in COST_MODELS:
-        raise BadInputError(f"unknown cost model {name!r} (known: {', '.join(COST_MODELS)})")
-    if name == "simoe" and COST_MODELS[name] is _simoe_cost_model:
-        _simoe_class()
-
-
-def make_cost_model(name: str, device: Device, store: Store) -> ms.cost_model.CostModel | str:
-    if name not in COST_MODELS:
-        known = ", ".join(COST_MODELS)
-        raise BadInputError(f"unknown cost model {name!r} (known: {known})")
-    return COST_MODELS[name](device, store)
 
 
 def check_fits(workload: Workload, device: Device) -> None:
@@ -175,58 +81,6 @@ def _progress_callback(
                 hook(task_names[task_id], counts[task_id], budgets[task_id])
 
     return _Progress()
-
-
-MS_LOGGER = "tvm.s_tir.meta_schedule"
-_LOG_FORMAT = logging.Formatter("%(asctime)s [%(levelname)s] %(message)s", "%Y-%m-%d %H:%M:%S")
-
-
-def _own_handler(handler: logging.Handler, level: int) -> logging.Handler:
-    handler.setLevel(level)
-    handler.setFormatter(_LOG_FORMAT)
-    handler.simoe_owned = True  # type: ignore[attr-defined]
-    return handler
-
-
-def _drop_own_handlers(logger: logging.Logger) -> None:
-    for handler in list(logger.handlers):
-        if getattr(handler, "simoe_owned", False):
-            logger.removeHandler(handler)
-            handler.close()
-
-
-def _task_loggers(work_dir: str, task_names: list[str], console_level: int) -> list[Any]:
-    """MetaSchedule's loggers: console output on stderr at `console_level`, full logs in files.
-
-    MetaSchedule's own setup logs to stdout (that would break `--json`) and calls
-    `logging.config.dictConfig`, which closes every other handler of the process; this sets
-    up the same loggers with plain handlers instead.
-    """
-    log_dir = Path(work_dir) / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    root = logging.getLogger(MS_LOGGER)
-    _drop_own_handlers(root)
-    root.setLevel(logging.DEBUG)
-    root.propagate = False
-    root.addHandler(_own_handler(logging.StreamHandler(sys.stderr), console_level))
-    scheduler_log = logging.FileHandler(log_dir / "task_scheduler.log")
-    root.addHandler(_own_handler(scheduler_log, logging.DEBUG))
-    loggers = []
-    for i, name in enumerate(task_names):
-        logger = logging.getLogger(f"{MS_LOGGER}.simoe_task_{i}")
-        _drop_own_handlers(logger)
-        logger.setLevel(logging.DEBUG)
-        logger.propagate = False  # every failed candidate is logged with its whole TIR
-        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)[:80]
-        task_log = logging.FileHandler(log_dir / f"task_{i}_{safe}.log")
-        logger.addHandler(_own_handler(task_log, logging.DEBUG))
-        loggers.append(logger)
-    return loggers
-
-
-def _close_loggers(loggers: list[logging.Logger]) -> None:
-    for logger in [*loggers, logging.getLogger(MS_LOGGER)]:
-        _drop_own_handlers(logger)
 
 
 def search_population(trials_per_task: int, population: int | None = None) -> int:
@@ -329,6 +183,7 @@ def _run_search(
     *,
     trials_per_task: int,
     cost_model: str,
+    node: NodeState | None = None,
     progress: ProgressHook | None,
     seed: int | None,
     work_dir: Path | None,
@@ -354,10 +209,10 @@ def _run_search(
         store.add_workload(
             workload_key_of(task.mod), task.name, tvm.ir.save_json(task.mod), task.spec
         )
-    database = store.ms_database(
-        device=device.name, profile_id=profile_id, simulated=device.simulated
+    database = ms_database(
+        store, device=device.name, profile_id=profile_id, simulated=device.simulated
     )
-    model = make_cost_model(cost_model, device, store)
+    model = make_cost_model(cost_model, device, node)
     target = device.target()
     counts = [0] * len(tasks)
     budgets = [trials_per_task] * len(tasks)
@@ -376,7 +231,7 @@ def _run_search(
         raise RunFailure(f"model-only search failed: {one_line_of(exc)}") from exc
     with tempfile.TemporaryDirectory(prefix="simoe-tune-") as tmp:
         logs = str(work_dir or tmp)
-        loggers = _task_loggers(logs, [t.name for t in tasks], log_level)
+        loggers = task_loggers(logs, [t.name for t in tasks], log_level)
         contexts = [
             ms.TuneContext(
                 mod=task.mod,
@@ -416,7 +271,7 @@ def _run_search(
         except Exception as exc:  # noqa: BLE001 - MetaSchedule raises TVMError and friends
             raise RunFailure(f"tuning failed: {one_line_of(exc)}") from exc
         finally:
-            _close_loggers(loggers)
+            close_loggers(loggers)
         wall = time.perf_counter() - started
     modelled = None
     if modelled_before is not None:
@@ -541,6 +396,7 @@ def tune_workload(
     *,
     trials: int,
     cost_model: str = "xgb",
+    node: NodeState | None = None,
     progress: ProgressHook | None = None,
     seed: int | None = 0,
     baseline: bool = True,
@@ -563,7 +419,7 @@ def tune_workload(
     task = _Task(name=str(workload), mod=mod, weight=1.0, flops=flops(workload), spec=str(workload))
     database, counts, wall, modelled, used = _run_search(
         [task], device, store, trials_per_task=trials, cost_model=cost_model,
-        progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
+        node=node, progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
         log_level=log_level, population=population, model_rounds=model_rounds,
     )  # fmt: skip
     result = _task_result(task, database, device, counts[0], baseline=baseline, repeat=repeat)
@@ -588,6 +444,7 @@ def tune_network(
     *,
     trials_per_task: int,
     cost_model: str = "xgb",
+    node: NodeState | None = None,
     progress: ProgressHook | None = None,
     seed: int | None = 0,
     baseline: bool = True,
@@ -623,7 +480,7 @@ def tune_network(
     ]
     database, counts, wall, modelled, used = _run_search(
         tasks, device, store, trials_per_task=trials_per_task, cost_model=cost_model,
-        progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
+        node=node, progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
         log_level=log_level, population=population, model_rounds=model_rounds,
     )  # fmt: skip
     stage(f"{network.name}: measuring the best and the untuned schedules")

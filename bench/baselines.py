@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from scipy.stats import spearmanr
 
-from simoe_model.data import DeviceDataset, TaskData
+from simoe_model.task_data import DeviceDataset, TaskData
 
 Scorer = Callable[[TaskData], np.ndarray]
 

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from simoe_model.data import DeviceDataset, TaskData
+from simoe_model.task_data import DeviceDataset, TaskData
 
 Say = Callable[[str], None]
 
@@ -261,9 +261,9 @@ def sample_task(task: NetTask, gpus: list[str], per_task: int, seed: int) -> Sam
     """Sample candidates once for a generic target, featurize, label on every GPU."""
     from tvm.s_tir import meta_schedule as ms
 
-    from agent.dataset import generic_target
     from agent.devices.sim import candidate_key
     from agent.devices.sim.catalog import lookup
+    from agent.fleet_dataset import generic_target
 
     target = generic_target([lookup(g) for g in gpus])
     ctx = ms.TuneContext(
@@ -311,8 +311,8 @@ def fleet_tuning_records(
     federation's experts learn from (as TenSet's and TLM's models learn from tuning logs).
     To save time one chained search stands in for the training nodes' separate runs: it is
     steered by their geometric-mean simulated latency and never by an unseen GPU's."""
-    from agent.dataset import generic_target
     from agent.devices.sim.catalog import lookup
+    from agent.fleet_dataset import generic_target
     from simoe_model.model_search import ScoreCostModel, model_only_search
 
     target = generic_target([lookup(g) for g in gpus])
@@ -361,7 +361,8 @@ def write_fleet_stores(sampled: list[Sampled], gpus: list[str], profiles: dict, 
 
     from agent.devices.sim import cuda_target
     from agent.devices.sim.catalog import lookup
-    from agent.store import Store, plain_json, workload_key_of
+    from agent.ms_database import plain_json, workload_key_of
+    from agent.store import Store
     from schemas import FAILED_RUN_SECS, TuningRecord
 
     out.mkdir(parents=True, exist_ok=True)

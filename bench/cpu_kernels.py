@@ -152,9 +152,7 @@ def run_section(ops: list[str], trials: int, *, say: Callable[[str], None]) -> d
                     "tvm_gflops": gflops,
                     "peak_share": gflops / peak_gflops if gflops else None,
                     "pytorch_peak_share": (
-                        fl / refs["pytorch"] / 1e9 / peak_gflops
-                        if "pytorch" in refs
-                        else None
+                        fl / refs["pytorch"] / 1e9 / peak_gflops if "pytorch" in refs else None
                     ),
                 }
             )

@@ -62,6 +62,7 @@ _ISA = {
     ),
 }
 
+
 def _flags() -> set[str]:
     text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     match = re.search(r"^flags\s*:\s*(.*)$", text, re.MULTILINE)

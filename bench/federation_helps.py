@@ -55,7 +55,7 @@ from pydantic import BaseModel, ConfigDict
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from schemas import BadInputError, HardwareProfile  # noqa: E402
-from simoe_model.data import DeviceDataset, TaskData  # noqa: E402
+from simoe_model.task_data import DeviceDataset, TaskData  # noqa: E402
 
 # the training GPUs of docs/results/offline_transfer.md (every generation, Maxwell to
 # Hopper, and the embedded Jetsons), so the newcomers compare with that benchmark
@@ -150,7 +150,7 @@ def load_gpus(directories: Sequence[Path], gpus: Sequence[str]) -> dict[str, Fle
     from agent.devices import get_device
     from agent.profiler import profile_device
     from agent.store import Store
-    from agent.training_data import load_device_dataset, store_devices
+    from agent.store_datasets import load_device_dataset, store_devices
 
     out: dict[str, FleetGPU] = {}
     for gpu in gpus:
@@ -237,17 +237,15 @@ def split_tasks(
 
 def write_node(state_dir: Path, gpu: FleetGPU, tasks: Sequence[TaskData]) -> None:
     """A node's state directory as enrolment plus tuning of `tasks` would leave it."""
-    from agent.client_app import NodeState
     from agent.enroll import create_node_key
-    from agent.store import Store
+    from agent.node_state import NodeState
     from schemas import AgentConfig, TuningRecord
 
-    config = AgentConfig(state_dir=state_dir, name=gpu.name, device=gpu.device)
-    config.save()
+    node = NodeState(state_dir)
+    node.save_config(AgentConfig(name=gpu.name, device=gpu.device))
     create_node_key(state_dir)
-    NodeState(state_dir).save_profile(gpu.profile)
-    with Store(config.store_path) as store:
-        store.save_profile(gpu.profile)
+    node.save_profile(gpu.profile)  # the profile file, and the store's provenance copy
+    with node.open_store() as store:
         for task in tasks:
             ids = task.candidate_ids or [f"c{i}" for i in range(len(task))]
             records = [
@@ -348,8 +346,8 @@ def run_federation_helps(
     say: Say = lambda _text: None,
 ) -> FederationHelpsReport:
     """Federate `nodes` for `rounds`, newcomers join at the last round; score everyone."""
-    from agent.client_app import NodeState
     from agent.client_app import app as client_app
+    from agent.node_state import NodeState
     from bench.offline_transfer import split_device
     from server.inprocess import InProcessGrid
     from server.registry import Registry
@@ -427,7 +425,7 @@ def run_federation_helps(
             held_out_tasks=len(held),
             train_candidates=sum(len(t) for t in train),
             held_out_candidates=sum(len(t) for t in held),
-            experts=node.load().experts,
+            experts=node.federation_state().experts,
             own_only_top1=own,
             federated_top1=federated,
         )
@@ -448,7 +446,7 @@ def run_federation_helps(
         hv = gpu.dataset.hardware_vector
         row = NewcomerRow(
             gpu=gpu.name,
-            experts=node.load().experts,
+            experts=node.federation_state().experts,
             test_tasks=len(test),
             zero_shot_top1=top1(model, test, hv),
             zero_shot_top1_all=top1(model, gpu.dataset.tasks, hv),

@@ -73,9 +73,9 @@ def train_zero_shot(home: Path, gpus: list[str], epochs: int, seed: int) -> dict
     """SiMoE trained on the candidates' simulated latencies on `gpus`; saved in home/."""
     from agent.devices.sim import SimulatedGPU
     from agent.profiler import profile_device
-    from simoe_model.data import DeviceDataset, TaskData
     from simoe_model.hardware import hardware_vector
     from simoe_model.model import SiMoE, SiMoEConfig, save_model
+    from simoe_model.task_data import DeviceDataset, TaskData
     from simoe_model.train import train_experts, train_shared
 
     mods, groups = _candidate_mods(home)

@@ -67,6 +67,7 @@ def run(size: int, trials: int, cost_model: str, repeat: int) -> dict:
 
     prepare()
     from agent.devices import get_device
+    from agent.ms_database import ms_database
     from agent.store import Store
     from agent.tuner import tune_workload
     from agent.workloads import flops, parse_workload, prim_func
@@ -84,7 +85,7 @@ def run(size: int, trials: int, cost_model: str, repeat: int) -> dict:
             spec, device, store, trials=trials, cost_model=cost_model, seed=0, baseline=False
         )
         tune_wall = time.perf_counter() - started
-        database = store.ms_database(device=device.name)
+        database = ms_database(store, device=device.name)
         mod = tvm.IRModule({"main": prim_func(spec)})
         schedule = ms.tir_integration.compile_tir(database, mod, target)
         if schedule is None:

@@ -46,9 +46,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.compile_time import add_training_groups, step_lr_accepts_verbose  # noqa: E402
 from simoe_model import synthetic  # noqa: E402
-from simoe_model.data import DeviceDataset, TaskData  # noqa: E402
 from simoe_model.metrics import task_metrics, top_k_score  # noqa: E402
 from simoe_model.model import SiMoE, SiMoEConfig, save_model  # noqa: E402
+from simoe_model.task_data import DeviceDataset, TaskData  # noqa: E402
 from simoe_model.train import (  # noqa: E402
     adapt,
     nearest_expert,
@@ -96,7 +96,7 @@ def load_fleet(directories: list[Path]) -> dict[str, DeviceDataset]:
     from agent.devices import get_device
     from agent.profiler import profile_device
     from agent.store import Store
-    from agent.training_data import load_device_dataset, store_devices
+    from agent.store_datasets import load_device_dataset, store_devices
     from schemas import HardwareProfile
 
     profiles_dir = directories[0] / "profiles"

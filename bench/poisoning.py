@@ -203,15 +203,16 @@ def run_once(
     check_measurements: int,
     say: Say,
 ) -> RunRow:
-    from agent.client_app import NodeState, drop_refuted_experts
     from agent.client_app import app as client_app
+    from agent.client_app import drop_refuted_experts
+    from agent.node_state import NodeState
     from bench.offline_transfer import split_device
     from server.aggregation import AggregationConfig, make_strategy
     from server.inprocess import InProcessGrid
     from server.registry import Registry
     from server.server_app import run_rounds
     from server.similarity import initial_shared_arrays, model_similarity
-    from simoe_model.data import DeviceDataset
+    from simoe_model.task_data import DeviceDataset
 
     started = time.perf_counter()
     if work.exists():
@@ -265,7 +266,7 @@ def run_once(
         node = NodeState(work / "nodes" / name)
         hv = fleet[name].dataset.hardware_vector
         node_top1[name] = top1(node.load_model(), splits[name][1], hv)
-        dropped[name] = int(node.load().last_metrics.get("experts-dropped", 0))
+        dropped[name] = int(node.federation_state().last_metrics.get("experts-dropped", 0))
     zero_shot, experts, receivers = {}, {}, {}
     for name in newcomers:
         node = NodeState(work / "newcomers" / name)
@@ -273,7 +274,7 @@ def run_once(
         split = split_device(gpu.dataset, seed)
         model = node.load_model()
         zero_shot[name] = top1(model, split.test, gpu.dataset.hardware_vector)
-        experts[name] = node.load().experts
+        experts[name] = node.federation_state().experts
         if backwards in experts[name] and attack != "none":
             first = [t.subset(list(range(min(check_measurements, len(t))))) for t in split.pool]
             mine = DeviceDataset(gpu.device, gpu.dataset.hardware_vector, first)

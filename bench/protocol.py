@@ -199,7 +199,7 @@ def _load_unit(data_dir: Path, unit: str):  # noqa: ANN202
     from agent.devices import get_device
     from agent.profiler import profile_device
     from agent.store import Store
-    from agent.training_data import load_device_dataset, store_devices
+    from agent.store_datasets import load_device_dataset, store_devices
     from schemas import HardwareProfile
 
     profiles = data_dir / "profiles"

@@ -42,9 +42,9 @@ from bench.offline_transfer import (  # noqa: E402
     split_device,
     xgb_evaluate,
 )
-from simoe_model.data import DeviceDataset  # noqa: E402
 from simoe_model.metrics import top_k_score  # noqa: E402
 from simoe_model.model import SiMoEConfig  # noqa: E402
+from simoe_model.task_data import DeviceDataset  # noqa: E402
 from simoe_model.train import predict  # noqa: E402
 
 CHOICES = Path(__file__).with_name("protocol_choices.json")

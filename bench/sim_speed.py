@@ -28,9 +28,9 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 def bench_labelling(pairs_target: int = 2_000_000) -> dict:
     prepare()
-    from agent.dataset import generic_target, sample_workload
     from agent.devices.sim import candidate_key, latency, tir_analysis
     from agent.devices.sim.catalog import load_catalog
+    from agent.fleet_dataset import generic_target, sample_workload
 
     specs = list(load_catalog().values())
     target = generic_target(specs)

@@ -88,9 +88,9 @@ def _sample_rows(
     import tvm
 
     prepare()
-    from agent.dataset import generic_target, sample_workload
     from agent.devices.sim import candidate_key, tir_analysis
     from agent.devices.sim.catalog import load_catalog
+    from agent.fleet_dataset import generic_target, sample_workload
 
     workload, per_workload, seed, cache = job
     target = generic_target(list(load_catalog().values()))

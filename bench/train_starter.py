@@ -61,10 +61,10 @@ def _profile(unit: str, cache: Path):  # noqa: ANN202 - HardwareProfile
 
 
 def build(out: Path, work: Path, per_workload: int, seed: int) -> dict:
-    from agent.dataset import build_fleet_dataset
     from agent.devices.sim.catalog import lookup
+    from agent.fleet_dataset import build_fleet_dataset
     from agent.store import Store
-    from agent.training_data import load_device_dataset, store_devices
+    from agent.store_datasets import load_device_dataset, store_devices
     from bench.protocol import TRAIN_UNITS
     from simoe_model.model import SiMoE, SiMoEConfig, save_model
     from simoe_model.train import train_experts, train_shared

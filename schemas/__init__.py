@@ -1,6 +1,6 @@
 """Pydantic models of everything that crosses a boundary. Validation only."""
 
-from schemas.config import AgentConfig, CostModelName
+from schemas.config import AgentConfig
 from schemas.errors import BadInputError, RunFailure, SimoeError
 from schemas.gpu import GpuSpec
 from schemas.hardware import AnalyticalSpecs, DeviceKind, EmpiricalFingerprint, HardwareProfile
@@ -14,7 +14,6 @@ __all__ = [
     "AgentConfig",
     "AnalyticalSpecs",
     "BadInputError",
-    "CostModelName",
     "DeviceKind",
     "EmpiricalFingerprint",
     "GpuSpec",

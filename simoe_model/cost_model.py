@@ -6,14 +6,14 @@ expert bank, which includes the target's own expert once it has one.
 task, and the target's own expert (started from the most similar expert, see
 `train.adapt`) is re-trained on them with earlier tasks replayed.
 
-Built by `SiMoECostModel.for_device(profile, model_path)`; the tuner's registry
-resolves the name "simoe" to this class lazily (TVM is imported only here).
+Built by `SiMoECostModel.for_device(profile, model_path)` from plain inputs; the agent
+(agent.cost_models) gives it the node's model file, profile and expert name.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tvm.ir.utils import derived_object
@@ -21,11 +21,11 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from tvm.s_tir.meta_schedule.utils import shash2hex
 
-from schemas import FAILED_RUN_SECS, AgentConfig, BadInputError, HardwareProfile
-from simoe_model.data import DeviceDataset, TaskData
+from schemas import FAILED_RUN_SECS, HardwareProfile
 from simoe_model.features import extract_features
 from simoe_model.hardware import hardware_vector as profile_vector
 from simoe_model.model import SiMoE, load_model, save_model
+from simoe_model.task_data import DeviceDataset, TaskData
 from simoe_model.train import ReplayBuffer, adapt, predict, train_expert
 
 if TYPE_CHECKING:
@@ -82,26 +82,6 @@ class SiMoECostModel(PyCostModel):
         """The cost model of a profiled device, from a saved model if there is one."""
         model = load_model(model_path) if model_path and Path(model_path).exists() else None
         return cls(model, profile_vector(profile), **options)  # type: ignore[arg-type]
-
-    @classmethod
-    def for_node(cls, device: Any, store: Any) -> SiMoECostModel:
-        """The tuner's entry point: the node's profile from its store, its saved model.
-
-        `device` is an agent Device and `store` an agent Store (duck-typed: simoe_model
-        does not import agent). The model is `<state dir>/federation/model.pt` when the
-        node has one; the node's own expert (named in `agent.json`) is the target expert.
-        """
-        profile = store.latest_profile(device.name)
-        if profile is None:
-            raise BadInputError(
-                f"no hardware profile of {device.name} in the store; "
-                f"run `simoe-agent profile --device {device.name}` first"
-            )
-        state_dir = Path(store.path).parent
-        expert_name = AgentConfig.load(state_dir).name or TARGET_EXPERT
-        return cls.for_device(
-            profile, state_dir / "federation" / "model.pt", expert_name=expert_name
-        )
 
     # -- PyCostModel --------------------------------------------------------------------
     def load(self, path: str) -> None:

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from scipy.stats import spearmanr
 
-from simoe_model.data import TaskData
 from simoe_model.model import SiMoE
+from simoe_model.task_data import TaskData
 from simoe_model.train import predict_expert
 
 MIN_CANDIDATES = 4  # a task with fewer says nothing about a ranking

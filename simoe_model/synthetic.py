@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from schemas import AnalyticalSpecs, EmpiricalFingerprint, HardwareProfile
-from simoe_model.data import DeviceDataset, TaskData
 from simoe_model.features import FEATURE_DIM
 from simoe_model.hardware import hardware_vector
+from simoe_model.task_data import DeviceDataset, TaskData
 
 N_LATENT = 6
 N_PROBES = 12

@@ -9,11 +9,14 @@
   situation of a new GPU; plus the alignment loss on the devices' rank agreement.
 - `adapt`: few-shot; a new expert starts as a copy of the most similar one and
   is fine-tuned on the target's first measurements.
+- `local_round`: one node's part of a federated round (FedRep): what it sends to
+  be averaged and the own expert it keeps and shares.
 - `predict`: scores of raw PerStoreFeature arrays on a target hardware vector.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 import time
@@ -23,10 +26,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from simoe_model.data import DeviceDataset, PackedTask, TaskData
 from simoe_model.features import pack_rows
 from simoe_model.losses import alignment_loss, rank_agreement, ranking_loss
-from simoe_model.model import SiMoE, expert_outputs
+from simoe_model.model import (
+    SiMoE,
+    expert_arrays,
+    expert_outputs,
+    load_shared_arrays,
+    shared_arrays,
+)
+from simoe_model.task_data import DeviceDataset, PackedTask, TaskData
 
 MIN_STD_FEATURES = 0.1
 MIN_STD_HARDWARE = 0.1
@@ -388,6 +397,64 @@ def train_shared(
         "num-examples": float(sum(len(t) for _, t in work)),
         "train-seconds": time.perf_counter() - started,
     }
+
+
+@dataclass
+class LocalRound:
+    """What one node's round produced: arrays to send and the losses behind them."""
+
+    shared_update: dict[str, np.ndarray]  # the node's contribution to the average
+    expert: dict[str, np.ndarray]  # the node's own expert, as it keeps and shares it
+    metrics: dict[str, float] = field(default_factory=dict)  # shared-loss, expert-loss
+
+
+def local_round(
+    model: SiMoE,
+    name: str,
+    dataset: DeviceDataset,
+    global_shared: dict[str, np.ndarray],
+    *,
+    with_bank: bool,
+    epochs: int,
+    seed: int,
+) -> LocalRound:
+    """One node's round on its own data, on a model holding the global shared parts.
+
+    `with_bank`: the server delivered other nodes' experts this round. Then the gate and
+    hardware encoder first learn, with those experts frozen, to route this device
+    (`epochs` > 0), and the round has two parts, as in FedRep. The contribution to the
+    average: the program encoder trained with the own expert on local data (on a copy).
+    What the node keeps and sends as its expert: the own expert trained on the global
+    encoder it was sent, frozen, so that expert and encoder match (and match the other
+    nodes' experts); `model` ends with the global shared parts again. Trained on its own
+    tasks only, a local encoder forgets what the fleet taught it, so the node tunes with
+    the global one. Without a bank (the first round, a node alone) encoder and expert
+    are trained together and both are sent.
+    """
+    metrics: dict[str, float] = {}
+    if with_bank and epochs > 0:
+        shared = train_shared(
+            model,
+            [dataset],
+            epochs=epochs,
+            seed=seed,
+            frozen_experts=True,
+            expert_of={dataset.device: name},
+        )
+        metrics["shared-loss"] = float(shared.get("loss", float("nan")))
+    model.ensure_expert(name, dataset.hardware_vector)
+    epochs = max(epochs, 1)
+    if with_bank:
+        contribution = copy.deepcopy(model)
+        train_expert(contribution, name, dataset, epochs=epochs, seed=seed)
+        shared_update = shared_arrays(contribution)
+        own = train_expert(model, name, dataset, epochs=epochs, seed=seed, train_encoder=False)
+        load_shared_arrays(model, global_shared)
+    else:
+        own = train_expert(model, name, dataset, epochs=epochs, seed=seed)
+        shared_update = shared_arrays(model)
+    metrics["expert-loss"] = float(own.get("loss", float("nan")))
+    return LocalRound(shared_update, expert_arrays(model, name), metrics)
 
 
 def nearest_expert(model: SiMoE, hardware_vector: np.ndarray, exclude: Iterable[str] = ()) -> str:

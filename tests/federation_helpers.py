@@ -153,18 +153,18 @@ def seed_node(state_dir, name: str, device, tasks) -> None:  # noqa: ANN001
     `device` is a simoe_model.synthetic.SyntheticDevice, `tasks` SyntheticTasks; the
     records go through the real Store (traces are placeholders: nothing is tuned).
     """
-    from agent.client_app import NodeState
     from agent.enroll import create_node_key
-    from agent.store import Store
+    from agent.node_state import NodeState
     from schemas import AgentConfig, TuningRecord
     from simoe_model.synthetic import device_dataset
 
-    config = AgentConfig(state_dir=state_dir, name=name, device=f"sim:{name}")
-    config.save()
+    node = NodeState(state_dir)
+    config = AgentConfig(name=name, device=f"sim:{name}")
+    node.save_config(config)
     create_node_key(state_dir)
-    NodeState(state_dir).save_profile(device.profile())
+    node.save_profile(device.profile())
     dataset = device_dataset(device, tasks)
-    with Store(state_dir / "store.sqlite") as store:
+    with node.open_store() as store:
         for task in dataset.tasks:
             records = [
                 TuningRecord(

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agent.ms_database import ms_database
 from agent.store import FEATURE_WIDTH, Store
 from schemas import TuningRecord
 from simoe_model import tvm_compat
@@ -64,7 +65,7 @@ def tune(store: Store, seed: int, work_dir: Path) -> None:
         num_trials_per_iter=8,
         builder=DummyBuilder(),
         runner=DummyRunner(),
-        database=store.ms_database(device="sim:writer", simulated=True, task_name="matmul-32"),
+        database=ms_database(store, device="sim:writer", simulated=True, task_name="matmul-32"),
         cost_model="random",
         strategy="replay-trace",
         measure_callbacks=[ms.measure_callback.AddToDatabase()],

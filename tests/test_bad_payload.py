@@ -21,8 +21,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from typer.testing import CliRunner
 
 from agent.cli import app as agent_cli
-from agent.client_app import NodeState
 from agent.client_app import app as client_app
+from agent.node_state import NodeState
 from schemas.messages import (
     MSG_HELLO,
     MSG_TRAIN,
@@ -136,10 +136,10 @@ def test_a_bad_global_model_is_refused_and_the_model_kept(node, case: str) -> No
     reply = send(grid, train_message(corrupt(GOOD), version=2))
     assert reply.has_error()  # the server sees a failed node, not an update
     assert digest(state.model_path) == before
-    assert state.load().global_version == 1
-    refused = status(state.state_dir)["refused_payload"]
+    assert state.federation_state().global_version == 1
+    refused = status(state.dir)["refused_payload"]
     assert words in refused and "kept global model v1" in refused
-    log = (state.state_dir / "logs" / "federation.log").read_text().strip().splitlines()
+    log = state.federation_log_path.read_text().strip().splitlines()
     assert words in log[-1] and "refused a server payload" in log[-1]
 
 
@@ -156,7 +156,7 @@ def test_a_wrong_version_or_instruction_is_refused(node, instruction: str, words
     reply = send(grid, train_message(GOOD, version=2, instruction=instruction))
     assert reply.has_error()
     assert digest(state.model_path) == before
-    assert words in status(state.state_dir)["refused_payload"]
+    assert words in status(state.dir)["refused_payload"]
 
 
 def test_a_bad_expert_is_left_out_and_the_held_version_kept(node) -> None:
@@ -170,7 +170,7 @@ def test_a_bad_expert_is_left_out_and_the_held_version_kept(node) -> None:
     assert "other" not in model.expert_names  # never held: left out
     kept = model.expert("peer").state_dict()  # held: the good version stays
     assert all(np.array_equal(kept[k].numpy(), held[k].numpy()) for k in held)
-    assert "expert 'other'" in status(state.state_dir)["refused_payload"]
+    assert "expert 'other'" in status(state.dir)["refused_payload"]
 
 
 def test_hello_refuses_a_bad_global_model(tmp_path: Path) -> None:
@@ -183,5 +183,5 @@ def test_hello_refuses_a_bad_global_model(tmp_path: Path) -> None:
     reply = send(grid, Message(content, dst_node_id=1, message_type=MSG_HELLO))
     assert not reply.has_error()  # it still says who it is
     state = NodeState(tmp_path)
-    assert not state.model_path.exists() and state.load().global_version == 0
+    assert not state.model_path.exists() and state.federation_state().global_version == 0
     assert "kept no model" in status(tmp_path)["refused_payload"]

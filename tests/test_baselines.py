@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from bench.baselines import ScheduleTransfer, random_scorer
-from simoe_model.data import DeviceDataset, TaskData
 from simoe_model.metrics import top_k_score
+from simoe_model.task_data import DeviceDataset, TaskData
 
 
 def _unit(name: str, vector: list[float], latencies: list[float]) -> DeviceDataset:

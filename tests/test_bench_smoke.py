@@ -108,7 +108,7 @@ def test_verdict_when_never_reached() -> None:
 def test_mlp_peer_trains_with_fewer_than_ten_epochs() -> None:
     """TVM's trainer sets StepLR(step_size=epochs // 10): 0 below 10 epochs (a crash)."""
 
-    from simoe_model.data import DeviceDataset, TaskData
+    from simoe_model.task_data import DeviceDataset, TaskData
 
     rng = np.random.default_rng(0)
     tasks = [

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from agent.daemon import AgentDaemon, Job, Queue
+from agent.node_state import NodeState
 from schemas import AgentConfig
 
 AGENT = str(Path(sys.executable).with_name("simoe-agent"))
@@ -57,14 +58,14 @@ def finish(process: subprocess.Popen[str]) -> dict:
 
 @pytest.fixture()
 def node(tmp_path: Path) -> Path:
-    AgentConfig(state_dir=tmp_path, name="n1", device="sim:t4", cost_model="random").save()
+    NodeState(tmp_path).save_config(AgentConfig(name="n1", device="sim:t4", cost_model="random"))
     return tmp_path
 
 
 @pytest.mark.slow  # three tuners on two busy cores: 30-60 s
 def test_two_tune_processes_and_the_daemon_at_once(node: Path) -> None:
-    store = node / "store.sqlite"
-    queue = Queue(node)
+    store = NodeState(node).store_path
+    queue = Queue(NodeState(node).queue_dir)
     queue.put(Job(kind="workload", subject="matmul:32,64,64", trials=4, cost_model="random"))
     daemon = AgentDaemon(node, supernode=False, poll_s=0.2)
     thread = threading.Thread(target=daemon.run)
@@ -82,7 +83,7 @@ def test_two_tune_processes_and_the_daemon_at_once(node: Path) -> None:
     assert not queue.jobs("failed"), queue.jobs("failed")[0].error
     (job,) = queue.jobs("done")
     results.append(job.result)
-    jobs_log = (node / "logs" / "jobs.log").read_text()
+    jobs_log = (NodeState(node).logs_dir / "jobs.log").read_text()
     assert "Traceback" not in jobs_log and "locked" not in jobs_log
     reported = {t["workload_key"]: t["trials"] for r in results for t in r["tasks"]}
     assert len(reported) == 3 and sum(n > 0 for n in reported.values()) >= 2  # they did write

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from federation_helpers import seed_node
 
-from agent.client_app import NodeState
 from agent.client_app import app as client_app
+from agent.node_state import NodeState
 from server.inprocess import InProcessGrid
 from server.registry import Registry
 from server.server_app import run_rounds
@@ -46,7 +46,7 @@ def test_rounds_with_real_model_and_late_joiner(tmp_path: Path, fleet_data) -> N
     assert sorted(registry.expert_names()) == sorted(d.name for d in devices[:3])
     # round 2: each node got the 2 other experts, as ranked by the shared encoder
     for device in devices[:3]:
-        state = NodeState(tmp_path / device.name).load()
+        state = NodeState(tmp_path / device.name).federation_state()
         assert len(state.experts) == 2 and device.name not in state.experts
         assert state.last_round == 2 and state.rounds_trained == 2
         model = NodeState(tmp_path / device.name).load_model()
@@ -86,7 +86,7 @@ def test_node_without_data_is_served_zero_shot(tmp_path: Path, fleet_data) -> No
     assert key in outcome.served and key not in outcome.accepted
     model = NodeState(tmp_path / newcomer.name).load_model()
     assert sorted(model.expert_names) == sorted(d.name for d in devices[:2])  # a bank to use
-    state = NodeState(tmp_path / newcomer.name).load()
+    state = NodeState(tmp_path / newcomer.name).federation_state()
     assert state.global_version == outcome.global_version - 1  # the version the round sent
     assert state.experts == sorted(d.name for d in devices[:2])
     assert newcomer.name not in registry.expert_names()

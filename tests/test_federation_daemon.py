@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent.daemon import AgentDaemon, Job, Queue, make_job
+from agent.node_state import NodeState
 from schemas import BadInputError
 
 # A stand-in for the tuner: sleeps SECONDS (from the env), then writes a result.
@@ -45,31 +46,23 @@ def test_make_job_parses_subjects() -> None:
 
 
 def test_daemon_runs_queue_and_records_failures(tmp_path: Path) -> None:
-    queue = Queue(tmp_path)
+    queue = Queue(NodeState(tmp_path).queue_dir)
     queue.put(Job(kind="workload", subject="matmul:8,8,8", trials=2))
     queue.put(Job(kind="workload", subject="matmul:13,8,8", trials=2))
-    daemon = AgentDaemon(tmp_path, supernode=False, poll_s=0.1, job_command=fake_command(tmp_path))
-    # stop once the queue is empty
-    original = daemon._run_next_job
-
-    def run_then_stop() -> bool:
-        ran = original()
-        if not ran:
-            daemon.stop.set()
-        return ran
-
-    daemon._run_next_job = run_then_stop  # type: ignore[method-assign]
-    assert daemon.run() == 0
+    daemon = AgentDaemon(
+        tmp_path, supernode=False, poll_s=0.1, job_command=fake_command(tmp_path), drain=True
+    )
+    assert daemon.run() == 0  # drained: returns once the queue is empty
     [done] = queue.jobs("done")
     [failed] = queue.jobs("failed")
     assert done.result == {"best_latency_s": 1e-3} and done.attempts == 1
     assert "no schedule" in (failed.error or "")
-    status = json.loads((tmp_path / "daemon.json").read_text())
+    status = json.loads(NodeState(tmp_path).daemon_status_path.read_text())
     assert status["state"] == "stopped" and status["done"] == 1 and status["failed"] == 1
 
 
 def test_sigterm_stops_promptly_and_the_job_resumes(tmp_path: Path) -> None:
-    Queue(tmp_path).put(Job(kind="workload", subject="matmul:8,8,8", trials=2))
+    Queue(NodeState(tmp_path).queue_dir).put(Job(kind="workload", subject="matmul:8,8,8", trials=2))
     command = fake_command(tmp_path)
     runner = tmp_path / "run_daemon.py"
     runner.write_text(
@@ -80,7 +73,7 @@ def test_sigterm_stops_promptly_and_the_job_resumes(tmp_path: Path) -> None:
     )
     env = {"FAKE_JOB_SECONDS": "60", "PATH": "/usr/bin:/bin"}
     process = subprocess.Popen([sys.executable, str(runner)], env=env)
-    running = tmp_path / "queue" / "running"
+    running = NodeState(tmp_path).queue_dir / "running"
     deadline = time.monotonic() + 60
     while not list(running.glob("*.json")) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -89,10 +82,29 @@ def test_sigterm_stops_promptly_and_the_job_resumes(tmp_path: Path) -> None:
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 0
     assert time.monotonic() - started < 20  # did not wait for the 60 s job
-    queue = Queue(tmp_path)
+    queue = Queue(NodeState(tmp_path).queue_dir)
     [pending] = queue.jobs("pending")  # back in the queue, attempt counted
     assert pending.attempts == 1 and not queue.jobs("running")
     # restart: it resumes and finishes the job
-    daemon = AgentDaemon(tmp_path, supernode=False, poll_s=0.1, job_command=command)
-    daemon._run_next_job() and daemon.stop.set()
+    daemon = AgentDaemon(tmp_path, supernode=False, poll_s=0.1, job_command=command, drain=True)
+    assert daemon.run() == 0
     assert [j.id for j in queue.jobs("done")] == [pending.id]
+
+
+def test_drain_stops_once_the_queue_is_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """`--drain` on an empty queue stops at once; `run --drain --no-tune` exits 2, one line."""
+    from agent.cli import main
+
+    daemon = AgentDaemon(tmp_path, supernode=False, poll_s=30.0, drain=True)
+    started = time.monotonic()
+    assert daemon.run() == 0
+    assert time.monotonic() - started < 10  # did not wait a 30 s poll for more work
+    assert json.loads(NodeState(tmp_path).daemon_status_path.read_text())["state"] == "stopped"
+    argv = ["simoe-agent", "run", "--drain", "--no-tune", "--state-dir", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as exited:
+        main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(err) == 1 and "--no-tune" in err[0], err

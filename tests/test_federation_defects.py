@@ -19,8 +19,8 @@ from flwr.app import Error, Message
 from typer.testing import CliRunner
 
 from agent.cli import app as agent_cli
-from agent.client_app import NodeState
 from agent.client_app import app as client_app
+from agent.node_state import NodeState
 from schemas import AgentConfig, BadInputError
 from server.cli import app as server_cli
 from server.inprocess import SUPERLINK_NODE_ID, InProcessGrid
@@ -61,9 +61,9 @@ def test_refused_enroll_leaves_nothing_that_blocks_a_retry(
 
     def refused_fetch(state_dir: Path, **_kw: object) -> None:
         node = NodeState(state_dir)
-        state = node.load()
+        state = node.federation_state()
         state.refused = "name 't4-01' is taken by another node"  # what query.refused writes
-        node.save(state)
+        node.save_federation_state(state)
         raise BadInputError(f"the server refused this node: {state.refused}")
 
     monkeypatch.setattr(enroll_module, "fetch_model", refused_fetch)
@@ -71,20 +71,20 @@ def test_refused_enroll_leaves_nothing_that_blocks_a_retry(
         enroll_module.enroll(
             state_dir=state_dir, server="127.0.0.1:1", ca=ca, name="t4-01", device=profile.device
         )
-    assert AgentConfig.load(state_dir).name is None  # not enrolled under the refused name
+    assert NodeState(state_dir).config().name is None  # not enrolled under the refused name
 
     def good_fetch(state_dir: Path, **_kw: object) -> None:
         node = NodeState(state_dir)
-        assert not node.load().refused, "the old refusal must not be read as this one's"
-        state = node.load()
+        assert not node.federation_state().refused, "the old refusal must not be read as this one's"
+        state = node.federation_state()
         state.last_round += 1
-        node.save(state)
+        node.save_federation_state(state)
 
     monkeypatch.setattr(enroll_module, "fetch_model", good_fetch)
     result = enroll_module.enroll(
         state_dir=state_dir, server="127.0.0.1:1", ca=ca, name="t4-02", device=profile.device
     )
-    assert result.name == "t4-02" and AgentConfig.load(state_dir).name == "t4-02"
+    assert result.name == "t4-02" and NodeState(state_dir).config().name == "t4-02"
 
 
 # -- 2 and 4: a small real federation in process -----------------------------------------
@@ -175,16 +175,15 @@ def test_lone_node_sends_its_expert_from_tuned_records(tmp_path: Path) -> None:
     from agent.devices import get_device
     from agent.enroll import create_node_key
     from agent.profiler import load_or_profile
-    from agent.store import Store
     from agent.tuner import tune_workload
     from agent.workloads import parse_workload
 
     state_dir = tmp_path / "t4-01"
-    AgentConfig(state_dir=state_dir, name="t4-01", device="sim:t4").save()
+    NodeState(state_dir).save_config(AgentConfig(name="t4-01", device="sim:t4"))
     create_node_key(state_dir)
     device = get_device("sim:t4")
     NodeState(state_dir).save_profile(load_or_profile(device, state_dir))
-    with Store(state_dir / "store.sqlite") as store:
+    with NodeState(state_dir).open_store() as store:
         tune_workload(
             parse_workload("matmul:64,64,64"), device, store, trials=6, baseline=False,
             population=8,
@@ -234,7 +233,7 @@ def test_a_restarted_daemon_stops_what_a_killed_one_left(tmp_path: Path) -> None
     orphan = subprocess.Popen([*sleep, str(tmp_path)], start_new_session=True)
     stranger = subprocess.Popen(sleep, start_new_session=True)  # a reused pid: not ours
     try:
-        (tmp_path / "daemon.json").write_text(
+        NodeState(tmp_path).daemon_status_path.write_text(
             json.dumps({"supernode_pid": orphan.pid, "job_pid": stranger.pid})
         )
         daemon = AgentDaemon(tmp_path, supernode=False, tune=False)

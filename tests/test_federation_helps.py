@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.client_app import NodeState
+from agent.node_state import NodeState
 from agent.store import Store
 from bench import federation_helps as fh
 from schemas import BadInputError

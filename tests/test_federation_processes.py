@@ -27,9 +27,9 @@ from federation_helpers import seed_node
 from privacy_audit import audit_content, node_secrets
 
 from agent.audit import read_audit
-from agent.client_app import NodeState
 from agent.enroll import create_node_key, enroll, flwr_home, register_key
 from agent.enroll import supernode_command as node_command
+from agent.node_state import NodeState
 from schemas import AgentConfig
 from schemas.protocol import flower_env
 from server.registry import Registry
@@ -107,13 +107,12 @@ def test_federation_with_real_processes(tmp_path: Path, processes: list) -> None
     for device in devices:
         state_dir = tmp_path / device.name
         seed_node(state_dir, device.name, device, tasks)
-        (state_dir / "audit").mkdir()  # the node keeps a copy of every reply it sends
-        config = AgentConfig.load(state_dir)
-        config.server, config.ca_cert = address, certs.ca
-        config.save()
+        node = NodeState(state_dir)
+        node.audit_dir.mkdir()  # the node keeps a copy of every reply it sends
+        node.save_config(node.config().model_copy(update={"server": address, "ca_cert": certs.ca}))
         nodes.append(state_dir)
     for state_dir in nodes[:3]:
-        assert register_key(state_dir, address, certs.ca, state_dir / "keys" / "node.pub") in (
+        assert register_key(state_dir, address, certs.ca, NodeState(state_dir).public_key_path) in (
             "registered",
             "already registered",
         )
@@ -141,7 +140,7 @@ def test_federation_with_real_processes(tmp_path: Path, processes: list) -> None
 
     # a SuperNode whose key was never registered is refused by the SuperLink
     stranger = tmp_path / "stranger"
-    AgentConfig(state_dir=stranger, name="stranger", server=address, ca_cert=certs.ca).save()
+    NodeState(stranger).save_config(AgentConfig(name="stranger", server=address, ca_cert=certs.ca))
     create_node_key(stranger)
     refused = start_node(stranger, free_port())
     processes.append(refused)
@@ -194,12 +193,12 @@ def test_federation_with_real_processes(tmp_path: Path, processes: list) -> None
     # the privacy audit over what the real ClientApps sent (their own copies)
     secrets, secret_rows = node_secrets(tasks)
     for state_dir in nodes[:4]:
-        sent = read_audit(state_dir / "audit")
+        sent = read_audit(NodeState(state_dir).audit_dir)
         assert any("shared" in content for _, content in sent), state_dir
         for _, content in sent:
             audit_content(content, secrets, secret_rows)
     # no key material and no raw record in any log, the server's or a node's
-    keys = [certs.key, *(d / "keys" / "node.key" for d in nodes[:4])]
+    keys = [certs.key, *(NodeState(d).key_path for d in nodes[:4])]
     key_lines = [
         line for key in keys for line in key.read_text().splitlines() if not line.startswith("-")
     ]

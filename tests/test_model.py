@@ -10,7 +10,6 @@ import torch
 
 from schemas import BadInputError
 from simoe_model import synthetic
-from simoe_model.data import DeviceDataset
 from simoe_model.metrics import pairwise_accuracy, task_metrics, top_k_score
 from simoe_model.model import (
     SiMoE,
@@ -22,6 +21,7 @@ from simoe_model.model import (
     save_model,
     shared_arrays,
 )
+from simoe_model.task_data import DeviceDataset
 from simoe_model.train import ReplayBuffer, predict, predict_expert, train_expert, train_shared
 
 # One thread: on a loaded 2-core machine torch's thread pool is far slower than one thread.

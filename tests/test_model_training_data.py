@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from agent.cli import app
 from agent.store import Store
-from agent.training_data import load_device_dataset, load_store_file
+from agent.store_datasets import load_device_dataset, load_store_file
 from schemas import TuningRecord
 from simoe_model import synthetic
 from simoe_model.model import SiMoE, SiMoEConfig, save_model

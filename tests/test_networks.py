@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from agent.cli import app
 from agent.devices import get_device
+from agent.ms_database import ms_database
 from agent.networks import (
     NETWORK_SUITE,
     Network,
@@ -102,7 +103,7 @@ def test_verify_network_catches_a_wrong_reference(tmp_path: Path) -> None:
         reference=lambda xs: [o + 1e-2 for o in good.reference(xs)],
     )
     with Store(tmp_path / "store.sqlite") as store:
-        database = store.ms_database(device="cpu")  # empty: default schedules
+        database = ms_database(store, device="cpu")  # empty: default schedules
         device = get_device("cpu")
         assert verify_network(good, database, device).matches
         check = verify_network(bad, database, device)

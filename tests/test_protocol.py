@@ -52,7 +52,7 @@ TINY = {
 
 @pytest.fixture(scope="module")
 def tiny_fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from agent.dataset import TINY_SUITE, build_fleet_dataset, resolve_gpus
+    from agent.fleet_dataset import TINY_SUITE, build_fleet_dataset, resolve_gpus
 
     out = tmp_path_factory.mktemp("protocol_fleet")
     names = [*TINY["TRAIN_UNITS"], *TINY["VALIDATION_UNITS"], *TINY["TEST_UNITS"]]

@@ -19,7 +19,7 @@ FLEET = latency.GpuParams.from_specs(CATALOG)
 @pytest.fixture(scope="module")
 def candidates() -> list:
     """A few dozen real postprocessed CUDA candidates of a small matmul (sampled once)."""
-    from agent.dataset import generic_target, sample_workload
+    from agent.fleet_dataset import generic_target, sample_workload
 
     target = generic_target(CATALOG)
     sampled = sample_workload("matmul:64,64,128", target, 24, seed=3)

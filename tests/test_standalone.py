@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 import agent.model_choice as model_choice
 from agent.cli import app, main
-from agent.model_choice import FEDERATION_MODEL, IMPORTED_MODEL, choose_model
-from agent.store import Store
+from agent.model_choice import choose_model
+from agent.node_state import NodeState
 from simoe_model.model import SiMoE, model_metadata, save_model
 
 runner = CliRunner()
@@ -38,10 +38,12 @@ def test_model_import_validates_and_keeps_the_last_good_model(
     )
     assert code == 0, err
     used = json.loads(out)
-    assert used["source"] == "imported" and used["path"] == str(state / IMPORTED_MODEL)
+    assert used["source"] == "imported" and used["path"] == str(
+        NodeState(state).imported_model_path
+    )
     assert used["label"].startswith("my lab's model")
     assert used["metadata"]["imported_from"] == str(good.resolve())
-    before = (state / IMPORTED_MODEL).read_bytes()
+    before = NodeState(state).imported_model_path.read_bytes()
 
     corrupt = tmp_path / "corrupt.pt"
     corrupt.write_bytes(good.read_bytes()[:200])  # a download cut short
@@ -50,7 +52,9 @@ def test_model_import_validates_and_keeps_the_last_good_model(
             ["model", "import", str(bad), "--state-dir", str(state)], monkeypatch, capsys
         )
         assert str(bad) in one_line_error("simoe-agent", code, out, err)
-    assert (state / IMPORTED_MODEL).read_bytes() == before  # the good one is still there
+    assert (
+        NodeState(state).imported_model_path.read_bytes() == before
+    )  # the good one is still there
 
     code, out, err = _main(
         ["model", "show", "--json", "--state-dir", str(state)], monkeypatch, capsys
@@ -64,14 +68,14 @@ def test_the_federation_model_comes_first_then_imported_then_starter(
     starter = _model_file(tmp_path / "starter.pt", label="starter for the test")
     monkeypatch.setattr(model_choice, "starter_model_path", lambda: starter)
     state = tmp_path / "state"
-    assert choose_model(state).source == "starter"
-    assert choose_model(state).label.startswith("starter for the test")
-    _model_file(state / IMPORTED_MODEL)
-    assert choose_model(state).source == "imported"
-    _model_file(state / FEDERATION_MODEL)
-    assert choose_model(state).source == "federation"
+    assert choose_model(NodeState(state)).source == "starter"
+    assert choose_model(NodeState(state)).label.startswith("starter for the test")
+    _model_file(NodeState(state).imported_model_path)
+    assert choose_model(NodeState(state)).source == "imported"
+    _model_file(NodeState(state).model_path)
+    assert choose_model(NodeState(state)).source == "federation"
     monkeypatch.setattr(model_choice, "starter_model_path", lambda: tmp_path / "none.pt")
-    assert choose_model(tmp_path / "empty").source == "untrained"
+    assert choose_model(NodeState(tmp_path / "empty")).source == "untrained"
 
 
 def test_the_shipped_starter_model_says_what_it_was_trained_on() -> None:
@@ -101,9 +105,9 @@ def test_tune_with_simoe_and_no_server_profiles_first_and_names_its_model(tmp_pa
     assert result.exit_code == 0, (result.output, result.exception)
     data = json.loads(result.stdout)
     used = data["model_used"]
-    expected = choose_model(state)
+    expected = choose_model(NodeState(state))
     assert used["source"] == expected.source and used["path"] == expected.path
     assert used["source"] in ("starter", "untrained") and used["label"]
-    with Store(state / "store.sqlite") as store:
+    with NodeState(state).open_store() as store:
         profile = store.latest_profile("sim:t4")
     assert profile is not None and profile.simulated  # taken because SiMoE needed it

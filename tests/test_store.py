@@ -15,7 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
-from agent.store import FEATURE_WIDTH, Store, trace_json, workload_key_of
+from agent.ms_database import ms_database, plain_json, trace_json, workload_key_of
+from agent.ms_json import export_ms_json, import_ms_json
+from agent.store import FEATURE_WIDTH, Store
 from schemas import (
     FAILED_RUN_SECS,
     AnalyticalSpecs,
@@ -309,7 +311,7 @@ def tuned(tmp_path_factory: pytest.TempPathFactory):
     device = CPUDevice(num_cores=1)
     tmp = tmp_path_factory.mktemp("tuned")
     store = Store(tmp / "store.sqlite")
-    db = store.ms_database(device="cpu", profile_id="prof-1", task_name="matmul-32")
+    db = ms_database(store, device="cpu", profile_id="prof-1", task_name="matmul-32")
     ms.tune_tir(
         func,
         device.target(),
@@ -342,7 +344,7 @@ def test_tune_writes_through_and_compile_tir_reads_the_best(tuned) -> None:
 
     # A fresh database over the same file (a new process would see the same) finds it.
     fresh_store = Store(store.path)
-    fresh = fresh_store.ms_database(device="cpu")
+    fresh = ms_database(fresh_store, device="cpu")
     sch = ms.tir_integration.compile_tir(fresh, func, target)
     assert sch is not None
     assert _cid(sch) == Store.candidate_id(best.workload_key, best.trace)
@@ -352,7 +354,7 @@ def test_tune_writes_through_and_compile_tir_reads_the_best(tuned) -> None:
     assert [float(s) for s in record.run_secs] == pytest.approx(best.run_secs)
     # Another device's view of the same store has nothing for it.
     assert (
-        ms.tir_integration.compile_tir(fresh_store.ms_database(device="sim:t4"), func, target)
+        ms.tir_integration.compile_tir(ms_database(fresh_store, device="sim:t4"), func, target)
         is None
     )
     fresh_store.close()
@@ -391,9 +393,9 @@ def test_ms_json_export_import_round_trip(tuned, tmp_path: Path) -> None:
 
     store, _, func, target, _ = tuned
     out = tmp_path / "exported"
-    assert store.export_ms_json(out, device="cpu") == 4
+    assert export_ms_json(store, out, device="cpu") == 4
     with pytest.raises(BadInputError, match="already holds"):
-        store.export_ms_json(out)
+        export_ms_json(store, out)
 
     json_db = ms.database.JSONDatabase(work_dir=str(out), allow_missing=False)
     assert len(json_db) == 4
@@ -402,8 +404,8 @@ def test_ms_json_export_import_round_trip(tuned, tmp_path: Path) -> None:
     assert _cid(sch) == Store.candidate_id(best.workload_key, best.trace)
 
     with Store(tmp_path / "other.sqlite") as other:
-        assert other.import_ms_json(out, device="sim:t4", simulated=True) == 4
-        assert other.import_ms_json(out, device="sim:t4", simulated=True) == 0  # idempotent
+        assert import_ms_json(other, out, device="sim:t4", simulated=True) == 4
+        assert import_ms_json(other, out, device="sim:t4", simulated=True) == 0  # idempotent
         back = other.records()
         assert all(r.simulated and r.device == "sim:t4" for r in back)
         assert sorted(Store.candidate_id(r.workload_key, r.trace) for r in back) == sorted(
@@ -412,7 +414,7 @@ def test_ms_json_export_import_round_trip(tuned, tmp_path: Path) -> None:
         assert sorted(r.latency_s or 0 for r in back) == pytest.approx(
             sorted(r.latency_s or 0 for r in store.records(device="cpu"))
         )
-        sch2 = ms.tir_integration.compile_tir(other.ms_database(device="sim:t4"), func, target)
+        sch2 = ms.tir_integration.compile_tir(ms_database(other, device="sim:t4"), func, target)
         assert _cid(sch2) == Store.candidate_id(best.workload_key, best.trace)
 
 
@@ -420,11 +422,11 @@ def test_import_refuses_a_non_database_directory(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     with Store(tmp_path / "s.sqlite") as store:
         with pytest.raises(BadInputError, match="no such file"):
-            store.import_ms_json(tmp_path / "d", device="cpu")
+            import_ms_json(store, tmp_path / "d", device="cpu")
         (tmp_path / "d" / "database_workload.json").write_text("not json\n")
         (tmp_path / "d" / "database_tuning_record.json").write_text("")
         with pytest.raises(BadInputError, match="not a valid MetaSchedule JSON database"):
-            store.import_ms_json(tmp_path / "d", device="cpu")
+            import_ms_json(store, tmp_path / "d", device="cpu")
 
 
 def test_plain_json_keeps_index_maps_of_layout_rewrite_traces() -> None:
@@ -434,8 +436,6 @@ def test_plain_json_keeps_index_maps_of_layout_rewrite_traces() -> None:
     import tvm
     from tvm.tirx import IndexMap
     from tvm_ffi import convert
-
-    from agent.store import plain_json
 
     index_map = IndexMap.from_func(lambda i, j: (j, i))
     value = plain_json(convert([1, "x", [index_map], {"k": 2.5}]))

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from agent.cli import app, main
 from agent.devices import get_device
+from agent.ms_database import ms_database
 from agent.networks import load_network
 from agent.store import Store
 from agent.tuner import verify_network
@@ -78,7 +79,7 @@ def test_both_forms_load_and_compile_to_pytorchs_output(block_file: Path, block_
         expected = network.reference(network.inputs)
         assert expected[0].shape == (4, 16) and np.all(np.isfinite(expected[0]))
         with Store(block_file.parent / f"{Path(ref).stem}.sqlite") as store:
-            check = verify_network(network, store.ms_database(device="cpu"), device)
+            check = verify_network(network, ms_database(store, device="cpu"), device)
         assert check.compiled and check.matches, (ref, check)
         assert check.reference == "PyTorch"
 

@@ -11,8 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app, main
+from agent.cost_models import COST_MODELS, check_cost_model, make_cost_model, register_cost_model
+from agent.ms_database import ms_database
 from agent.store import Store
-from agent.tuner import COST_MODELS, check_cost_model, make_cost_model, register_cost_model
 from schemas import BadInputError
 
 runner = CliRunner()
@@ -104,18 +105,21 @@ def test_entry_point_script_reports_bad_input(tmp_path: Path) -> None:
     ]
 
 
-def test_simoe_cost_model_gives_a_clear_error_until_it_exists() -> None:
-    try:
-        import simoe_model.cost_model as cm
+def test_simoe_cost_model_is_built_from_the_nodes_state(tmp_path: Path) -> None:
+    """'simoe' needs a node; there it takes the device's profile once and keeps it."""
+    from agent.devices import get_device
+    from agent.node_state import NodeState
 
-        available = hasattr(cm, "SiMoECostModel")
-    except ImportError:
-        available = False
-    if available:
-        check_cost_model("simoe")
-    else:
-        with pytest.raises(BadInputError, match="simoe"):
-            check_cost_model("simoe")
+    device, node = get_device("sim:t4"), NodeState(tmp_path)
+    check_cost_model("simoe")
+    with pytest.raises(BadInputError, match="needs a node's state"):
+        make_cost_model("simoe", device)
+    assert node.cached_profile("sim:t4") is None
+    model = make_cost_model("simoe", device, node)
+    assert not isinstance(model, str) and model.model_used.source in ("starter", "untrained")
+    assert node.cached_profile("sim:t4") is not None  # profiled once, kept
+    with node.open_store() as store:
+        assert store.latest_profile("sim:t4") is not None
 
 
 def test_cost_model_registry_is_extensible() -> None:
@@ -202,7 +206,7 @@ def test_kept_database_holds_only_tasks_whose_tuned_schedule_won(tmp_path: Path)
         )
         (task,) = result.tasks
         assert task.kept == "tuned" and task.untuned_latency_s is None  # nothing to compare
-        database = store.ms_database(device=device.name, simulated=True)
+        database = ms_database(store, device=device.name, simulated=True)
         mod, target = _normalize_mod(prim_func(spec)), device.target()
         as_tuned = kept_database([(mod, task)], database, target)
         assert len(as_tuned.get_top_k(as_tuned.commit_workload(mod), 1)) == 1

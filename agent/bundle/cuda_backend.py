@@ -14,7 +14,6 @@ class EntryError(Exception):
     """One entry failed (load, launch or timing); the run goes on with the next."""
 
 
-
 class CudaBackend:
     """The real GPU: cubins through the CUDA driver API (cuda-bindings), buffers in torch."""
 

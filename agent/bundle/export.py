@@ -112,8 +112,8 @@ def _sampled(workload: str, target: Any, count: int, seed: int, prefix: str) -> 
     """MetaSchedule's samples of the design space, with their program features."""
     from tvm.s_tir import meta_schedule as ms
 
-    from agent.dataset import sample_workload
-    from agent.store import plain_json, workload_key_of
+    from agent.fleet_dataset import sample_workload
+    from agent.ms_database import plain_json, workload_key_of
 
     sampled = sample_workload(workload, target, count, seed=seed)
     feats = ms.feature_extractor.PerStoreFeature().extract_from(sampled.context, sampled.candidates)
@@ -224,7 +224,7 @@ def _write_home(home: Path, items: list[_Item], twin: Any | None, gpu: str) -> N
     """What stays on the build host: traces, workloads, features, the twin's latencies."""
     import tvm
 
-    from agent.store import workload_key_of
+    from agent.ms_database import workload_key_of
     from agent.workloads import parse_workload, prim_func
 
     home.mkdir(parents=True, exist_ok=True)
@@ -284,7 +284,7 @@ def export_bundle(
     """Build the bundle for the catalog GPU (or spec file) `gpu`; see the module docstring."""
     from agent.devices.sim import SimulatedGPU, cuda_target
     from agent.devices.sim.catalog import resolve
-    from agent.store import plain_json
+    from agent.ms_database import plain_json
 
     say = progress or (lambda _msg: None)
     spec = resolve(gpu)

@@ -123,7 +123,8 @@ def import_results(
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from agent.store import Store, plain_json
+    from agent.ms_database import plain_json
+    from agent.store import Store
 
     manifest, entries, workloads = load_home(home_dir)
     summary, rows = read_results(results_dir)

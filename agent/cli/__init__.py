@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
-
 from agent.cli.app import app
 from schemas.errors import run_cli
 from schemas.protocol import prepare_flower_env
 from simoe_model import tvm_compat
 
-# Each module registers its commands on `app`; a module not written yet is skipped.
-_COMMAND_MODULES = [
-    "profile", "tune", "records", "status", "dataset", "evaluate", "federation", "bundle",
-    "model",
-]  # fmt: skip
-for _name in _COMMAND_MODULES:
-    try:
-        importlib.import_module(f"agent.cli.{_name}")
-    except ModuleNotFoundError as _exc:
-        if _exc.name != f"agent.cli.{_name}":
-            raise
+# Each module registers its commands on `app` when imported, in this order (--help's).
+from agent.cli import profile, tune, records, status, dataset, evaluate, federation, bundle, model  # noqa: E402, F401, I001  # isort: skip
 
 
 def main() -> None:

@@ -14,7 +14,8 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from schemas import AgentConfig, tables
+from agent.node_state import NodeState
+from schemas import tables
 from schemas.tables import Column
 
 app = typer.Typer(
@@ -35,8 +36,9 @@ JsonOption = typer.Option(False, "--json", help="print JSON for scripts instead 
 VerboseOption = typer.Option(False, "--verbose", "-v", help="show tracebacks on errors")
 
 
-def load_config(state_dir: Path | None) -> AgentConfig:
-    return AgentConfig.load(state_dir)
+def node_state(state_dir: Path | None) -> NodeState:
+    """The node of `--state-dir` (default $SIMOE_HOME/agent)."""
+    return NodeState(state_dir)
 
 
 def print_json(data: Any) -> None:

@@ -19,7 +19,7 @@ from agent.cli.app import (
     app,
     console,
     err_console,
-    load_config,
+    node_state,
     print_json,
     print_table,
 )
@@ -50,7 +50,7 @@ def export_command(
 ) -> None:
     """Choose candidates and compile them HERE for the GPU's arch; write the bundle."""
     from agent.bundle.export import export_bundle
-    from agent.dataset import resolve_workloads
+    from agent.fleet_dataset import resolve_workloads
     from schemas import BadInputError
 
     if pick and model is None:
@@ -110,20 +110,22 @@ def import_command(
     """Import a bundle run's results into the node's store, with the GPU's profile."""
     from agent.bundle.importer import import_results
 
-    config = load_config(state_dir)
-    summary = import_results(results, home, config.store_path, device=device_name)
+    store_path = node_state(state_dir).store_path
+    summary = import_results(results, home, store_path, device=device_name)
     if json_out:
         print_json(summary.model_dump(mode="json"))
         return
     label = " (SIMULATED stand-in: not measurements)" if summary.simulated else ""
     print_table(
-        f"Imported into {config.store_path} as {summary.device}{label}",
+        f"Imported into {store_path} as {summary.device}{label}",
         ["what", "value"],
         [
             ("records", summary.records),
             ("failed records", summary.failed_records),
-            ("entries measured / in bundle", f"{summary.measured_entries} / "
-                                             f"{summary.expected_entries}"),  # fmt: skip
+            (
+                "entries measured / in bundle",
+                f"{summary.measured_entries} / {summary.expected_entries}",
+            ),  # fmt: skip
             ("run stopped", summary.stopped),
             ("first error", summary.first_error or "none"),
             ("profile", summary.profile_id or f"none: {summary.profile_error}"),

@@ -88,7 +88,7 @@ def build_command(
     state_dir: Path | None = StateDirOption,
 ) -> None:
     """Sample candidates once per workload, label them on every GPU (simulated), write stores."""
-    from agent.dataset import build_fleet_dataset, resolve_gpus, resolve_workloads
+    from agent.fleet_dataset import build_fleet_dataset, resolve_gpus, resolve_workloads
 
     specs = resolve_gpus(gpus)
     names = resolve_workloads(workloads)

@@ -21,7 +21,7 @@ from agent.cli.app import (
     VerboseOption,
     app,
     err_console,
-    load_config,
+    node_state,
     print_json,
     print_table,
 )
@@ -92,19 +92,20 @@ def evaluate_command(
     import torch
 
     from agent.store import Store
-    from agent.training_data import load_device_dataset, store_devices
+    from agent.store_datasets import load_device_dataset, store_devices
     from simoe_model.metrics import task_metrics
     from simoe_model.model import load_model
     from simoe_model.train import predict
 
     torch.set_num_threads(1)
-    config = load_config(state_dir)
-    model_path = model_path or config.state_dir / "federation" / "model.pt"
+    node = node_state(state_dir)
+    config = node.config()
+    model_path = model_path or node.model_path
     model = load_model(model_path)
     if not model.expert_names:
         raise BadInputError(f"{model_path}: the model has no experts yet; train it first")
     results: list[DeviceEvaluation] = []
-    paths = _stores(data, config.store_path)
+    paths = _stores(data, node.store_path)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),

@@ -17,12 +17,12 @@ from agent.cli.app import (
     print_json,
     print_table,
 )
-from schemas import AgentConfig, BadInputError
-from schemas.config import default_state_dir
+from agent.node_state import NodeState
+from schemas import BadInputError
 
 
 def _state_dir(state_dir: Path | None) -> Path:
-    return (state_dir or default_state_dir()).expanduser().resolve()
+    return NodeState(state_dir).dir.resolve()  # the SuperNode gets it as an absolute path
 
 
 @app.command()
@@ -68,6 +68,9 @@ def enroll(
 def run(
     port: int = typer.Option(9094, "--port", help="local port of the node's SuperNode API"),
     no_tune: bool = typer.Option(False, "--no-tune", help="federate only; leave the queue"),
+    drain: bool = typer.Option(
+        False, "--drain", help="work through the queued jobs, then stop (exit 0)"
+    ),
     state_dir: Path | None = StateDirOption,
     verbose: bool = VerboseOption,
 ) -> None:
@@ -79,7 +82,7 @@ def run(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    daemon = AgentDaemon(directory, port=port, tune=not no_tune)
+    daemon = AgentDaemon(directory, port=port, tune=not no_tune, drain=drain)
     daemon.install_signal_handlers()
     raise typer.Exit(daemon.run())
 
@@ -101,19 +104,16 @@ def submit(
     """Queue tuning work for the daemon (`simoe-agent run`)."""
     from agent.daemon import Queue, make_job
 
-    directory = _state_dir(state_dir)
-    config = AgentConfig.load(directory)
-    job = make_job(subject, trials or config.trials_per_task)
+    node = NodeState(_state_dir(state_dir))
+    job = make_job(subject, trials or node.config().trials_per_task)
     if cost_model is not None:
-        from typing import get_args
+        from agent.cost_models import COST_MODELS
 
-        from schemas.config import CostModelName
-
-        if cost_model not in get_args(CostModelName):
-            known = ", ".join(get_args(CostModelName))
+        if cost_model not in COST_MODELS:
+            known = ", ".join(COST_MODELS)
             raise BadInputError(f"--cost-model {cost_model!r}: unknown (known: {known})")
         job.cost_model = cost_model
-    path = Queue(directory).put(job)
+    path = Queue(node.queue_dir).put(job)
     if as_json:
         print_json(job.model_dump(mode="json") | {"path": str(path)})
         return

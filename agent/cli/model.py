@@ -11,7 +11,7 @@ from agent.cli.app import (
     StateDirOption,
     VerboseOption,
     app,
-    load_config,
+    node_state,
     print_json,
     print_table,
 )
@@ -45,7 +45,7 @@ def model_show(
     """Which model `tune --cost-model simoe` would use now, and what it was trained on."""
     from agent.model_choice import choose_model
 
-    used = choose_model(load_config(state_dir).state_dir)
+    used = choose_model(node_state(state_dir))
     if json_out:
         print_json(used.model_dump(mode="json"))
     else:
@@ -63,7 +63,7 @@ def model_import(
     """Validate a SiMoE model and use it on this node when it has no federation model."""
     from agent.model_choice import import_model
 
-    used = import_model(file, load_config(state_dir).state_dir, label=label)
+    used = import_model(file, node_state(state_dir), label=label)
     if json_out:
         print_json(used.model_dump(mode="json"))
     else:

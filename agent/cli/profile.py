@@ -14,7 +14,7 @@ from agent.cli.app import (
     app,
     console,
     err_console,
-    load_config,
+    node_state,
     print_json,
     print_table,
 )
@@ -75,7 +75,8 @@ def profile_command(
     from agent.devices import get_device
     from agent.profiler import load_or_profile
 
-    config = load_config(state_dir)
+    node = node_state(state_dir)
+    config = node.config()
     device = get_device(device_name or config.device)
     with Progress(
         TextColumn("probing {task.description}"),
@@ -91,7 +92,7 @@ def profile_command(
             progress.update(bar, completed=done, total=total, description=f"{device.name} {name}")
 
         profile = load_or_profile(
-            device, config.state_dir, refresh=refresh, repeat=repeat, progress=on_probe
+            device, node.dir, refresh=refresh, repeat=repeat, progress=on_probe
         )
     if json_out:
         print_json(profile.model_dump(mode="json"))

@@ -13,10 +13,11 @@ from agent.cli.app import (
     VerboseOption,
     app,
     err_console,
-    load_config,
+    node_state,
     print_json,
     print_table,
 )
+from agent.ms_json import export_ms_json, import_ms_json
 from agent.store import RecordSummary, Store
 from schemas import BadInputError
 from schemas.errors import output_folder
@@ -36,7 +37,7 @@ CANDIDATE = Column("candidate", optional=True)
 
 
 def _store_path(state_dir: Path | None) -> Path:
-    return load_config(state_dir).store_path
+    return node_state(state_dir).store_path
 
 
 def _read(state_dir: Path | None) -> Store | None:
@@ -160,7 +161,7 @@ def records_export(
         raise BadInputError(f"{path}: no store yet (nothing tuned on this node)")
     output_folder(directory, "the export folder")
     with Store(path) as store, err_console.status("exporting records", spinner="dots"):
-        count = store.export_ms_json(directory, device=device)
+        count = export_ms_json(store, directory, device=device)
     result = {"directory": str(directory), "records": count, "device": device}
     if json_out:
         print_json(result)
@@ -184,7 +185,7 @@ def records_import(
         Store(_store_path(state_dir)) as store,
         err_console.status("importing records", spinner="dots"),
     ):
-        added = store.import_ms_json(directory, device=device, simulated=simulated)
+        added = import_ms_json(store, directory, device=device, simulated=simulated)
         total = store.count_records(device=device)
     result = {
         "directory": str(directory),

@@ -14,11 +14,12 @@ from agent.cli.app import (
     VerboseOption,
     app,
     console,
-    load_config,
+    node_state,
     print_json,
     print_table,
 )
-from agent.store import Store, StoreSummary
+from agent.node_state import NodeState
+from agent.store import StoreSummary
 from schemas import AgentConfig, BadInputError, HardwareProfile
 from schemas.tables import Column, short_time
 
@@ -71,19 +72,16 @@ class AgentStatus(BaseModel):
     federation: FederationStatus | None = None
 
 
-def _federation(state_dir: Path, config: AgentConfig) -> FederationStatus | None:
-    from agent.client_app import NodeState
-
-    node = NodeState(state_dir)
-    if not (config.server or node.state_path.exists()):
+def _federation(node: NodeState, config: AgentConfig) -> FederationStatus | None:
+    if not (config.server or node.federation_state_path.exists()):
         return None
-    state = node.load()
+    state = node.federation_state()
     try:
         fingerprint = node.fingerprint()
     except (BadInputError, ValueError):
         fingerprint = None
     daemon = None
-    daemon_file = state_dir / "daemon.json"
+    daemon_file = node.daemon_status_path
     if daemon_file.exists():
         try:
             daemon = json.loads(daemon_file.read_text())
@@ -99,7 +97,7 @@ def _federation(state_dir: Path, config: AgentConfig) -> FederationStatus | None
         experts=state.experts,
         refused=state.refused,
         refused_payload=state.refused_payload,
-        has_model=node.model_path.exists(),
+        has_model=node.has_model(),
         daemon=daemon,
     )
 
@@ -109,9 +107,9 @@ def _store_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in (Path(f"{path}{s}") for s in suffixes) if p.exists())
 
 
-def _cached_profiles(state_dir: Path) -> list[CachedProfile]:
+def _cached_profiles(node: NodeState) -> list[CachedProfile]:
     found = []
-    for file in sorted((state_dir / "profiles").glob("*.json")):
+    for file in sorted(node.profiles_dir.glob("*.json")):
         try:
             profile = HardwareProfile.model_validate_json(file.read_text())
         except (OSError, ValidationError, ValueError) as exc:
@@ -131,22 +129,23 @@ def _cached_profiles(state_dir: Path) -> list[CachedProfile]:
 
 def collect_status(state_dir: Path | None) -> AgentStatus:
     """The node's status; reads the store but never creates it."""
-    config = load_config(state_dir)
-    path = config.store_path
+    node = node_state(state_dir)
+    config = node.config()
+    path = node.store_path
     summary = None
     if path.exists():
-        with Store(path) as store:
+        with node.open_store() as store:
             summary = store.summary()
     return AgentStatus(
-        state_dir=str(config.state_dir),
-        config_file=str(config.config_path) if config.config_path.exists() else None,
+        state_dir=str(node.dir),
+        config_file=str(node.config_path) if node.config_path.exists() else None,
         config=config.model_dump(mode="json"),
         store_path=str(path),
         store_exists=path.exists(),
         store_bytes=_store_bytes(path),
         store=summary,
-        cached_profiles=_cached_profiles(config.state_dir),
-        federation=_federation(config.state_dir, config),
+        cached_profiles=_cached_profiles(node),
+        federation=_federation(node, config),
     )
 
 

@@ -22,7 +22,7 @@ from agent.cli.app import (
     app,
     console,
     err_console,
-    load_config,
+    node_state,
     print_json,
     print_table,
 )
@@ -161,22 +161,16 @@ def tune(
     state_dir: Path | None = StateDirOption,
 ) -> None:
     """Tune an operator or a network with MetaSchedule; every measurement goes to the store."""
+    from agent.cost_models import check_cost_model
     from agent.devices import get_device
     from agent.networks import check_model_ref, load_network
-    from agent.store import Store
-    from agent.tuner import (
-        check_cost_model,
-        check_fits,
-        ensure_profile,
-        search_population,
-        tune_network,
-        tune_workload,
-    )
+    from agent.tuner import check_fits, search_population, tune_network, tune_workload
     from agent.workloads import parse_workload
 
     if (workload is None) == (model is None):
         raise BadInputError("give exactly one of --workload SPEC or --model FILE|NAME")
-    config = load_config(state_dir)
+    node = node_state(state_dir)
+    config = node.config()
     parsed = parse_workload(workload) if workload is not None else None
     if model is not None:
         check_model_ref(model)
@@ -198,7 +192,7 @@ def tune(
 
     log_level = logging.INFO if verbose else logging.WARNING
     with (
-        Store(config.store_path) as store,
+        node.open_store() as store,
         Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -216,22 +210,24 @@ def tune(
                 text = f"profiling {device.name}: {name}"
                 progress.update(probing, completed=done, total=total, description=text)
 
-            profile = ensure_profile(device, store, progress=on_probe)
+            profile = node.profile(device, progress=on_probe)
+            if store.latest_profile(device.name) is None:  # a cached file the store lacked
+                store.save_profile(profile)
             progress.update(probing, visible=False)
         profile_id = profile.profile_id if profile is not None else None
         bars = _TuningBar(progress)
         if parsed is not None:
             result = tune_workload(
-                parsed, device, store, trials=trials, cost_model=cost_model, progress=bars,
-                seed=seed, baseline=baseline, profile_id=profile_id, log_level=log_level,
-                population=population, model_rounds=model_rounds,
+                parsed, device, store, trials=trials, cost_model=cost_model, node=node,
+                progress=bars, seed=seed, baseline=baseline, profile_id=profile_id,
+                log_level=log_level, population=population, model_rounds=model_rounds,
             )  # fmt: skip
         else:
             assert network is not None
             status = progress.add_task(f"{network.name}: extracting tasks", total=None)
             result = tune_network(
                 network, device, store, trials_per_task=trials, cost_model=cost_model,
-                progress=bars, seed=seed, baseline=baseline, profile_id=profile_id,
+                node=node, progress=bars, seed=seed, baseline=baseline, profile_id=profile_id,
                 log_level=log_level, population=population, model_rounds=model_rounds,
                 on_stage=lambda text: progress.update(status, description=text),
             )  # fmt: skip

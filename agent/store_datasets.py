@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from agent.node_state import NodeState
 from agent.store import Store
 from schemas import BadInputError, HardwareProfile
-from simoe_model.data import DeviceDataset, TaskData
 from simoe_model.hardware import hardware_vector
+from simoe_model.task_data import DeviceDataset, TaskData
 
 log = logging.getLogger("simoe.agent")
 
@@ -123,3 +124,12 @@ def load_store_file(path: Path, profile: HardwareProfile | None = None) -> Devic
                 f"{path}: no hardware profile of {device}; run `simoe-agent profile`"
             )
         return load_device_dataset(store, device, profile)
+
+
+def node_dataset(node: NodeState, profile: HardwareProfile) -> DeviceDataset:
+    """A node's measurements on its profiled device (features cached in its store)."""
+    if not node.store_path.exists():
+        return DeviceDataset(profile.device, hardware_vector(profile), [])
+    with node.open_store() as store:
+        cache_missing_features(store, profile.device)  # the tuner's records have none yet
+        return load_device_dataset(store, profile.device, profile)

@@ -150,7 +150,7 @@ def sample_workload(
 def _record_args(mod: Any) -> list[Any]:
     from tvm.s_tir import meta_schedule as ms
 
-    from agent.store import plain_json
+    from agent.ms_database import plain_json
 
     return [plain_json(a.as_json()) for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
 
@@ -246,7 +246,7 @@ def analyse_sample(
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from agent.store import plain_json, workload_key_of
+    from agent.ms_database import plain_json, workload_key_of
 
     path = _cache_file(cache_dir, workload, target, per_workload, seed) if cache_dir else None
     if path is not None and path.exists():
@@ -301,7 +301,8 @@ def build_fleet_dataset(
     With `cache_dir`, each workload's sample (traces, features, TIR analysis) is kept there
     and reused: labelling the same sample on other GPUs or units costs seconds.
     """
-    from agent.store import Store, plain_json
+    from agent.ms_database import plain_json
+    from agent.store import Store
 
     if per_workload < 1:
         raise BadInputError("--per-workload must be at least 1")

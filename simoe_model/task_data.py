@@ -1,6 +1,6 @@
 """In-memory training data: what one device measured, grouped by task.
 
-`agent.training_data` fills these from a node's store; tests and benches build them
+`agent.store_datasets` fills these from a node's store; tests and benches build them
 directly. `PackedTask` is the same task as tensors, prepared once so that training
 steps only gather rows.
 """
