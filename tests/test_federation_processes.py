@@ -155,7 +155,7 @@ def test_federation_with_real_processes(tmp_path: Path, processes: list) -> None
         ca=certs.ca,
         name=devices[3].name,
         device=f"sim:{devices[3].name}",
-        download_timeout=150,
+        download_timeout=300,  # under a loaded machine a first ClientApp takes minutes
         supernode_port=node_ports[3],
     )
     assert result.registration == "registered" and not result.key_created
