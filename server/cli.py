@@ -389,6 +389,7 @@ def start(
     """Start the SuperLink (TLS, node auth, persistent) and the SiMoE run; Ctrl-C stops both."""
     import signal
     import threading
+    import time
 
     from server.superlink import Certs, SuperLink, check_certs, init_certs, submit_run
 
@@ -428,9 +429,18 @@ def start(
         console.print(f"nodes: simoe-agent enroll --server {link.address} --ca {certs.ca} ...")
         console.print(f"watch: simoe-server rounds --state-dir {directory}")
         seen = 0
+        run_ids = {run_id}
+        last_alive = time.monotonic()
         while not stop.wait(5.0):
             if link.process is not None and link.process.poll() is not None:
                 raise RunFailure(f"the SuperLink exited ({link.process.returncode})")
+            if link.serverapp_running():
+                last_alive = time.monotonic()
+            elif time.monotonic() - last_alive > 90:  # Flower ended the run: start it again
+                run_id = submit_run(directory, link.address, certs.ca, run_config)
+                run_ids.add(run_id)
+                last_alive = time.monotonic()
+                console.print(f"the SiMoE run had ended (no ServerApp); started run {run_id}")
             path = registry_path(directory)
             if path.exists():
                 with open_registry(directory) as registry:
@@ -442,7 +452,7 @@ def start(
                         f"model v{info.global_version}"
                     )
                 seen = len(infos)
-                if rounds and sum(1 for r in infos if r.run_id == run_id) >= rounds:
+                if rounds and sum(1 for r in infos if r.run_id in run_ids) >= rounds:
                     break
     except KeyboardInterrupt:
         pass

@@ -268,6 +268,28 @@ class SuperLink:
         with contextlib.suppress(ProcessLookupError):  # children that outlived it
             os.killpg(self.process.pid, signal.SIGKILL)
 
+    def serverapp_running(self) -> bool:
+        """Whether a ServerApp process (`flwr-serverapp`) runs under this SuperLink.
+
+        Flower ends a run whose ServerApp misses its heartbeats (a 5 s call timeout:
+        a machine loaded enough makes it happen); the SuperLink itself lives on.
+        """
+        import psutil
+
+        if self.process is None or self.process.poll() is not None:
+            return False
+        try:
+            children = psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.Error:
+            return False
+        for child in children:
+            try:
+                if any("flwr-serverapp" in part for part in child.cmdline()):
+                    return True
+            except psutil.Error:
+                continue
+        return False
+
     def kill(self) -> None:
         """SIGKILL the whole group: a crash, as the restart test wants it."""
         if self.process is None:
