@@ -253,6 +253,7 @@ class AgentDaemon:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        self.write_status("running")  # its pid: a restart after a SIGKILL stops it
         while self.job_process.poll() is None:
             if self.stop.wait(0.5):
                 self._terminate(self.job_process)
