@@ -49,6 +49,7 @@ from pydantic import BaseModel, ConfigDict
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from schemas import BadInputError, RunFailure  # noqa: E402
+from server.processes import free_port  # noqa: E402
 
 DEVICES = ("t4", "a10", "v100", "l4", "a100-40gb", "3090", "p100", "h100-sxm")
 JOBS = ("matmul:64,64,64", "matmul:32,64,32")  # tiny: records written, little CPU taken
@@ -59,10 +60,6 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def listening(port: int) -> bool:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from schemas.protocol import prepare_flower_env
+from server.processes import free_port
 from simoe_model import tvm_compat
+
+__all__ = ["free_port", "wait_for"]  # for the tests: `from conftest import free_port, wait_for`
 
 # The test run is an entry point like any other: Flower offline, TVM's inspect patch.
 prepare_flower_env()
@@ -20,3 +26,20 @@ def simoe_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "simoe-home"
     monkeypatch.setenv("SIMOE_HOME", str(home))
     return home
+
+
+def wait_for(
+    what: str,
+    check: Callable[[], bool],
+    timeout: float,
+    process: subprocess.Popen | None = None,
+) -> None:
+    """Poll `check` until it holds; fail the test after `timeout` s or when `process` exits."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if check():
+            return
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"{process.args[0]} exited ({process.returncode}) before {what}")
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")

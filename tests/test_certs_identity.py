@@ -24,6 +24,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import free_port
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from federation_helpers import ToyNode, initial_arrays, toy_similarity
@@ -127,10 +128,6 @@ def test_start_refuses_bad_certificates(
     assert not (tmp_path / "server" / "superlink.sqlite").exists()  # nothing was started
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture()

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import free_port, wait_for
 from federation_helpers import seed_node
 from privacy_audit import audit_content, node_secrets
 
@@ -39,19 +38,8 @@ from simoe_model.synthetic import make_devices, make_tasks
 pytestmark = pytest.mark.slow
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
-def wait_for(what: str, check: Callable[[], bool], timeout: float) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if check():
-            return
-        time.sleep(1.0)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def start_node(state_dir: Path, port: int) -> subprocess.Popen[bytes]:

@@ -41,9 +41,11 @@ def test_chained_search_scores_every_round_and_returns_distinct_best_first() -> 
     sch = tvm.s_tir.Schedule(mod)
     found[0].trace.apply_to_schedule(sch, remove_postproc=False)
     assert tvm_ffi.structural_equal(sch.mod, found[0].mod)
-    # later rounds start from the best scored so far: the search gets no worse over rounds
-    first_round = [f.score for f in found if f.order < 4]
-    assert found[0].score <= min(first_round)
+    # later rounds start from the best scored so far: every round adds candidates, and
+    # the last round's best beats the first round's (at this seed: 9.3 us -> 4.4 us)
+    by_round = {r: [f.score for f in found if f.order // 4 == r] for r in range(3)}
+    assert all(by_round.values())
+    assert min(by_round[2]) < min(by_round[0])
 
 
 def test_bad_search_sizes_are_refused() -> None:

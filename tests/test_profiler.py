@@ -14,8 +14,10 @@ import pytest
 import tvm
 
 from agent.devices.base import Device
+from agent.devices.sim import SimulatedGPU
 from agent.probes import BANDWIDTH_PROBE, FMA_PROBE, PROBE_SUITE_VERSION, PROBES, target_kind
 from agent.profiler import load_or_profile, profile_device, profile_path
+from agent.store import Store
 from schemas import AnalyticalSpecs, BadInputError, HardwareProfile
 
 CUDA_TARGET = {
@@ -201,9 +203,8 @@ def test_profile_is_cached_and_reused(counting_device: CountingDevice, tmp_path:
 
 
 def test_profile_is_saved_into_the_store(counting_device: CountingDevice, tmp_path: Path) -> None:
-    store_module = pytest.importorskip("agent.store")
     profile = load_or_profile(counting_device, tmp_path, repeat=1)
-    with store_module.Store(tmp_path / "store.sqlite") as store:
+    with Store(tmp_path / "store.sqlite") as store:
         assert store.latest_profile("cpu") == profile
 
 
@@ -253,8 +254,7 @@ def test_a_cache_of_an_older_probe_suite_is_not_used(
 
 
 def test_a_simulated_gpu_profile_is_labelled_simulated() -> None:
-    sim = pytest.importorskip("agent.devices.sim")
-    device = sim.SimulatedGPU.from_spec("t4")
+    device = SimulatedGPU.from_spec("t4")
     profile = profile_device(device, repeat=2)
     assert profile.simulated and profile.device_kind == "sim" and profile.device == "sim:t4"
     latencies = profile.empirical.probe_latency_us
@@ -279,7 +279,6 @@ def _cli(
 def test_cli_profile_json_is_a_hardware_profile_and_is_cached(
     simoe_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pytest.importorskip("agent.devices.sim")
     code, stdout, stderr = _cli(monkeypatch, capsys, "profile", "--device", "sim:t4", "--json")
     assert code == 0, stderr
     profile = HardwareProfile.model_validate(json.loads(stdout))

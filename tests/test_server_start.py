@@ -15,20 +15,16 @@ import sqlite3
 import ssl
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+from conftest import free_port, wait_for
 
 SERVER = str(Path(sys.executable).with_name("simoe-server"))
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def listening(port: int) -> bool:
@@ -39,15 +35,6 @@ def listening(port: int) -> bool:
         return False
 
 
-def wait_for(what: str, check: Callable[[], bool], timeout: float, server=None) -> None:  # noqa: ANN001
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if check():
-            return
-        if server is not None and server.poll() is not None:
-            raise AssertionError(f"simoe-server exited ({server.returncode}) before {what}")
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
