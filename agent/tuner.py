@@ -11,7 +11,6 @@ measured against the untuned default schedule (and, for a network, checked again
 from __future__ import annotations
 
 import logging
-import math
 import statistics
 import tempfile
 import time
@@ -28,6 +27,7 @@ from agent.networks import Network, extract_network_tasks, load_network, one_lin
 from agent.tuning_logs import close_loggers, task_loggers
 from agent.workloads import TEWorkload, Workload, flops, prim_func
 from schemas import BadInputError, RunFailure, SimoeError
+from schemas.records import failed_run
 from schemas.tuning import ModelUsed, NetworkCheck, TaskResult, TuneResult
 from simoe_model import tvm_compat
 
@@ -323,7 +323,7 @@ def _task_result(
     top = database.get_top_k(workload, 1)
     if top:
         secs = [float(s) for s in top[0].run_secs]
-        if secs and all(math.isfinite(s) and s < 1e9 for s in secs):
+        if not failed_run(secs):
             best_db = sum(secs) / len(secs)
     tuned: float | None = None
     if best_db is not None:

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from schemas.records import failed_run
 from simoe_model.task_data import DeviceDataset, TaskData
 
 Say = Callable[[str], None]
@@ -609,8 +610,8 @@ def tune_method(
             for r in runs:
                 measured[0] += 1
                 secs = [float(s) for s in (r.run_secs or [])]
-                modelled += modelled_cost_seconds(secs) if secs and max(secs) < 1e9 else 0.0
-                if r.error_msg is None and secs and max(secs) < 1e9:
+                modelled += modelled_cost_seconds(secs) if not failed_run(secs) else 0.0
+                if r.error_msg is None and not failed_run(secs):
                     best[task_id] = min(best[task_id], sum(secs) / len(secs))
                 if all(math.isfinite(b) for b in best):
                     lat = sum(t.weight * b for t, b in zip(tasks, best, strict=True))

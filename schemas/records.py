@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -10,6 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 # MetaSchedule reports a failed build or run as this latency.
 FAILED_RUN_SECS = 1e10
+
+
+def failed_run(run_secs: Sequence[float] | None) -> bool:
+    """The one test of a failed measurement: no seconds, a non-finite one, or the sentinel."""
+    return not run_secs or any((not math.isfinite(s)) or s >= FAILED_RUN_SECS for s in run_secs)
 
 
 class TuningRecord(BaseModel):
@@ -30,9 +36,7 @@ class TuningRecord(BaseModel):
 
     @property
     def failed(self) -> bool:
-        return not self.run_secs or any(
-            (not math.isfinite(s)) or s >= FAILED_RUN_SECS for s in self.run_secs
-        )
+        return failed_run(self.run_secs)
 
     @property
     def latency_s(self) -> float | None:

@@ -89,6 +89,13 @@ class Registry:
     def _create(self) -> None:
         db = self.db
         db["meta"].create({"key": str, "value": str}, pk="key", if_not_exists=True)
+        rows = list(db["meta"].rows_where("key = ?", ["schema_version"]))
+        found = int(rows[0]["value"]) if rows else SCHEMA_VERSION
+        if found > SCHEMA_VERSION:  # a newer simoe-server wrote it: do not touch its data
+            raise BadInputError(
+                f"{self.path}: registry schema version {found} is newer than this "
+                f"simoe-server's ({SCHEMA_VERSION}); upgrade simoe-server"
+            )
         db["meta"].upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)}, pk="key")
         db["nodes"].create(
             {

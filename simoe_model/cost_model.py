@@ -21,7 +21,8 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from tvm.s_tir.meta_schedule.utils import shash2hex
 
-from schemas import FAILED_RUN_SECS, HardwareProfile
+from schemas import HardwareProfile
+from schemas.records import failed_run
 from simoe_model.features import extract_features
 from simoe_model.hardware import hardware_vector as profile_vector
 from simoe_model.model import SiMoE, load_model, save_model
@@ -110,7 +111,7 @@ class SiMoECostModel(PyCostModel):
         keep_feats, latencies = [], []
         for feat, result in zip(features, results, strict=True):
             secs = [float(s) for s in (result.run_secs or [])]
-            if result.error_msg is None and secs and max(secs) < FAILED_RUN_SECS:
+            if result.error_msg is None and not failed_run(secs):
                 keep_feats.append(feat)
                 latencies.append(float(np.mean(secs)))
         if not latencies:

@@ -231,6 +231,24 @@ def test_not_sqlite_is_bad_input(tmp_path: Path) -> None:
         Registry(path)
 
 
+def test_a_newer_registry_schema_is_refused_untouched(tmp_path: Path) -> None:
+    import sqlite3
+
+    from schemas import BadInputError
+    from server.registry import SCHEMA_VERSION
+
+    path = tmp_path / "registry.sqlite"
+    Registry(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [SCHEMA_VERSION + 1])
+    with pytest.raises(BadInputError, match=f"schema version {SCHEMA_VERSION + 1} is newer"):
+        Registry(path)
+    with sqlite3.connect(path) as db:  # still the newer version: nothing was rewritten
+        [(value,)] = db.execute("SELECT value FROM meta WHERE key = 'schema_version'")
+    assert int(value) == SCHEMA_VERSION + 1
+    Registry(tmp_path / "fresh.sqlite").close()  # a new registry gets this version
+
+
 def test_experts_refuted_by_most_testers_are_not_sent_to_newcomers(tmp_path: Path) -> None:
     """Nodes with records report the experts that rank them backwards; a newcomer, which
     cannot test anything yet, is not sent an expert that most of its testers refuted."""
