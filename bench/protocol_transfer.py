@@ -305,9 +305,14 @@ def seed_mean(result: dict, method: str, budget: int) -> dict[str, np.ndarray] |
         r.get(method, {}).get(budget, r.get(method, {}).get(str(budget)))  # JSON: str keys
         for r in result["per_task_top1"].values()
     ]
-    if not runs or any(r is None for r in runs):
+    runs = [r for r in runs if r is not None]  # a method may have fewer seeds (see seeds_of)
+    if not runs:
         return None
     return {u: np.mean([np.asarray(r[u]) for r in runs], axis=0) for u in runs[0]}
+
+
+def seeds_of(result: dict, method: str) -> list[str]:
+    return [s for s, r in result["per_task_top1"].items() if method in r]
 
 
 def paired_interval(ours: dict, theirs: dict, seed: int = 0) -> tuple[float, float, float]:
@@ -342,10 +347,10 @@ def markdown(result: dict) -> str:
         "",
         "Top-1 score on the held-out candidates (mean over units, tasks and seeds):",
         "",
-        "| method | " + " | ".join(f"budget {b}" for b in protocol.BUDGETS) + " |",
-        "|---|" + "---|" * len(protocol.BUDGETS),
+        "| method | seeds | " + " | ".join(f"budget {b}" for b in protocol.BUDGETS) + " |",
+        "|---|---|" + "---|" * len(protocol.BUDGETS),
     ]
-    methods = list(next(iter(result["per_task_top1"].values())))
+    methods = list(dict.fromkeys(m for r in result["per_task_top1"].values() for m in r))
     for m in methods:
         cells = []
         for b in protocol.BUDGETS:
@@ -353,7 +358,7 @@ def markdown(result: dict) -> str:
             cells.append(
                 "" if got is None else f"{np.mean(np.concatenate(list(got.values()))):.3f}"
             )
-        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+        lines.append(f"| {m} | {len(seeds_of(result, m))} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "SiMoE minus each baseline: per-task top-1 (averaged over the seeds), mean and 95 % "
@@ -559,7 +564,7 @@ def side_by_side(validation: dict, test: dict) -> str:
         "| method | " + " | ".join(f"{b} val | {b} test" for b in protocol.BUDGETS) + " |",
         "|---|" + "---|---|" * len(protocol.BUDGETS),
     ]
-    methods = list(next(iter(test["per_task_top1"].values())))
+    methods = list(dict.fromkeys(m for r in test["per_task_top1"].values() for m in r))
     for m in methods:
         cells = []
         for b in protocol.BUDGETS:
