@@ -30,11 +30,11 @@ import sqlite_utils
 from pydantic import BaseModel, ConfigDict
 
 from schemas import BadInputError, HardwareProfile, RunFailure, TuningRecord
+from schemas.records import FEATURE_DIM
 
 # Bump with a migration in `_migrate` whenever the tables change.
 SCHEMA_VERSION = 1
 # Per-store program features of MetaSchedule's PerStoreFeature: [n_stores, 164].
-FEATURE_WIDTH = 164
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _OUR_TABLES = {"workloads", "records", "profiles", "features"}
 # SQLite's bound-parameter limit is 32766 on recent builds; stay far below it.
@@ -502,9 +502,9 @@ class Store:
         rows = []
         for cid, features in items.items():
             array = np.asarray(features)
-            if array.ndim != 2 or array.shape[1] != FEATURE_WIDTH:
+            if array.ndim != 2 or array.shape[1] != FEATURE_DIM:
                 raise BadInputError(
-                    f"features of {cid}: expected shape [n_stores, {FEATURE_WIDTH}], "
+                    f"features of {cid}: expected shape [n_stores, {FEATURE_DIM}], "
                     f"got {list(array.shape)}"
                 )
             array = np.ascontiguousarray(array, dtype=np.float32)

@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 # MetaSchedule reports a failed build or run as this latency.
 FAILED_RUN_SECS = 1e10
+# Program features: MetaSchedule's PerStoreFeature gives this many per buffer store.
+FEATURE_DIM = 164
 
 
 def failed_run(run_secs: Sequence[float] | None) -> bool:

@@ -13,10 +13,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from schemas.records import FEATURE_DIM
+
+__all__ = ["FEATURE_DIM", "log_transform", "pack_rows", "extract_features"]
+
 if TYPE_CHECKING:
     from tvm.s_tir import meta_schedule as ms
 
-FEATURE_DIM = 164
 
 
 def log_transform(rows: np.ndarray) -> np.ndarray:

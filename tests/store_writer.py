@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from agent.ms_database import ms_database
-from agent.store import FEATURE_WIDTH, Store
+from agent.store import Store
 from schemas import TuningRecord
+from schemas.records import FEATURE_DIM
 from simoe_model import tvm_compat
 
 BATCH = 40
@@ -43,7 +44,7 @@ def write_batches(store: Store, seed: int) -> None:
         ]
         ids = store.add_records(records)
         store.put_features(
-            {cid: rng.standard_normal((int(rng.integers(5, 40)), FEATURE_WIDTH)) for cid in ids}
+            {cid: rng.standard_normal((int(rng.integers(5, 40)), FEATURE_DIM)) for cid in ids}
         )
         step += 1
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner, Result
 
 from agent.ms_database import ms_database, plain_json, trace_json, workload_key_of
 from agent.ms_json import export_ms_json, import_ms_json
-from agent.store import FEATURE_WIDTH, Store
+from agent.store import Store
 from schemas import (
     FAILED_RUN_SECS,
     AnalyticalSpecs,
@@ -26,6 +26,7 @@ from schemas import (
     HardwareProfile,
     TuningRecord,
 )
+from schemas.records import FEATURE_DIM
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -179,7 +180,7 @@ def test_features_cache_and_labelled_candidates(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     with Store(tmp_path / "s.sqlite") as store:
         ids = store.add_records([_record("w", [1], [1e-3]), _record("w", [2], [FAILED_RUN_SECS])])
-        feats = rng.standard_normal((7, FEATURE_WIDTH)).astype(np.float64)  # cast on the way in
+        feats = rng.standard_normal((7, FEATURE_DIM)).astype(np.float64)  # cast on the way in
         store.put_features({ids[0]: feats})
         got = store.get_features([ids[0], ids[1], "nope"])
         assert set(got) == {ids[0]}
@@ -195,7 +196,7 @@ def test_features_cache_and_labelled_candidates(tmp_path: Path) -> None:
         with pytest.raises(BadInputError, match="164"):
             store.put_features({"x": np.zeros((3, 10))})
         with pytest.raises(BadInputError, match="NaN"):
-            store.put_features({"x": np.full((1, FEATURE_WIDTH), np.nan)})
+            store.put_features({"x": np.full((1, FEATURE_DIM), np.nan)})
 
 
 def test_not_sqlite_refused(tmp_path: Path) -> None:
