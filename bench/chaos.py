@@ -32,7 +32,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -50,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from schemas import BadInputError, RunFailure  # noqa: E402
 from server.processes import free_port  # noqa: E402
+from server.superlink import port_open  # noqa: E402
 
 DEVICES = ("t4", "a10", "v100", "l4", "a100-40gb", "3090", "p100", "h100-sxm")
 JOBS = ("matmul:64,64,64", "matmul:32,64,32")  # tiny: records written, little CPU taken
@@ -62,12 +62,6 @@ def utc_now() -> datetime:
 
 
 
-def listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-            return True
-    except OSError:
-        return False
 
 
 def cli_path(name: str) -> str:
@@ -315,7 +309,7 @@ class Deployment:
             assert self.server is not None
             if not self.server.alive():
                 raise RunFailure(f"simoe-server exited; see {self.server.log}")
-            if listening(self.port) and (self.server_dir / "registry.sqlite").exists():
+            if port_open("127.0.0.1", self.port) and (self.server_dir / "registry.sqlite").exists():
                 return time.monotonic() - started
             time.sleep(1.0)
         raise RunFailure(f"the server was not up within {timeout:.0f} s; see {self.server.log}")

@@ -22,17 +22,13 @@ import psutil
 import pytest
 from conftest import free_port, wait_for
 
+from server.superlink import port_open
+
 SERVER = str(Path(sys.executable).with_name("simoe-server"))
 
 
 
 
-def listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-            return True
-    except OSError:
-        return False
 
 
 
@@ -75,7 +71,7 @@ def test_start_listens_reports_and_stops_on_sigterm(tmp_path: Path, started: lis
     )  # fmt: skip
     started.append(server)
     registry = state / "registry.sqlite"
-    wait_for("the SuperLink to listen", lambda: listening(port), 90, server)
+    wait_for("the SuperLink to listen", lambda: port_open("127.0.0.1", port), 90, server)
     wait_for("the ServerApp's first global model", lambda: global_version(state) == 1, 150, server)
 
     # TLS with the CA it was given: a client that trusts that CA completes the handshake
@@ -110,7 +106,7 @@ def test_start_listens_reports_and_stops_on_sigterm(tmp_path: Path, started: lis
     log.close()
     _, alive = psutil.wait_procs(children, timeout=20)
     assert not alive, f"left running: {[p.cmdline()[:2] for p in alive]}"
-    assert not listening(port)
+    assert not port_open("127.0.0.1", port)
     assert "SuperLink stopped" in (tmp_path / "server.log").read_text()
 
     with sqlite3.connect(registry) as db:
@@ -137,7 +133,7 @@ def test_bad_certificates_are_one_line_exit_2(tmp_path: Path, damage: str) -> No
     assert len(lines) == 1 and lines[0].startswith("simoe-server: error:"), result.stderr
     assert ("server.key" if damage == "missing" else "server.pem") in lines[0]
     assert "Traceback" not in result.stderr + result.stdout
-    assert not listening(port)
+    assert not port_open("127.0.0.1", port)
     assert not (tmp_path / "server" / "superlink.sqlite").exists()
 
 
