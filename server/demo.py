@@ -346,16 +346,26 @@ class Demo:
             time.sleep(3)
 
     def finish_round(self, timeout: float = 600) -> None:
-        """Let the round in progress end (the newcomer's first), so nothing is cut off."""
+        """Let the round open now (the newcomer's first) end, so its replies are kept.
+
+        Rounds follow each other continually; only the one open now is waited for.
+        """
         from server.registry import Registry
 
-        def idle() -> bool:
-            with Registry(self.registry_path) as registry:
-                rounds = registry.rounds()
-            return not rounds or rounds[-1].status != "running"
+        with Registry(self.registry_path) as registry:
+            rounds = registry.rounds()
+        open_now = [r.round for r in rounds if r.status == "running"]
+        if not open_now:
+            return
 
-        self.ui.status("waiting for the round in progress to end")
-        wait_until("the round in progress to end", idle, timeout, poll_s=1.0)
+        def ended() -> bool:
+            with Registry(self.registry_path) as registry:
+                return any(
+                    r.round == open_now[-1] and r.status != "running" for r in registry.rounds()
+                )
+
+        self.ui.status(f"waiting for round {open_now[-1]} to end")
+        wait_until(f"round {open_now[-1]} to end", ended, timeout, poll_s=1.0)
         self.report_rounds()
 
     def stop_all(self) -> None:
