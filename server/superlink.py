@@ -256,8 +256,14 @@ class SuperLink:
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM the SuperLink and its children (SuperExec, ServerApp), then KILL."""
+        import psutil
+
         if self.process is None or self.process.poll() is not None:
             return
+        try:  # listed first: once the SuperLink is gone its children belong to init
+            descendants = psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.Error:
+            descendants = []
         try:
             os.killpg(self.process.pid, signal.SIGTERM)
             self.process.wait(timeout=timeout)
@@ -267,6 +273,15 @@ class SuperLink:
             pass
         with contextlib.suppress(ProcessLookupError):  # children that outlived it
             os.killpg(self.process.pid, signal.SIGKILL)
+        # Flower's SuperExec starts flwr-serverapp in a session of its own, out of the
+        # group's reach. psutil checks each process's start time, so a reused pid is safe.
+        for child in descendants:
+            with contextlib.suppress(psutil.Error):
+                child.terminate()
+        _, alive = psutil.wait_procs(descendants, timeout=5)
+        for child in alive:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
 
     def serverapp_running(self) -> bool:
         """Whether a ServerApp process (`flwr-serverapp`) runs under this SuperLink.
