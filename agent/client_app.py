@@ -37,7 +37,6 @@ from schemas.errors import one_line
 from schemas.messages import (
     REC_CONFIG,
     REC_EXPERT_PREFIX,
-    REC_GLOBAL,
     REC_METRICS,
     REC_NODE,
     REC_OWN_EXPERT,
@@ -105,13 +104,13 @@ def hello(message: Message, context: Context) -> Message:
     state = node.federation_state()
     config = message.content.config_records[REC_CONFIG]
     version = int(config.get("global-version", 0))
-    if REC_GLOBAL in message.content.array_records and (
+    if REC_SHARED in message.content.array_records and (
         version > state.global_version or not node.has_model()
     ):
         try:
             check_protocol(config.get("protocol"))
             model = node.load_model()
-            adopt_global(model, decode(message.content.array_records[REC_GLOBAL], "global model"))
+            adopt_global(model, decode(message.content.array_records[REC_SHARED], "global model"))
         except PayloadRefused as exc:
             refuse_payload(node, f"global model v{version} at hello: {exc}")
         else:
@@ -161,7 +160,7 @@ def train(message: Message, context: Context) -> Message:
         except (KeyError, ValidationError) as exc:
             raise PayloadRefused(f"bad train instruction ({one_line(exc)})") from None
         check_protocol(instruction.protocol)
-        received = decode(inbox.array_records[REC_GLOBAL], "global model")
+        received = decode(inbox.array_records[REC_SHARED], "global model")
         model = node.load_model()
         adopt_global(model, received)
     except PayloadRefused as exc:

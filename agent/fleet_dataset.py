@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,10 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent.devices.sim import candidate_key, cuda_target, latency, tir_analysis
 from agent.devices.sim.catalog import load_catalog, resolve
+from agent.progress import ProgressCallback
 from schemas import FAILED_RUN_SECS, BadInputError, TuningRecord
 from schemas.gpu import GpuSpec
-
-Progress = Callable[[str, int, int], None]
 
 # A small suite for tests and smoke runs: tiny shapes that sample in seconds.
 TINY_SUITE = ["matmul:64,64,64", "depthwise_conv2d:1,16,14,14,3,3,1,1"]
@@ -293,7 +292,7 @@ def build_fleet_dataset(
     *,
     seed: int = 0,
     repeats: int = 3,
-    progress: Progress | None = None,
+    progress: ProgressCallback | None = None,
     cache_dir: Path | None = None,
 ) -> DatasetSummary:
     """Sample, featurize and analyse each workload once; label it on every GPU; write stores.

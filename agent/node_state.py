@@ -34,7 +34,7 @@ from schemas.messages import NodeHello, key_fingerprint
 
 if TYPE_CHECKING:
     from agent.devices.base import Device
-    from agent.profiler import ProgressCallback
+    from agent.progress import ProgressCallback
     from agent.store import Store
     from simoe_model.model import SiMoE
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import statistics
-from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -19,11 +18,11 @@ from pydantic import ValidationError
 from agent.devices.base import Device
 from agent.node_state import NodeState
 from agent.probes import BANDWIDTH_PROBE, FMA_PROBE, PROBE_SUITE_VERSION, PROBES, Probe
+from agent.progress import ProgressCallback
 from schemas import EmpiricalFingerprint, HardwareProfile, RunFailure
 
 __all__ = [
     "PROBE_SUITE_VERSION",
-    "ProgressCallback",
     "load_or_profile",
     "measure_probes",
     "profile_device",
@@ -31,9 +30,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-# Called once before each probe measurement with (probe name, steps done, total steps).
-ProgressCallback = Callable[[str, int, int], None]
 
 # Smallest latency we report: PositiveFloat must hold even for a timer that rounds to 0.
 _MIN_LATENCY_US = 1e-3

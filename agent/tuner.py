@@ -24,6 +24,7 @@ import numpy as np
 from agent.cost_models import make_cost_model, model_used_by
 from agent.ms_database import ms_database, workload_key_of
 from agent.networks import Network, extract_network_tasks, load_network, one_line_of
+from agent.progress import ProgressCallback
 from agent.tuning_logs import close_loggers, task_loggers
 from agent.workloads import TEWorkload, Workload, flops, prim_func
 from schemas import BadInputError, RunFailure, SimoeError
@@ -38,9 +39,6 @@ if TYPE_CHECKING:
     from agent.devices.base import Device
     from agent.node_state import NodeState
     from agent.store import Store
-
-# (task name, candidates measured so far in this task, trial budget of this task)
-ProgressHook = Callable[[str, int, int], None]
 
 
 def check_fits(workload: Workload, device: Device) -> None:
@@ -60,7 +58,7 @@ def check_fits(workload: Workload, device: Device) -> None:
 
 
 def _progress_callback(
-    task_names: list[str], budgets: list[int], hook: ProgressHook | None, counts: list[int]
+    task_names: list[str], budgets: list[int], hook: ProgressCallback | None, counts: list[int]
 ) -> ms.measure_callback.MeasureCallback:
     """A MeasureCallback that counts measured candidates per task and reports them."""
     from tvm.ir.utils import derived_object
@@ -184,7 +182,7 @@ def _run_search(
     trials_per_task: int,
     cost_model: str,
     node: NodeState | None = None,
-    progress: ProgressHook | None,
+    progress: ProgressCallback | None,
     seed: int | None,
     work_dir: Path | None,
     profile_id: str | None,
@@ -397,7 +395,7 @@ def tune_workload(
     trials: int,
     cost_model: str = "xgb",
     node: NodeState | None = None,
-    progress: ProgressHook | None = None,
+    progress: ProgressCallback | None = None,
     seed: int | None = 0,
     baseline: bool = True,
     repeat: int = 5,
@@ -445,7 +443,7 @@ def tune_network(
     trials_per_task: int,
     cost_model: str = "xgb",
     node: NodeState | None = None,
-    progress: ProgressHook | None = None,
+    progress: ProgressCallback | None = None,
     seed: int | None = 0,
     baseline: bool = True,
     verify: bool = True,

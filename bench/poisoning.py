@@ -138,12 +138,12 @@ class LyingNode:
         self.first: dict[str, np.ndarray] | None = None
 
     def __call__(self, message, context):  # noqa: ANN001, ANN204 - Message, Context -> Message
-        from schemas.messages import MSG_TRAIN, REC_GLOBAL, REC_OWN_EXPERT, REC_SHARED
+        from schemas.messages import MSG_TRAIN, REC_OWN_EXPERT, REC_SHARED
         from server.strategy import arrays_to_record, record_to_arrays
 
         received = None
         if message.metadata.message_type == MSG_TRAIN:
-            received = record_to_arrays(message.content.array_records[REC_GLOBAL])
+            received = record_to_arrays(message.content.array_records[REC_SHARED])
         reply = self.app(message, context)
         content = reply.content
         if received is None or REC_SHARED not in content.array_records:

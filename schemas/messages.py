@@ -20,12 +20,13 @@ MSG_HELLO = "query.hello"
 MSG_TRAIN = "train"
 MSG_REFUSED = "query.refused"  # the server tells a node why it will not be served
 
-# Record keys of a RecordDict, server -> node.
-REC_GLOBAL = "shared"  # ArrayRecord: the global shared arrays
+# Record keys of a RecordDict. Both ways: the shared arrays (encoder and gate), the
+# global ones server -> node and the node's update node -> server.
+REC_SHARED = "shared"  # ArrayRecord
+# Server -> node.
 REC_EXPERT_PREFIX = "expert/"  # ArrayRecord per delivered expert: "expert/<name>"
 REC_CONFIG = "config"  # ConfigRecord: {"instruction": TrainInstruction JSON}
-# Record keys, node -> server.
-REC_SHARED = "shared"  # ArrayRecord: the node's updated shared arrays
+# Node -> server.
 REC_OWN_EXPERT = "own_expert"  # ArrayRecord: the node's own expert
 REC_METRICS = "metrics"  # MetricRecord: ALLOWED_METRICS only
 REC_NODE = "node"  # ConfigRecord: {"hello": NodeHello JSON}

@@ -45,7 +45,6 @@ from schemas.messages import (
     PROTOCOL_VERSION,
     REC_CONFIG,
     REC_EXPERT_PREFIX,
-    REC_GLOBAL,
     REC_METRICS,
     REC_NODE,
     REC_OWN_EXPERT,
@@ -218,7 +217,7 @@ class SiMoEStrategy:
         """Ask nodes we do not know yet who they are; they get the global model with it."""
         messages = []
         for node_id in node_ids:
-            content = RecordDict({REC_GLOBAL: arrays_to_record(global_arrays)})
+            content = RecordDict({REC_SHARED: arrays_to_record(global_arrays)})
             content[REC_CONFIG] = ConfigRecord(
                 {"global-version": self.registry.global_version(), "protocol": PROTOCOL_VERSION}
             )
@@ -312,7 +311,7 @@ class SiMoEStrategy:
                 epochs=self.epochs,
                 seed=self.seed + server_round,
             )
-            content = RecordDict({REC_GLOBAL: arrays})
+            content = RecordDict({REC_SHARED: arrays})
             content[REC_CONFIG] = ConfigRecord({"instruction": instruction.model_dump_json()})
             for name in experts:
                 expert = self.registry.expert(name)

@@ -14,7 +14,6 @@ from schemas import AnalyticalSpecs, EmpiricalFingerprint, HardwareProfile
 from schemas.messages import (
     REC_CONFIG,
     REC_EXPERT_PREFIX,
-    REC_GLOBAL,
     REC_METRICS,
     REC_NODE,
     REC_OWN_EXPERT,
@@ -107,7 +106,7 @@ class ToyNode:
         @app.query("hello")
         def _hello(message: Message, _context: Context) -> Message:
             node.hellos += 1
-            node.got_global.append(record_to_arrays(message.content.array_records[REC_GLOBAL]))
+            node.got_global.append(record_to_arrays(message.content.array_records[REC_SHARED]))
             content = RecordDict(
                 {REC_NODE: ConfigRecord({"hello": node.hello().model_dump_json()})}
             )

@@ -28,7 +28,7 @@ from schemas.messages import (
     MSG_TRAIN,
     REC_CONFIG,
     REC_EXPERT_PREFIX,
-    REC_GLOBAL,
+    REC_SHARED,
     TrainInstruction,
 )
 from schemas.protocol import arrays_to_record
@@ -55,7 +55,7 @@ def train_message(
             server_round=version, global_version=version, experts=sorted(experts), epochs=1
         ).model_dump_json()
     wrap = lambda a: a if isinstance(a, ArrayRecord) else arrays_to_record(a)  # noqa: E731
-    content = RecordDict({REC_GLOBAL: wrap(shared)})
+    content = RecordDict({REC_SHARED: wrap(shared)})
     content[REC_CONFIG] = ConfigRecord({"instruction": instruction})
     for name, arrays in experts.items():
         content[REC_EXPERT_PREFIX + name] = wrap(arrays)
@@ -178,7 +178,7 @@ def test_hello_refuses_a_bad_global_model(tmp_path: Path) -> None:
     seed_node(tmp_path, device.name, device, make_tasks(1, 4, seed=1))
     grid = InProcessGrid()
     grid.add_node(1, client_app, {"state-dir": str(tmp_path)})
-    content = RecordDict({REC_GLOBAL: arrays_to_record(with_value(float("inf"))(GOOD))})
+    content = RecordDict({REC_SHARED: arrays_to_record(with_value(float("inf"))(GOOD))})
     content[REC_CONFIG] = ConfigRecord({"global-version": 3, "protocol": 1})
     reply = send(grid, Message(content, dst_node_id=1, message_type=MSG_HELLO))
     assert not reply.has_error()  # it still says who it is
