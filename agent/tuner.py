@@ -288,15 +288,17 @@ def _model_picks(
 ) -> ms.search_strategy.SearchStrategy:
     """Fast mode's search for one task: chained model-only searches; the device then
     measures the model's top `trials` (a strategy that proposes exactly those)."""
-    from simoe_model.model_search import ProposedCandidates, cost_model_scorer, model_only_search
+    from simoe_model.model_search import ProposedCandidates, model_only_search
 
     if isinstance(model, str):
         raise BadInputError(
             f"--model-rounds needs a trained cost model to search with (--cost-model simoe), "
             f"not {model!r}"
         )
+    # score=None: the search scores with `model` itself, frozen and cached (one prediction
+    # per distinct candidate; it learns from real measurements only, after the search)
     found = model_only_search(
-        task.mod, target, cost_model_scorer(model, target), cost_model=model,
+        task.mod, target, None, cost_model=model,
         rounds=rounds, per_round=min(64, trials), population=population,
         init_min_unmeasured=min(50, population), seed=seed or 0, task_name=task.name,
     )  # fmt: skip

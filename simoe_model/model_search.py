@@ -34,6 +34,8 @@ import tvm_ffi
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
+from simoe_model.score_cache import CachedModel
+
 Score = Callable[[tvm.IRModule, Sequence[tvm.IRModule]], np.ndarray]
 
 
@@ -113,7 +115,7 @@ class _ScoreRunner(ms.runner.PyRunner):
 def model_only_search(
     mod: tvm.IRModule,
     target: tvm.target.Target,
-    score: Score,
+    score: Score | None,
     *,
     cost_model: Any,
     rounds: int,
@@ -124,29 +126,52 @@ def model_only_search(
     seed: int = 0,
     task_name: str = "task",
     num_threads: int | str = "physical",
+    cache: bool = True,
+    seeds: Sequence[Any] = (),
+    stop: StopRule | None = None,
 ) -> list[Scored]:
     """Every distinct candidate `rounds` chained searches scored, best first.
 
     `cost_model` guides each search's evolution (usually the model behind `score`);
-    `score` plays the device, so the next search starts from the best scored so far.
-    `num_threads`: MetaSchedule's search threads ("physical": one per physical core).
+    `score` plays the device, so the next search starts from the best scored so far
+    (None: score with `cost_model` itself). `num_threads`: MetaSchedule's search threads
+    ("physical": one per physical core).
+
+    Search cost (issue 12: the search must cost less than the measurements it saves):
+    `cache` freezes `cost_model` and predicts each distinct scheduled module once
+    (simoe_model.score_cache), so the builder's scoring of the picked candidates is free when
+    `score` is None. `seeds`: traces of known-good schedules (say, the fleet's best for this
+    workload), scored and put in the database first, so the first search starts from them
+    and mutates them. `stop`: end the chain early once a round no longer improves the best
+    scores (`StopRule`).
     """
     if min(rounds, per_round, population) < 1:
         raise ValueError("rounds, per_round and population must be at least 1")
+    wrap = cache and cost_model is not None and not isinstance(cost_model, (str, CachedModel))
+    search_model = CachedModel(cost_model) if wrap else cost_model
+    if score is None:
+        if isinstance(search_model, str) or search_model is None:
+            raise ValueError("score=None needs a cost model object to score with")
+        score = cost_model_scorer(search_model, target)
     builder = _ScoringBuilder(mod, score)
     collect = _Collect()
+    database = ms.database.MemoryDatabase()
+    _seed_database(database, mod, target, score, seeds, collect)
     logger = logging.getLogger(f"simoe.model_search.{task_name}")
     logger.propagate = False
     logger.setLevel(logging.WARNING)
+    strategy: Any = ms.search_strategy.EvolutionarySearch(
+        population_size=population,
+        genetic_num_iters=genetic_iters,
+        init_min_unmeasured=min(init_min_unmeasured, population),
+    )
+    if stop is not None:
+        strategy = _StoppingSearch(strategy, stop, [c.score for c in collect.scored])
     context = ms.TuneContext(
         mod=mod,
         target=target,
         space_generator="post-order-apply",
-        search_strategy=ms.search_strategy.EvolutionarySearch(
-            population_size=population,
-            genetic_num_iters=genetic_iters,
-            init_min_unmeasured=min(init_min_unmeasured, population),
-        ),
+        search_strategy=strategy,
         task_name=task_name,
         logger=logger,
         rand_state=seed,
@@ -162,8 +187,8 @@ def model_only_search(
             num_trials_per_iter=per_round,
             builder=builder,
             runner=_ScoreRunner(builder),
-            database=ms.database.MemoryDatabase(),
-            cost_model=cost_model,
+            database=database,
+            cost_model=search_model,
             # AddToDatabase: the next search starts from the best scored so far
             measure_callbacks=[ms.measure_callback.AddToDatabase(), collect],
             task_scheduler="round-robin",
@@ -174,6 +199,101 @@ def model_only_search(
         if key not in best or cand.score < best[key].score:
             best[key] = cand
     return sorted(best.values(), key=lambda s: s.score)
+
+
+def _seed_database(
+    database: Any,
+    mod: tvm.IRModule,
+    target: tvm.target.Target,
+    score: Score,
+    seeds: Sequence[Any],
+    collect: _Collect,
+) -> None:
+    """Score the seed traces that apply to `mod` and record them as scored so far."""
+    if not seeds:
+        return
+    schedules = []
+    for trace in seeds:
+        sch = tvm.s_tir.Schedule(mod)
+        try:
+            trace.apply_to_schedule(sch, remove_postproc=False)
+        except Exception:  # noqa: BLE001 - a seed from another workload or TVM: skipped
+            continue
+        schedules.append((trace, sch.mod))
+    if not schedules:
+        return
+    values = np.asarray(score(mod, [m for _, m in schedules]), dtype=np.float64)
+    workload = database.commit_workload(mod)
+    args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+    for (trace, scheduled), value in zip(schedules, values, strict=True):
+        if not math.isfinite(value):
+            continue
+        database.commit_tuning_record(
+            ms.database.TuningRecord(trace, workload, [float(value)], target, args)
+        )
+        collect.scored.append(Scored(scheduled, trace, float(value), len(collect.scored)))
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When a chain of model-only searches has converged: after at least `min_rounds`
+    rounds, a round that improved the mean score of the best `top` so far by less than
+    `min_gain` (relative) ends the chain. The model has then stopped finding candidates it
+    rates better than those it already holds, so more rounds mostly cost search time."""
+
+    top: int = 32
+    min_gain: float = 0.02
+    min_rounds: int = 2
+
+    def done(self, before: Sequence[float], after: Sequence[float], rounds: int) -> bool:
+        if rounds < self.min_rounds or len(after) < self.top or not before:
+            return False
+        old = float(np.mean(sorted(before)[: self.top]))
+        new = float(np.mean(sorted(after)[: self.top]))
+        return new > old * (1.0 - self.min_gain)
+
+
+@derived_object
+class _StoppingSearch(ms.search_strategy.PySearchStrategy):
+    """MetaSchedule's search strategy, ended early by a `StopRule` on the scores so far."""
+
+    def __init__(self, inner: Any, rule: StopRule, scores: list[float]) -> None:
+        super().__init__()
+        self.inner = inner
+        self.rule = rule
+        self.scores = list(scores)
+        self.rounds = 0
+        self.stopped = False
+
+    def _initialize_with_tune_context(self, context: Any) -> None:
+        self.inner._initialize_with_tune_context(context)
+
+    def pre_tuning(
+        self,
+        max_trials: int,
+        num_trials_per_iter: int,
+        design_spaces: Any,
+        database: Any = None,
+        cost_model: Any = None,
+    ) -> None:
+        self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
+
+    def post_tuning(self) -> None:
+        self.inner.post_tuning()
+
+    def generate_measure_candidates(self) -> list[Any] | None:
+        return None if self.stopped else self.inner.generate_measure_candidates()
+
+    def notify_runner_results(self, candidates: Any, results: Any) -> None:
+        self.inner.notify_runner_results(candidates, results)
+        new = [float(r.run_secs[0]) for r in results if r.error_msg is None and r.run_secs]
+        before = list(self.scores)
+        self.scores.extend(new)
+        self.rounds += 1
+        self.stopped = self.rule.done(before, self.scores, self.rounds)
+
+    def clone(self) -> _StoppingSearch:
+        return _StoppingSearch(self.inner.clone(), self.rule, self.scores)
 
 
 @derived_object

@@ -8,10 +8,17 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
 
 from agent.devices import get_device
 from agent.workloads import parse_workload, prim_func
-from simoe_model.model_search import ScoreCostModel, model_only_search
+from simoe_model.model_search import (
+    ScoreCostModel,
+    StopRule,
+    cost_model_scorer,
+    model_only_search,
+)
 
 
 def _task() -> tuple[tvm.IRModule, tvm.target.Target, object]:
@@ -55,3 +62,76 @@ def test_bad_search_sizes_are_refused() -> None:
             mod, target, lambda m, ms: np.ones(len(ms)), cost_model=None,
             rounds=0, per_round=4, population=16,
         )  # fmt: skip
+
+
+@derived_object
+class _Counting(ms.cost_model.PyCostModel):
+    """The simulator as a cost model, counting the modules it is asked to predict."""
+
+    def __init__(self, score: object) -> None:
+        super().__init__()
+        self.inner = ScoreCostModel(score)
+        self.asked: list[int] = []
+
+    def load(self, path: str) -> None:
+        pass
+
+    def save(self, path: str) -> None:
+        pass
+
+    def update(self, context: object, candidates: object, results: object) -> None:
+        pass
+
+    def predict(self, context: object, candidates: list) -> np.ndarray:
+        self.asked += [int(tvm_ffi.structural_hash(c.sch.mod)) for c in candidates]
+        return self.inner.predict(context, candidates)
+
+
+def _sim_score(device: object):
+    def score(_task_mod: tvm.IRModule, mods: list[tvm.IRModule]) -> np.ndarray:
+        outcomes = device.simulate_batch(list(mods), repeat=1)
+        return np.array([math.inf if isinstance(o, str) else o[0] for o in outcomes])
+
+    return score
+
+
+def test_cached_search_predicts_each_module_once_and_finds_the_same() -> None:
+    mod, target, device = _task()
+    runs = {}
+    for cache in (False, True):
+        model = _Counting(_sim_score(device))
+        found = model_only_search(
+            mod, target, None if cache else cost_model_scorer(model, target), cost_model=model,
+            rounds=2, per_round=4, population=16, init_min_unmeasured=4, seed=0,
+            num_threads=1, cache=cache,
+        )  # fmt: skip
+        runs[cache] = (model, [(int(tvm_ffi.structural_hash(f.mod)), f.score) for f in found])
+    (plain, plain_found), (cached, cached_found) = runs[False], runs[True]
+    assert cached_found == plain_found  # same seed, same scores: the same search
+    assert len(cached.asked) == len(set(cached.asked))  # each distinct module once
+    assert len(plain.asked) > len(set(plain.asked))  # without the cache: again and again
+
+
+def test_seeds_start_the_search_and_stop_rule_ends_a_converged_chain() -> None:
+    mod, target, device = _task()
+    score = _sim_score(device)
+    first = model_only_search(
+        mod, target, score, cost_model=ScoreCostModel(score),
+        rounds=2, per_round=4, population=16, init_min_unmeasured=4, seed=0,
+    )  # fmt: skip
+    seeded = model_only_search(
+        mod, target, score, cost_model=ScoreCostModel(score), rounds=1, per_round=4,
+        population=16, init_min_unmeasured=4, seed=1, seeds=[first[0].trace],
+    )  # fmt: skip
+    assert seeded[0].score <= first[0].score  # the seed is scored and kept
+    assert any(s.order == 0 and tvm_ffi.structural_equal(s.mod, first[0].mod) for s in seeded)
+    rule = StopRule(top=2, min_gain=0.02, min_rounds=2)
+    assert not rule.done([3.0, 2.0], [3.0, 2.0, 1.0], rounds=2)  # mean of best 2: 2.5 -> 1.5
+    assert rule.done([3.0, 2.0], [3.0, 2.0, 2.99], rounds=2)  # 2.5 -> 2.495: under 2%
+    assert not rule.done([3.0, 2.0], [3.0, 2.0, 2.99], rounds=1)  # too early to tell
+    # a chain that stops: an oracle's rounds improve little once it holds the best
+    stopped = model_only_search(
+        mod, target, score, cost_model=ScoreCostModel(score), rounds=6, per_round=4,
+        population=16, init_min_unmeasured=4, seed=0, stop=StopRule(top=4, min_gain=0.5),
+    )  # fmt: skip
+    assert max(s.order for s in stopped) < 6 * 4 - 4  # ended before its sixth round
