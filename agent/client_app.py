@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -47,9 +46,6 @@ from schemas.messages import (
 from schemas.protocol import arrays_to_record, prepare_flower_env
 from simoe_model import tvm_compat
 
-if TYPE_CHECKING:
-    from simoe_model.task_data import DeviceDataset
-
 log = logging.getLogger("simoe.agent")
 
 
@@ -63,23 +59,6 @@ def _node(context: Context) -> NodeState:
 def _check_experts(context: Context) -> bool:
     """Node config `check-experts` (default on): test delivered experts on own records."""
     return str(context.node_config.get("check-experts", "true")).lower() not in {"0", "false"}
-
-
-def drop_refuted_experts(model, delivered: list[str], dataset: DeviceDataset) -> list[str]:  # noqa: ANN001
-    """Leave out delivered experts that rank this node's own measurements backwards."""
-    from simoe_model.expert_check import screen_experts
-    from simoe_model.model import remove_expert
-
-    drop, agreement = screen_experts(model, delivered, dataset.tasks)
-    for name in drop:
-        remove_expert(model, name)
-        log.warning(
-            "expert %s left out: it ranks this node's measurements backwards "
-            "(rank correlation %.2f)",
-            name,
-            agreement[name],
-        )
-    return drop
 
 
 def _hello_record(node: NodeState) -> ConfigRecord:
@@ -145,6 +124,7 @@ def refused(message: Message, context: Context) -> Message:
 def train(message: Message, context: Context) -> Message:
     """Adopt the global shared parts and delivered experts; train on local data; reply."""
     from agent.store_datasets import node_dataset
+    from simoe_model.expert_check import drop_refuted_experts
     from simoe_model.model import remove_expert
     from simoe_model.train import local_round
 

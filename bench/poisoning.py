@@ -24,7 +24,7 @@ Each run is scored on the 9 honest nodes' held-out tasks (top-1, TenSet definiti
 the model the ClientApp left, and on newcomers (GPUs that are none of the nodes) that
 join at the last round without measurements: zero-shot top-1 on the test split of
 bench/offline_transfer.py (same seed). A newcomer that received the backwards expert is
-also scored after the node's expert check (`agent.client_app.drop_refuted_experts`, the
+also scored after the node's expert check (`simoe_model.expert_check.drop_refuted_experts`, the
 function the ClientApp runs on delivered experts) given its first N measurements per
 task from the offline benchmark's pool (never the test candidates).
 
@@ -204,7 +204,6 @@ def run_once(
     say: Say,
 ) -> RunRow:
     from agent.client_app import app as client_app
-    from agent.client_app import drop_refuted_experts
     from agent.node_state import NodeState
     from bench.offline_transfer import split_device
     from server.aggregation import AggregationConfig, make_strategy
@@ -212,6 +211,7 @@ def run_once(
     from server.registry import Registry
     from server.server_app import run_rounds
     from server.similarity import initial_shared_arrays, model_similarity
+    from simoe_model.expert_check import drop_refuted_experts
     from simoe_model.task_data import DeviceDataset
 
     started = time.perf_counter()

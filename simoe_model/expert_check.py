@@ -13,17 +13,20 @@ The threshold is 0 (a random ranking), fixed in advance, not tuned on any result
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 from scipy.stats import spearmanr
 
-from simoe_model.model import SiMoE
-from simoe_model.task_data import TaskData
+from simoe_model.model import SiMoE, remove_expert
+from simoe_model.task_data import DeviceDataset, TaskData
 from simoe_model.train import predict_expert
 
 MIN_CANDIDATES = 4  # a task with fewer says nothing about a ranking
 DROP_BELOW = 0.0  # the correlation of a random ranking
+
+log = logging.getLogger("simoe.model.expert_check")
 
 
 def rank_agreement(model: SiMoE, name: str, tasks: Sequence[TaskData]) -> float | None:
@@ -52,3 +55,17 @@ def screen_experts(
             agreement[name] = value
     drop = sorted(name for name, value in agreement.items() if value < threshold)
     return drop, agreement
+
+
+def drop_refuted_experts(model: SiMoE, delivered: list[str], dataset: DeviceDataset) -> list[str]:
+    """Remove from `model` the delivered experts that rank `dataset` backwards; their names."""
+    drop, agreement = screen_experts(model, delivered, dataset.tasks)
+    for name in drop:
+        remove_expert(model, name)
+        log.warning(
+            "expert %s left out: it ranks this node's measurements backwards "
+            "(rank correlation %.2f)",
+            name,
+            agreement[name],
+        )
+    return drop

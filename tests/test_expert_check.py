@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from simoe_model import synthetic
-from simoe_model.expert_check import rank_agreement, screen_experts
+from simoe_model.expert_check import drop_refuted_experts, rank_agreement, screen_experts
 from simoe_model.model import SiMoE, add_expert, expert_arrays
 from simoe_model.train import train_expert
 
@@ -34,6 +34,9 @@ def test_a_backwards_expert_is_dropped_and_an_honest_one_kept() -> None:
     assert drop == ["liar"]
     assert agreement["honest"] > 0.2
     assert agreement["liar"] == pytest.approx(-agreement["honest"])  # the reversed ranking
+    # what the ClientApp runs: the refuted expert leaves the model, the honest one stays
+    assert drop_refuted_experts(model, ["honest", "liar"], receiver) == ["liar"]
+    assert "liar" not in model.expert_names and "honest" in model.expert_names
 
 
 def test_no_usable_measurements_checks_nothing() -> None:
