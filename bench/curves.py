@@ -1,0 +1,133 @@
+"""Network performance against compile time, relative to a reference, every method's curve.
+
+One figure for a report (bench/run.py's report.json): a panel per network x GPU of the
+compile section and one for the budget section. The y axis is performance relative to the
+reference, reference latency / latency (1.0 = the reference; higher is better), so an early
+slow point sits near 0 instead of setting the scale; the x axis is compile time (search
+wall time + modelled measurement time) on a log scale. Every method's whole curve is drawn,
+each with its own colour and line style, the end marked with a dot.
+
+The reference is MetaSchedule-20K in issue 12's protocol; no such run exists here, so the
+reference of a panel is the best network latency any MetaSchedule run of that panel
+reached with its default cost model (XGB), in this report or in the repeats it merged
+(named in the panel's title). A curve that ends where a longer one continues (ms-xgb-32 is
+the start of ms-xgb-full, simoe-fast the start of simoe-full) is drawn on top of it.
+
+    python -m bench.curves --report bench/reports/report.json --out bench/reports
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+STYLES = ("-", "--", "-.", ":")
+
+
+def _ms_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """MetaSchedule with its default cost model (XGB): the protocol's reference method."""
+    return [r for r in rows if r["method"].startswith("ms-xgb")]
+
+
+def panels(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per panel: its title, its rows (this report's runs) and its reference latency."""
+    sections = report.get("sections", {})
+    out = []
+    repeats = {
+        "compile": [row for run in report.get("compile_repeats", []) for row in run["rows"]],
+        "budget": [row for run in report.get("budget_repeats", []) for row in run["rows"]],
+    }
+    for name in ("compile", "budget"):
+        rows = sections.get(name, {}).get("rows", [])
+        for key in sorted({(r["network"], r["gpu"]) for r in rows}):
+            mine = [r for r in rows if (r["network"], r["gpu"]) == key and r.get("curve")]
+            same = [r for r in repeats[name] if (r["network"], r["gpu"]) == key]
+            refs = [
+                (r["network_latency_s"], r["method"], run)
+                for run, group in (("this run", mine), ("a repeat", same))
+                for r in _ms_rows(group)
+                if r.get("network_latency_s") and math.isfinite(r["network_latency_s"])
+            ]
+            if not mine or not refs:
+                continue
+            ref, method, where = min(refs)
+            out.append(
+                {
+                    "title": f"{key[0]} on sim:{key[1]} ({name} section)",
+                    "reference_s": ref,
+                    "reference": f"{method}, {where}, {ref * 1e3:.4f} ms",
+                    "rows": mine,
+                }
+            )
+    return out
+
+
+def plot(report: dict[str, Any], path: Path) -> Path | None:
+    """All panels in one PNG at `path` (None when the report has no curves)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    found = panels(report)
+    if not found:
+        return None
+    cols = 2 if len(found) > 1 else 1
+    rows = math.ceil(len(found) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.4 * cols, 3.9 * rows), squeeze=False)
+    methods = sorted({r["method"] for p in found for r in p["rows"]})
+    colours = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(methods)}
+    for ax, panel in zip(axes.flat, found, strict=False):
+        # the longest curves first, so a curve that is the start of another stays visible
+        by_end = sorted(panel["rows"], key=lambda r: (-r["curve"][-1][0], r["method"]))
+        for i, row in enumerate(by_end):
+            xs = [x for x, _ in row["curve"]]
+            ys = [panel["reference_s"] / y for _, y in row["curve"]]
+            simoe = row["method"].startswith("simoe")
+            ax.step(
+                xs, ys, where="post", label=row["method"], color=colours[row["method"]],
+                linestyle=STYLES[i % len(STYLES)], linewidth=2.2 if simoe else 1.4,
+                zorder=2 + i,
+            )  # fmt: skip
+            ax.plot(xs[-1], ys[-1], "o", color=colours[row["method"]], zorder=2 + i)
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.axhline(0.95, color="grey", linewidth=0.8, linestyle=":")
+        ax.set_xscale("log")
+        ax.set_ylim(0, max(1.6, *(panel["reference_s"] / r["curve"][-1][1] for r in panel["rows"])))
+        ax.set_title(f"{panel['title']}\nreference = {panel['reference']}", fontsize=8.5)
+        ax.set_xlabel("compile time, s (log): search wall + modelled measurement", fontsize=8)
+        ax.set_ylabel("performance / reference", fontsize=8)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7, loc="lower right")
+    for ax in list(axes.flat)[len(found) :]:
+        ax.set_visible(False)
+    fig.suptitle(
+        "Network performance relative to the best MetaSchedule (XGB) run against compile time\n"
+        "(SIMULATED GPUs; 1.0 = reference, dotted line = 95%; higher is better)",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--report", type=Path, default=Path("bench/reports/report.json"))
+    parser.add_argument("--out", type=Path, default=Path("bench/reports"))
+    args = parser.parse_args()
+    try:
+        report = json.loads(args.report.read_text())
+    except (OSError, ValueError) as exc:
+        parser.exit(2, f"error: cannot read the report {args.report}: {exc}\n")
+    path = plot(report, args.out / "curves.png")
+    print(path if path else "no curves in the report")
+
+
+if __name__ == "__main__":
+    main()
