@@ -592,3 +592,7 @@ class Store:
     def integrity_check(self) -> str:
         """SQLite's own verdict on the file: "ok" when sound."""
         return str(self._query("PRAGMA integrity_check")[0]["integrity_check"])
+
+    def journal_mode(self) -> str:
+        """SQLite's journal mode of the file: "wal" for every store this class opened."""
+        return str(self._query("PRAGMA journal_mode")[0]["journal_mode"]).lower()

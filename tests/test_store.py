@@ -99,8 +99,7 @@ def test_round_trip_survives_reopen(tmp_path: Path) -> None:
         assert [r.trace for r in store.records(workload_key="w2")] == [recs[2].trace]
         assert store.workload("w1")["spec"] == "GMM-1"
         assert store.integrity_check() == "ok"
-        wal = store._query("PRAGMA journal_mode")[0]["journal_mode"]
-        assert wal == "wal"
+        assert store.journal_mode() == "wal"
 
 
 def test_simulated_device_records_must_say_so(tmp_path: Path) -> None:
