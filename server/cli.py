@@ -6,34 +6,25 @@ work while the server runs (WAL) and after it stopped.
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
-from schemas import BadInputError, RunFailure, tables
+from schemas import BadInputError, RunFailure
+from schemas.cli import Json, Verbose, console, err_console, print_json, print_table, typer_app
 from schemas.errors import output_folder, run_cli
 from schemas.tables import Column, short_time
 
-app = typer.Typer(
-    name="simoe-server",
+app = typer_app(
+    "simoe-server",
     help="The SiMoE federation server: start it, watch nodes, rounds and experts.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
-
-StateDirOption = typer.Option(
-    None, "--state-dir", help="the server's state directory (default $SIMOE_HOME/server)"
-)
-JsonOption = typer.Option(False, "--json", help="print JSON for scripts instead of a table")
-VerboseOption = typer.Option(False, "--verbose", "-v", help="show tracebacks on errors")
+StateDir = Annotated[
+    Path | None,
+    typer.Option("--state-dir", help="the server's state directory (default $SIMOE_HOME/server)"),
+]
 
 
 def default_state_dir() -> Path:
@@ -54,15 +45,6 @@ def open_registry(state_dir: Path | None):  # noqa: ANN201 - server.registry.Reg
     return Registry(path)
 
 
-def print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, default=str))
-
-
-def print_table(title: str, columns: Sequence[str | Column], rows: Sequence[Sequence[Any]]) -> None:
-    """A table that fits the console (80 columns when piped); see `schemas.tables`."""
-    tables.print_table(console, title, columns, rows)
-
-
 def _fmt_bytes(n: int | None) -> str:
     if not n:
         return "0"
@@ -80,9 +62,9 @@ def _root() -> None:
 
 @app.command()
 def status(
-    state_dir: Path | None = StateDirOption,
-    as_json: bool = JsonOption,
-    verbose: bool = VerboseOption,
+    state_dir: StateDir = None,
+    as_json: Json = False,
+    verbose: Verbose = False,
 ) -> None:
     """One line per fact: nodes, experts, rounds, the global model version."""
     with open_registry(state_dir) as registry:
@@ -126,9 +108,9 @@ def status(
 
 @app.command()
 def nodes(
-    state_dir: Path | None = StateDirOption,
-    as_json: bool = JsonOption,
-    verbose: bool = VerboseOption,
+    state_dir: StateDir = None,
+    as_json: Json = False,
+    verbose: Verbose = False,
 ) -> None:
     """The enrolled nodes: name, device, key fingerprint, rounds replied in, last seen."""
     with open_registry(state_dir) as registry:
@@ -158,9 +140,9 @@ def nodes(
 
 @app.command()
 def rounds(
-    state_dir: Path | None = StateDirOption,
-    as_json: bool = JsonOption,
-    verbose: bool = VerboseOption,
+    state_dir: StateDir = None,
+    as_json: Json = False,
+    verbose: Verbose = False,
 ) -> None:
     """Every round: who took part, rejections, failures, bytes moved, the model version."""
     with open_registry(state_dir) as registry:
@@ -209,9 +191,9 @@ def rounds(
 
 @app.command()
 def experts(
-    state_dir: Path | None = StateDirOption,
-    as_json: bool = JsonOption,
-    verbose: bool = VerboseOption,
+    state_dir: StateDir = None,
+    as_json: Json = False,
+    verbose: Verbose = False,
 ) -> None:
     """The expert registry: one expert per node, its version and size."""
     with open_registry(state_dir) as registry:
@@ -245,10 +227,10 @@ def experts(
 
 @app.command()
 def similarity(
-    state_dir: Path | None = StateDirOption,
+    state_dir: StateDir = None,
     plot: Path | None = typer.Option(None, "--plot", help="write a heatmap PNG here"),
-    as_json: bool = JsonOption,
-    verbose: bool = VerboseOption,
+    as_json: Json = False,
+    verbose: Verbose = False,
 ) -> None:
     """cos(z_i, z_j) between the nodes' hardware, by the current global encoder."""
     from server.similarity import similarity_matrix
@@ -324,8 +306,8 @@ def init_certs_command(
     host: list[str] = typer.Option(
         ["127.0.0.1", "localhost"], "--host", help="names the server certificate is valid for"
     ),
-    as_json: bool = JsonOption,
-    verbose: bool = VerboseOption,
+    as_json: Json = False,
+    verbose: Verbose = False,
 ) -> None:
     """A development CA and server certificate (existing files are kept)."""
     from server.superlink import init_certs
@@ -383,8 +365,8 @@ def start(
     clip: float = typer.Option(0.0, "--clip", help="clip each update's L2 norm (0: off)"),
     trim: float = typer.Option(0.2, "--trim", help="trimmed: fraction cut at each end"),
     krum_f: int = typer.Option(2, "--krum-f", help="krum: nodes assumed malicious"),
-    state_dir: Path | None = StateDirOption,
-    verbose: bool = VerboseOption,
+    state_dir: StateDir = None,
+    verbose: Verbose = False,
 ) -> None:
     """Start the SuperLink (TLS, node auth, persistent) and the SiMoE run; Ctrl-C stops both."""
     import signal
@@ -476,9 +458,9 @@ def _print_backup(title: str, result: Any, as_json: bool) -> None:
 @app.command()
 def backup(
     file: Path = typer.Argument(..., help="the backup file to write (must not exist)"),
-    state_dir: Path | None = StateDirOption,
-    as_json: bool = JsonOption,
-    verbose: bool = VerboseOption,
+    state_dir: StateDir = None,
+    as_json: Json = False,
+    verbose: Verbose = False,
 ) -> None:
     """Copy the registry to FILE with SQLite's online backup; safe while the server runs."""
     from server.backup import backup as backup_registry
@@ -492,9 +474,9 @@ def backup(
 @app.command()
 def restore(
     file: Path = typer.Argument(..., help="a backup written by `simoe-server backup`"),
-    state_dir: Path | None = StateDirOption,
-    as_json: bool = JsonOption,
-    verbose: bool = VerboseOption,
+    state_dir: StateDir = None,
+    as_json: Json = False,
+    verbose: Verbose = False,
 ) -> None:
     """Put a backup back as the registry; the registry it replaces is kept beside it."""
     from server.backup import restore as restore_registry
@@ -519,8 +501,8 @@ def demo(
     budget: int = typer.Option(8, "--budget", help="trials per task, zero-shot and baseline"),
     full_budget: int = typer.Option(32, "--full-budget", help="the baseline's larger budget"),
     epochs: int = typer.Option(2, "--epochs", help="local epochs per round"),
-    as_json: bool = JsonOption,
-    verbose: bool = VerboseOption,
+    as_json: Json = False,
+    verbose: Verbose = False,
 ) -> None:
     """The real deployment on loopback (server, enrolled daemons, rounds), then a newcomer."""
     from server.demo import DemoPlan, print_report, run_demo_with_progress

@@ -1,39 +1,29 @@
-"""The `simoe-agent` Typer app and the output helpers its commands share.
+"""The `simoe-agent` Typer app and what only its commands share.
 
 Commands live one module per command group (profile, tune, records, ...); each
-registers itself on `app`. Output: a rich table by default, `--json` for scripts.
+registers itself on `app`. What `simoe-server` shares too (the `--json`/`--verbose`
+options, the consoles, table and JSON output) is in `schemas.cli`.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agent.node_state import NodeState
-from schemas import tables
-from schemas.tables import Column
+from schemas.cli import err_console, typer_app
 
-app = typer.Typer(
-    name="simoe-agent",
+app = typer_app(
+    "simoe-agent",
     help="A SiMoE node: profile the hardware, tune tensor programs, keep the measurements.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
-
-# Options every command shares, declared once.
-StateDirOption = typer.Option(
-    None, "--state-dir", help="the node's state directory (default $SIMOE_HOME/agent)"
-)
-JsonOption = typer.Option(False, "--json", help="print JSON for scripts instead of a table")
-VerboseOption = typer.Option(False, "--verbose", "-v", help="show tracebacks on errors")
+StateDir = Annotated[
+    Path | None,
+    typer.Option("--state-dir", help="the node's state directory (default $SIMOE_HOME/agent)"),
+]
 
 
 def node_state(state_dir: Path | None) -> NodeState:
@@ -41,14 +31,30 @@ def node_state(state_dir: Path | None) -> NodeState:
     return NodeState(state_dir)
 
 
-def print_json(data: Any) -> None:
-    """Machine-readable output: exactly one JSON document on stdout."""
-    print(json.dumps(data, indent=2, default=str))
+def command_group(name: str, help: str, *, invoke_without_command: bool = False) -> typer.Typer:
+    """A `simoe-agent NAME ...` group of subcommands, registered on `app`.
+
+    Bare `simoe-agent NAME` prints the group's help, or runs its callback when
+    `invoke_without_command`.
+    """
+    group = typer.Typer(help=help, no_args_is_help=not invoke_without_command)
+    app.add_typer(group, name=name, invoke_without_command=invoke_without_command)
+    return group
 
 
-def print_table(title: str, columns: Sequence[str | Column], rows: Sequence[Sequence[Any]]) -> None:
-    """A table that fits the console (80 columns when piped); see `schemas.tables`."""
-    tables.print_table(console, title, columns, rows)
+def progress_bar(
+    label: str = "{task.description}", *, transient: bool = True, disable: bool = False
+) -> Progress:
+    """The bar a long command draws on stderr: label, bar, done/total, elapsed time."""
+    return Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=transient,
+        disable=disable,
+    )
 
 
 @app.callback()

@@ -12,23 +12,13 @@ from pathlib import Path
 
 import typer
 
-from agent.cli.app import (
-    JsonOption,
-    StateDirOption,
-    VerboseOption,
-    app,
-    console,
-    err_console,
-    node_state,
-    print_json,
-    print_table,
-)
+from agent.cli.app import StateDir, command_group, node_state
+from schemas.cli import Json, Verbose, console, err_console, print_json, print_table
 
-bundle_app = typer.Typer(
+bundle_app = command_group(
+    "bundle",
     help="Thin GPU nodes: export a measurement bundle, run it on the GPU, import the results.",
-    no_args_is_help=True,
 )
-app.add_typer(bundle_app, name="bundle")
 
 
 @bundle_app.command("export")
@@ -45,8 +35,8 @@ def export_command(
     model: Path | None = typer.Option(None, "--model", help="the SiMoE model file for --pick"),
     profile: Path | None = typer.Option(None, "--profile", help="the GPU's profile JSON"),
     seed: int = typer.Option(0, "--seed"),
-    json_out: bool = JsonOption,
-    verbose: bool = VerboseOption,
+    json_out: Json = False,
+    verbose: Verbose = False,
 ) -> None:
     """Choose candidates and compile them HERE for the GPU's arch; write the bundle."""
     from agent.bundle.export import export_bundle
@@ -103,9 +93,9 @@ def import_command(
     results: Path = typer.Argument(..., help="the folder run.py wrote"),
     home: Path = typer.Option(..., "--home", help="the export's home/ folder"),
     device_name: str | None = typer.Option(None, "--device", help="import as cuda:N"),
-    json_out: bool = JsonOption,
-    verbose: bool = VerboseOption,
-    state_dir: Path | None = StateDirOption,
+    json_out: Json = False,
+    verbose: Verbose = False,
+    state_dir: StateDir = None,
 ) -> None:
     """Import a bundle run's results into the node's store, with the GPU's profile."""
     from agent.bundle.importer import import_results

@@ -5,25 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from agent.cli.app import (
-    JsonOption,
-    StateDirOption,
-    VerboseOption,
-    app,
-    console,
-    err_console,
-    print_json,
-    print_table,
-)
+from agent.cli.app import StateDir, command_group, progress_bar
+from schemas.cli import Json, Verbose, console, print_json, print_table
 from schemas.tables import Column
 
-dataset_app = typer.Typer(
+dataset_app = command_group(
+    "dataset",
     help="Simulated GPU fleet: the spec catalog and datasets labelled on every GPU (simulated).",
-    no_args_is_help=True,
 )
-app.add_typer(dataset_app, name="dataset")
 
 
 @dataset_app.command("gpus")
@@ -31,9 +21,9 @@ def gpus_command(
     spec: Path | None = typer.Option(
         None, "--spec", help="validate and show a GPU spec file instead of the catalog"
     ),
-    json_out: bool = JsonOption,
-    verbose: bool = VerboseOption,
-    state_dir: Path | None = StateDirOption,
+    json_out: Json = False,
+    verbose: Verbose = False,
+    state_dir: StateDir = None,
 ) -> None:
     """The GPU catalog of the simulated fleet (or one user spec file, validated)."""
     from agent.devices.sim.catalog import load_catalog, load_spec_file
@@ -83,24 +73,16 @@ def build_command(
     cache: Path | None = typer.Option(
         None, "--cache", help="keep each workload's sample here; a rebuild only relabels"
     ),
-    json_out: bool = JsonOption,
-    verbose: bool = VerboseOption,
-    state_dir: Path | None = StateDirOption,
+    json_out: Json = False,
+    verbose: Verbose = False,
+    state_dir: StateDir = None,
 ) -> None:
     """Sample candidates once per workload, label them on every GPU (simulated), write stores."""
     from agent.fleet_dataset import build_fleet_dataset, resolve_gpus, resolve_workloads
 
     specs = resolve_gpus(gpus)
     names = resolve_workloads(workloads)
-    with Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-        disable=json_out,
-    ) as bar:
+    with progress_bar("[progress.description]{task.description}", disable=json_out) as bar:
         task = bar.add_task("sampling", total=len(names))
 
         def progress(name: str, done: int, total: int) -> None:

@@ -13,19 +13,10 @@ from pathlib import Path
 
 import typer
 from pydantic import BaseModel, ConfigDict
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from agent.cli.app import (
-    JsonOption,
-    StateDirOption,
-    VerboseOption,
-    app,
-    err_console,
-    node_state,
-    print_json,
-    print_table,
-)
+from agent.cli.app import StateDir, app, node_state, progress_bar
 from schemas import BadInputError
+from schemas.cli import Json, Verbose, print_json, print_table
 from schemas.tables import Column
 
 
@@ -84,9 +75,9 @@ def evaluate_command(
     zero_shot: bool = typer.Option(
         False, "--zero-shot", help="leave each device's own expert out of the mixture"
     ),
-    json_out: bool = JsonOption,
-    verbose: bool = VerboseOption,
-    state_dir: Path | None = StateDirOption,
+    json_out: Json = False,
+    verbose: Verbose = False,
+    state_dir: StateDir = None,
 ) -> None:
     """Score the measured candidates of each device with a SiMoE model (top-k, pairwise)."""
     import torch
@@ -106,14 +97,7 @@ def evaluate_command(
         raise BadInputError(f"{model_path}: the model has no experts yet; train it first")
     results: list[DeviceEvaluation] = []
     paths = _stores(data, node.store_path)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        disable=json_out,
-    ) as progress:
+    with progress_bar(transient=False, disable=json_out) as progress:
         bar = progress.add_task("evaluating", total=len(paths))
         for path in paths:
             with Store(path) as store:

@@ -8,17 +8,10 @@ from pathlib import Path
 
 import typer
 
-from agent.cli.app import (
-    JsonOption,
-    StateDirOption,
-    VerboseOption,
-    app,
-    console,
-    print_json,
-    print_table,
-)
+from agent.cli.app import StateDir, app
 from agent.node_state import NodeState
 from schemas import BadInputError
+from schemas.cli import Json, Verbose, console, print_json, print_table
 
 
 def _state_dir(state_dir: Path | None) -> Path:
@@ -36,9 +29,9 @@ def enroll(
     ),
     timeout: float = typer.Option(180.0, "--timeout", help="seconds to wait for the model"),
     port: int = typer.Option(9094, "--port", help="local port of the node's SuperNode API"),
-    state_dir: Path | None = StateDirOption,
-    as_json: bool = JsonOption,
-    verbose: bool = VerboseOption,
+    state_dir: StateDir = None,
+    as_json: Json = False,
+    verbose: Verbose = False,
 ) -> None:
     """Create the node key, profile the hardware, register, fetch the model (idempotent)."""
     from agent.enroll import enroll as do_enroll
@@ -71,8 +64,8 @@ def run(
     drain: bool = typer.Option(
         False, "--drain", help="work through the queued jobs, then stop (exit 0)"
     ),
-    state_dir: Path | None = StateDirOption,
-    verbose: bool = VerboseOption,
+    state_dir: StateDir = None,
+    verbose: Verbose = False,
 ) -> None:
     """Run the node: keep its SuperNode connected and tune queued work between rounds."""
     from agent.daemon import AgentDaemon
@@ -97,9 +90,9 @@ def submit(
         help="xgb, mlp, random or simoe (default: simoe once the node holds a federated "
         "model, else the config's)",
     ),
-    state_dir: Path | None = StateDirOption,
-    as_json: bool = JsonOption,
-    verbose: bool = VerboseOption,
+    state_dir: StateDir = None,
+    as_json: Json = False,
+    verbose: Verbose = False,
 ) -> None:
     """Queue tuning work for the daemon (`simoe-agent run`)."""
     from agent.daemon import Queue, make_job

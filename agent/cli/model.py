@@ -6,23 +6,15 @@ from pathlib import Path
 
 import typer
 
-from agent.cli.app import (
-    JsonOption,
-    StateDirOption,
-    VerboseOption,
-    app,
-    node_state,
-    print_json,
-    print_table,
-)
+from agent.cli.app import StateDir, command_group, node_state
+from schemas.cli import Json, Verbose, print_json, print_table
 from schemas.tuning import ModelUsed
 
-model_app = typer.Typer(
+model_app = command_group(
+    "model",
     help="The SiMoE model `tune --cost-model simoe` uses: the federation's, an imported one, "
     "or the starter model that ships with the package.",
-    no_args_is_help=True,
 )
-app.add_typer(model_app, name="model")
 
 
 def _print(title: str, used: ModelUsed) -> None:
@@ -38,9 +30,9 @@ def _print(title: str, used: ModelUsed) -> None:
 
 @model_app.command("show")
 def model_show(
-    json_out: bool = JsonOption,
-    verbose: bool = VerboseOption,
-    state_dir: Path | None = StateDirOption,
+    json_out: Json = False,
+    verbose: Verbose = False,
+    state_dir: StateDir = None,
 ) -> None:
     """Which model `tune --cost-model simoe` would use now, and what it was trained on."""
     from agent.model_choice import choose_model
@@ -56,9 +48,9 @@ def model_show(
 def model_import(
     file: Path = typer.Argument(..., help="a SiMoE model file (as `save_model` writes it)"),
     label: str | None = typer.Option(None, "--label", help="what it is, shown by every tune"),
-    json_out: bool = JsonOption,
-    verbose: bool = VerboseOption,
-    state_dir: Path | None = StateDirOption,
+    json_out: Json = False,
+    verbose: Verbose = False,
+    state_dir: StateDir = None,
 ) -> None:
     """Validate a SiMoE model and use it on this node when it has no federation model."""
     from agent.model_choice import import_model

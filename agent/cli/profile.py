@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from agent.cli.app import (
-    JsonOption,
-    StateDirOption,
-    VerboseOption,
-    app,
-    console,
-    err_console,
-    node_state,
-    print_json,
-    print_table,
-)
+from agent.cli.app import StateDir, app, node_state, progress_bar
 from schemas import HardwareProfile
+from schemas.cli import Json, Verbose, console, print_json, print_table
 
 
 def _print_profile(profile: HardwareProfile) -> None:
@@ -67,9 +55,9 @@ def profile_command(
     ),
     refresh: bool = typer.Option(False, "--refresh", help="profile again even if cached"),
     repeat: int = typer.Option(5, "--repeat", min=1, help="measurements per probe"),
-    json_out: bool = JsonOption,
-    verbose: bool = VerboseOption,
-    state_dir: Path | None = StateDirOption,
+    json_out: Json = False,
+    verbose: Verbose = False,
+    state_dir: StateDir = None,
 ) -> None:
     """Profile the device: spec sheet plus the latencies of the fixed probe suite (cached)."""
     from agent.devices import get_device
@@ -78,14 +66,7 @@ def profile_command(
     node = node_state(state_dir)
     config = node.config()
     device = get_device(device_name or config.device)
-    with Progress(
-        TextColumn("probing {task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-    ) as progress:
+    with progress_bar("probing {task.description}") as progress:
         bar = progress.add_task(device.name, total=None)
 
         def on_probe(name: str, done: int, total: int) -> None:

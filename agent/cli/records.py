@@ -7,26 +7,19 @@ from pathlib import Path
 
 import typer
 
-from agent.cli.app import (
-    JsonOption,
-    StateDirOption,
-    VerboseOption,
-    app,
-    err_console,
-    node_state,
-    print_json,
-    print_table,
-)
+from agent.cli.app import StateDir, command_group, node_state
 from agent.ms_json import export_ms_json, import_ms_json
 from agent.store import RecordSummary, Store
 from schemas import BadInputError
+from schemas.cli import Json, Verbose, err_console, print_json, print_table
 from schemas.errors import output_folder
 from schemas.tables import Column, short_time
 
-records_app = typer.Typer(
-    help="The node's tuning records (they never leave the node).", no_args_is_help=False
+records_app = command_group(
+    "records",
+    help="The node's tuning records (they never leave the node).",
+    invoke_without_command=True,
 )
-app.add_typer(records_app, name="records", invoke_without_command=True)
 
 _DEVICE_PATTERN = re.compile(r"^(cpu|cuda:\d+|sim:\S+)$")
 # Columns a narrow console may go without (a sim: device already says simulated).
@@ -73,9 +66,9 @@ def records_list(
     ),
     device: str | None = typer.Option(None, "--device", help="only this device"),
     limit: int = typer.Option(50, "--limit", min=1, help="at most this many, newest first"),
-    json_out: bool = JsonOption,
-    verbose: bool = VerboseOption,
-    state_dir: Path | None = StateDirOption,
+    json_out: Json = False,
+    verbose: Verbose = False,
+    state_dir: StateDir = None,
 ) -> None:
     """List the records, newest first: task, device, latency, simulated or measured, when."""
     if ctx.invoked_subcommand is not None:
@@ -108,9 +101,9 @@ def records_list(
 @records_app.command("best")
 def records_best(
     device: str | None = typer.Option(None, "--device", help="only this device"),
-    json_out: bool = JsonOption,
-    verbose: bool = VerboseOption,
-    state_dir: Path | None = StateDirOption,
+    json_out: Json = False,
+    verbose: Verbose = False,
+    state_dir: StateDir = None,
 ) -> None:
     """The fastest successful record of each workload on each device."""
     store = _read(state_dir)
@@ -151,9 +144,9 @@ def records_best(
 def records_export(
     directory: Path = typer.Argument(..., help="where to write the MetaSchedule JSON database"),
     device: str | None = typer.Option(None, "--device", help="only this device's records"),
-    json_out: bool = JsonOption,
-    verbose: bool = VerboseOption,
-    state_dir: Path | None = StateDirOption,
+    json_out: Json = False,
+    verbose: Verbose = False,
+    state_dir: StateDir = None,
 ) -> None:
     """Write the records as a MetaSchedule JSONDatabase (database_workload.json + records)."""
     path = _store_path(state_dir)
@@ -173,9 +166,9 @@ def records_export(
 def records_import(
     directory: Path = typer.Argument(..., help="a MetaSchedule JSON database directory"),
     device: str = typer.Option(..., "--device", help="the device the records were measured on"),
-    json_out: bool = JsonOption,
-    verbose: bool = VerboseOption,
-    state_dir: Path | None = StateDirOption,
+    json_out: Json = False,
+    verbose: Verbose = False,
+    state_dir: StateDir = None,
 ) -> None:
     """Read a MetaSchedule JSONDatabase into the store; records of `sim:` devices are simulated."""
     if not _DEVICE_PATTERN.match(device):

@@ -8,19 +8,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from agent.cli.app import (
-    JsonOption,
-    StateDirOption,
-    VerboseOption,
-    app,
-    console,
-    node_state,
-    print_json,
-    print_table,
-)
+from agent.cli.app import StateDir, app, node_state
 from agent.node_state import NodeState
 from agent.store import StoreSummary
 from schemas import AgentConfig, BadInputError, HardwareProfile
+from schemas.cli import Json, Verbose, console, print_json, print_table
 from schemas.tables import Column, short_time
 
 
@@ -176,9 +168,9 @@ def _federation_rows(federation: FederationStatus | None) -> list[tuple[str, Any
 
 @app.command("status")
 def status(
-    json_out: bool = JsonOption,
-    verbose: bool = VerboseOption,
-    state_dir: Path | None = StateDirOption,
+    json_out: Json = False,
+    verbose: Verbose = False,
+    state_dir: StateDir = None,
 ) -> None:
     """Where the node keeps its state, its config, and what its store holds."""
     result = collect_status(state_dir)

@@ -3,30 +3,16 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import typer
 from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
     Progress,
     TaskID,
-    TextColumn,
-    TimeElapsedColumn,
 )
 
-from agent.cli.app import (
-    JsonOption,
-    StateDirOption,
-    VerboseOption,
-    app,
-    console,
-    err_console,
-    node_state,
-    print_json,
-    print_table,
-)
+from agent.cli.app import StateDir, app, node_state, progress_bar
 from schemas import BadInputError
+from schemas.cli import Json, Verbose, console, err_console, print_json, print_table
 from schemas.tables import Column
 from schemas.tuning import TuneResult
 
@@ -156,9 +142,9 @@ def tune(
         help="measure TVM's default (untuned) schedule once per task and keep it wherever the "
         "best tuned one is slower, here and in the compiled network (--no-baseline: unchecked)",
     ),
-    json_out: bool = JsonOption,
-    verbose: bool = VerboseOption,
-    state_dir: Path | None = StateDirOption,
+    json_out: Json = False,
+    verbose: Verbose = False,
+    state_dir: StateDir = None,
 ) -> None:
     """Tune an operator or a network with MetaSchedule; every measurement goes to the store."""
     from agent.cost_models import check_cost_model
@@ -193,14 +179,7 @@ def tune(
     log_level = logging.INFO if verbose else logging.WARNING
     with (
         node.open_store() as store,
-        Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err_console,
-            transient=json_out,
-        ) as progress,
+        progress_bar(transient=json_out) as progress,
     ):
         profile = store.latest_profile(device.name)
         if profile is None and cost_model == "simoe":  # SiMoE needs it: take it, once
