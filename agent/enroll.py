@@ -29,6 +29,7 @@ from agent.node_state import NodeState
 from schemas import BadInputError, RunFailure
 from schemas.certs import check_certificate
 from schemas.messages import check_node_name, key_fingerprint
+from schemas.private_files import write_private
 from schemas.protocol import CONNECTION, flower_env, flwr_bin, write_connection
 
 
@@ -47,9 +48,7 @@ def create_node_key(state_dir: Path) -> tuple[Path, Path, bool]:
         serialization.PrivateFormat.OpenSSH,
         serialization.NoEncryption(),
     )
-    fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(pem)
+    write_private(private, pem)
     public.write_bytes(
         key.public_key().public_bytes(
             serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH

@@ -25,7 +25,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from schemas import BadInputError, RunFailure
-from server.registry import create_private
+from schemas.private_files import create_private
 
 # The tables a SiMoE registry has (server.registry.Registry._create).
 REGISTRY_TABLES = (

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timezone
@@ -23,6 +22,7 @@ import sqlite_utils
 
 from schemas import BadInputError, HardwareProfile, RunFailure
 from schemas.messages import ExpertInfo, NodeHello, RoundInfo
+from schemas.private_files import create_private
 
 SCHEMA_VERSION = 1
 
@@ -41,17 +41,6 @@ def arrays_to_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
 def arrays_from_bytes(blob: bytes) -> dict[str, np.ndarray]:
     with np.load(io.BytesIO(blob), allow_pickle=False) as data:
         return {k: data[k] for k in data.files}
-
-
-def create_private(path: Path) -> None:
-    """Create `path` empty with mode 0600 unless it exists (SQLite then keeps that mode).
-
-    Why: SQLite creates a new database with the umask's mode (often 0644), and its
-    -wal and -shm files copy the database file's mode.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 class NameTakenError(BadInputError):

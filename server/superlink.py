@@ -32,6 +32,7 @@ from cryptography.x509.oid import NameOID
 
 from schemas import BadInputError, RunFailure
 from schemas.certs import check_certificate
+from schemas.private_files import write_private
 from schemas.protocol import CONNECTION, flower_env, flwr_bin, write_connection
 
 RUN_CONFIG_DEFAULTS: dict[str, str | int | float] = {
@@ -93,9 +94,7 @@ def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
+    write_private(path, data)
 
 
 def init_certs(

@@ -191,6 +191,7 @@ def test_private_files_are_0600(tmp_path: Path) -> None:
     private, public, created = create_node_key(tmp_path / "node")
     assert created and stat.S_IMODE(private.stat().st_mode) == 0o600
     assert stat.S_IMODE(private.parent.stat().st_mode) == 0o700
+    assert not list(private.parent.glob(".*.tmp"))  # written atomically: no temporary left
     assert stat.S_IMODE(init_certs(tmp_path / "certs").key.stat().st_mode) == 0o600
     with Registry(tmp_path / "server" / "registry.sqlite") as registry:
         registry.save_global(initial_arrays(), round_=0)  # WAL files appear with writes
