@@ -294,11 +294,14 @@ def build_fleet_dataset(
     repeats: int = 3,
     progress: ProgressCallback | None = None,
     cache_dir: Path | None = None,
+    ptxas_cache: Path | None = None,
 ) -> DatasetSummary:
     """Sample, featurize and analyse each workload once; label it on every GPU; write stores.
 
     With `cache_dir`, each workload's sample (traces, features, TIR analysis) is kept there
-    and reused: labelling the same sample on other GPUs or units costs seconds.
+    and reused: labelling the same sample on other GPUs or units costs seconds. With
+    `ptxas_cache`, ptxas's registers, spills and static shared memory replace the
+    estimate on every GPU whose arch nvcc compiles for (`sim.compiler_facts`).
     """
     from agent.ms_database import plain_json
     from agent.store import Store
@@ -322,8 +325,16 @@ def build_fleet_dataset(
             for name, dt in sample.seconds.items():
                 timing[name] += dt
             t3 = time.perf_counter()
+            facts = None
+            if ptxas_cache is not None:
+                from agent.devices.sim import compiler_facts
+
+                facts, _ = compiler_facts.sample_fact_arrays(
+                    sample.mod_json, sample.traces, sample.owner, target,
+                    [spec.cuda_arch for spec in gpus], compiler_facts.FactsCache(ptxas_cache),
+                )  # fmt: skip
             secs = latency.simulate(
-                sample.matrix, sample.owner, sample.keys, params, repeats=repeats
+                sample.matrix, sample.owner, sample.keys, params, repeats=repeats, facts=facts
             )
             t4 = time.perf_counter()
             wkey = sample.workload_key

@@ -31,6 +31,7 @@ class CompiledModule:
 
     cubin: bytes
     ids: list[str]
+    log: str = ""  # nvcc's stderr: ptxas's resource report when asked for (`ptxas_verbose`)
 
 
 def _first_error(stderr: str) -> str:
@@ -59,18 +60,28 @@ def _translation_unit(programs: list[tuple[str, LoweredProgram]], folder: Path) 
 
 def compile_batch(programs: list[tuple[str, LoweredProgram]], arch: str, nvcc: Path) -> bytes:
     """One cubin for all `programs` (kernels already renamed apart); RunFailure on error."""
+    return compile_batch_logged(programs, arch, nvcc)[0]
+
+
+def compile_batch_logged(
+    programs: list[tuple[str, LoweredProgram]],
+    arch: str,
+    nvcc: Path,
+    flags: tuple[str, ...] = (),
+) -> tuple[bytes, str]:
+    """`compile_batch` with extra nvcc flags, also returning nvcc's stderr."""
     with tempfile.TemporaryDirectory(prefix="simoe-nvcc-") as tmp:
         folder = Path(tmp)
         unit = _translation_unit(programs, folder)
         out = folder / "batch.cubin"
-        cmd = [str(nvcc), *NVCC_FLAGS, f"-arch={arch}", "-o", str(out), str(unit)]
+        cmd = [str(nvcc), *NVCC_FLAGS, *flags, f"-arch={arch}", "-o", str(out), str(unit)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         except subprocess.TimeoutExpired:
             raise RunFailure("nvcc ran over 30 minutes") from None
         if proc.returncode != 0:
             raise RunFailure(_first_error(proc.stderr))
-        return out.read_bytes()
+        return out.read_bytes(), proc.stderr
 
 
 def compile_programs(
@@ -80,8 +91,13 @@ def compile_programs(
     batch_size: int = 32,
     jobs: int = 1,
     nvcc: Path | None = None,
+    ptxas_verbose: bool = False,
 ) -> tuple[list[CompiledModule], dict[str, str]]:
-    """Cubins for all programs, and the first nvcc error of each program that failed."""
+    """Cubins for all programs, and the first nvcc error of each program that failed.
+
+    With `ptxas_verbose`, each module's `log` holds ptxas's per-kernel resource report
+    (registers, spills, static shared memory: `-Xptxas -v`).
+    """
     nvcc = nvcc or nvcc_path()
     if nvcc is None:
         raise RunFailure("nvcc not found: install the CUDA toolkit or set CUDA_PATH")
@@ -89,7 +105,9 @@ def compile_programs(
 
     def build(batch: list[tuple[str, LoweredProgram]]) -> list[CompiledModule]:
         try:
-            return [CompiledModule(compile_batch(batch, arch, nvcc), [i for i, _ in batch])]
+            flags = ("-Xptxas", "-v") if ptxas_verbose else ()
+            cubin, log = compile_batch_logged(batch, arch, nvcc, flags)
+            return [CompiledModule(cubin, [i for i, _ in batch], log if ptxas_verbose else "")]
         except RunFailure as exc:
             if len(batch) == 1:
                 failures[batch[0][0]] = str(exc)

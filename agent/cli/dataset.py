@@ -73,6 +73,12 @@ def build_command(
     cache: Path | None = typer.Option(
         None, "--cache", help="keep each workload's sample here; a rebuild only relabels"
     ),
+    ptxas_facts: Path | None = typer.Option(
+        None,
+        "--ptxas-facts",
+        help="take registers, spills and static shared memory from nvcc/ptxas where it "
+        "compiles for the GPU's arch (facts cached in this folder)",
+    ),
     json_out: Json = False,
     verbose: Verbose = False,
     state_dir: StateDir = None,
@@ -89,8 +95,9 @@ def build_command(
             bar.update(task, completed=done, description=f"sampling {name}")
 
         summary = build_fleet_dataset(
-            names, specs, per_workload, out, seed=seed, progress=progress, cache_dir=cache
-        )
+            names, specs, per_workload, out, seed=seed, progress=progress, cache_dir=cache,
+            ptxas_cache=ptxas_facts,
+        )  # fmt: skip
     if json_out:
         print_json(summary.model_dump())
         return

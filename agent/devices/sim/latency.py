@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from agent.devices.sim.compiler_facts import FactArrays
 from agent.devices.sim.tir_analysis import KernelRecord
 from schemas.gpu import INLINE_ECC_MEMORY, GpuSpec, UnitState
 
@@ -258,8 +259,15 @@ def occupancy(
     return np.minimum(np.minimum(gpu.max_blocks_sm, by_warps), np.minimum(by_regs, by_smem))
 
 
-def kernel_times(matrix: np.ndarray, gpu: GpuParams) -> KernelTimes:
-    """Seconds of every kernel on every GPU (inf where the kernel cannot launch)."""
+def kernel_times(
+    matrix: np.ndarray, gpu: GpuParams, facts: FactArrays | None = None
+) -> KernelTimes:
+    """Seconds of every kernel on every GPU (inf where the kernel cannot launch).
+
+    `facts` (ptxas's registers, spills and static shared memory per kernel and GPU,
+    `compiler_facts`) replace the estimate wherever they are given; a kernel nvcc
+    rejected for a GPU's arch cannot run there.
+    """
 
     def col(name: str) -> np.ndarray:
         return matrix[:, COL[name]][:, None]
@@ -270,8 +278,19 @@ def kernel_times(matrix: np.ndarray, gpu: GpuParams) -> KernelTimes:
     registers = np.minimum(np.ceil(regs_raw / 8.0) * 8.0, MAX_REGISTERS)
     spill_share = np.clip((regs_raw - MAX_REGISTERS) / regs_raw, 0.0, 1.0)
     smem = col("smem_bytes")
+    rejected = np.zeros((1, 1), bool)
+    if facts is not None:
+        known = np.isfinite(facts.registers)
+        registers = np.where(known, facts.registers, registers)
+        # ptxas's spill traffic as a share of the thread's working set (registers + spills)
+        spilled = np.nan_to_num(facts.spill_bytes)
+        fact_share = spilled / np.maximum(spilled + 4.0 * facts.registers, 1.0)
+        spill_share = np.where(known, np.nan_to_num(fact_share), spill_share)
+        smem = np.where(np.isfinite(facts.smem_bytes), facts.smem_bytes, smem)
+        rejected = facts.rejected
     blocks_sm = occupancy(threads, registers, smem, gpu)
     valid = (threads <= gpu.max_threads_block) & (smem <= gpu.smem_block) & (blocks_sm >= 1)
+    valid = valid & ~rejected
     blocks_sm = np.maximum(blocks_sm, 1.0)
 
     # waves and the tail: the busiest SM runs `waves` rounds of `resident` blocks
@@ -355,12 +374,16 @@ def kernel_times(matrix: np.ndarray, gpu: GpuParams) -> KernelTimes:
 
 
 def candidate_latency(
-    matrix: np.ndarray, owner: np.ndarray, n_candidates: int, gpu: GpuParams
+    matrix: np.ndarray,
+    owner: np.ndarray,
+    n_candidates: int,
+    gpu: GpuParams,
+    facts: FactArrays | None = None,
 ) -> np.ndarray:
     """Noise-free seconds, [n_candidates, n_gpus]; inf where a kernel cannot run."""
     out = np.zeros((n_candidates, len(gpu.keys)))
     if matrix.shape[0]:
-        np.add.at(out, owner, kernel_times(matrix, gpu).seconds)
+        np.add.at(out, owner, kernel_times(matrix, gpu, facts).seconds)
     no_kernel = np.bincount(owner, minlength=n_candidates) == 0
     out[no_kernel] = np.inf
     return out
@@ -392,9 +415,10 @@ def simulate(
     candidate_keys: np.ndarray,
     gpu: GpuParams,
     repeats: int = 3,
+    facts: FactArrays | None = None,
 ) -> np.ndarray:
     """Seconds per run [n_candidates, n_gpus, repeats], with noise; inf marks a failure."""
-    base = candidate_latency(matrix, owner, len(candidate_keys), gpu)
+    base = candidate_latency(matrix, owner, len(candidate_keys), gpu, facts)
     return base[:, :, None] * noise_factors(candidate_keys, gpu, repeats)
 
 
