@@ -16,7 +16,11 @@ profile: the search's cost hardly depends on how good the model is, and every va
 the same one. Measurement time is modelled on MetaSchedule's LocalRunner defaults
 (number 3, repeat 1, min_repeat_ms 100, as the simulated device accounts it) and at 0.5,
 1.35 and 2.5 s per trial (issue 12's range). CPU seconds are given next to wall seconds:
-on a shared machine the wall time grows with the load, the CPU time much less.
+on a shared machine the wall time grows with the load, the CPU time much less. One search
+thread by default: MetaSchedule's search with 2 threads hands candidates to threads (each
+with its own random state) in whatever order they come, so two runs at one seed differ,
+by up to 40% in the best latency here; with one thread `before` and `cache` search exactly
+the same candidates (tests/test_model_search.py), and the cache's saving is all there is.
 
     python -m bench.search_cost                        # 3 tasks x 3 variants, ~10 min
     python -m bench.search_cost --networks bert_layer --variants before,cache
@@ -55,7 +59,7 @@ def _search(variant: str, task: Any, target: Any, model: Any, args: argparse.Nam
         cost_model=search_model, rounds=args.rounds, per_round=args.per_round,
         population=args.population, genetic_iters=2,
         init_min_unmeasured=min(50, max(8, round(50 * args.population / 512))),
-        seed=args.seed, task_name=task.name, num_threads=2, cache=cached, stop=stop,
+        seed=args.seed, task_name=task.name, num_threads=args.threads, cache=cached, stop=stop,
     )  # fmt: skip
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     stats = search_model.stats if cached else None
@@ -105,10 +109,14 @@ def _markdown(report: dict) -> str:
         f"{report['load_end']}. Search: {report['settings']}. Best latency = the best of "
         "the model's top picks simulated on the GPU (lower is better).",
         "",
+        "Ratios are search seconds over modelled measurement seconds of the picks (below 1: the "
+        "search costs less than its measurements): wall, then CPU (what the search would take "
+        "on one idle core), then wall at 0.5 / 1.35 / 2.5 s per trial.",
+        "",
         "| task | variant | search wall s | search CPU s | predictions made / asked | "
-        "measure s (sim) | search / measure (sim) | at 0.5 / 1.35 / 2.5 s per trial | "
-        "best ms |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "measure s (sim) | wall / measure | CPU / measure | wall at 0.5 / 1.35 / 2.5 s per trial "
+        "| best ms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["rows"]:
         at = " / ".join(
@@ -118,7 +126,8 @@ def _markdown(report: dict) -> str:
         made = f"{cache['predicted']} / {cache['asked']}" if cache else "n/a"
         lines.append(
             f"| {r['task']} | {r['variant']} | {r['search_wall_s']:.1f} | {r['search_cpu_s']:.1f} "
-            f"| {made} | {r['modelled_measure_s']:.1f} | {r['search_over_measure']:.2f} | {at} "
+            f"| {made} | {r['modelled_measure_s']:.1f} | {r['search_over_measure']:.2f} "
+            f"| {r['search_cpu_s'] / r['modelled_measure_s']:.2f} | {at} "
             f"| {r['best_latency_ms']:.4f} |"
         )
     lines += ["", "Sums over the tasks:", ""]
@@ -141,6 +150,11 @@ def main() -> None:
     parser.add_argument("--population", type=int, default=64)
     parser.add_argument("--picks", type=int, default=32, help="measured per task (TLM: 32)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--threads", type=int, default=1,
+        help="search threads; with more than 1 MetaSchedule's search is not deterministic, "
+        "so variants at the same seed no longer search the same candidates",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("bench/reports"))
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
@@ -186,7 +200,8 @@ def main() -> None:
         "simulated": True,
         "gpu": f"sim:{args.gpu}",
         "settings": {
-            k: getattr(args, k) for k in ("rounds", "per_round", "population", "picks", "seed")
+            k: getattr(args, k)
+            for k in ("rounds", "per_round", "population", "picks", "seed", "threads")
         },
         "load_start": [round(x, 2) for x in load_start],
         "load_end": [round(x, 2) for x in os.getloadavg()],
