@@ -133,6 +133,20 @@ def gpu_stencil(sch: Schedule) -> None:
     _cooperative_fetch(sch, shared, ty_extent=16, tx_extent=16)
 
 
+def _vector_accumulators(
+    sch: Schedule, block: object, *, at: object, rows: object, lanes: object, reduction: object
+) -> None:
+    """CPU: accumulate in a local tile of `rows` (unrolled) x `lanes` (vectorized) registers,
+    written back at loop `at`; the tile's zeroing, split off at `reduction`, is vectorized."""
+    local = sch.cache_write(block, 0, "global")
+    sch.reverse_compute_at(local, at)
+    sch.vectorize(sch.get_loops(local)[-1])
+    sch.unroll(rows)
+    sch.vectorize(lanes)
+    init = sch.decompose_reduction(block, reduction)
+    sch.vectorize(sch.get_loops(init)[-1])
+
+
 def cpu_matmul(tile_i: int, tile_j: int, tile_k: int, parallel: bool = True) -> Callable:
     """Cache-blocked matmul: a local accumulator tile, vectorized along j, parallel over i."""
 
@@ -146,13 +160,7 @@ def cpu_matmul(tile_i: int, tile_j: int, tile_k: int, parallel: bool = True) -> 
         fused = sch.fuse(io, jo)
         if parallel:
             sch.parallel(fused)
-        local = sch.cache_write(block, 0, "global")
-        sch.reverse_compute_at(local, fused)
-        sch.vectorize(sch.get_loops(local)[-1])
-        sch.unroll(ii)
-        sch.vectorize(jv)
-        init = sch.decompose_reduction(block, ko)
-        sch.vectorize(sch.get_loops(init)[-1])
+        _vector_accumulators(sch, block, at=fused, rows=ii, lanes=jv, reduction=ko)
 
     return schedule
 
@@ -197,13 +205,7 @@ def cpu_fma(lanes: int, chains: int) -> Callable:
         io, ic, iv = sch.split(i, [None, chains, lanes])
         sch.reorder(io, s, ic, iv)
         sch.parallel(io)
-        local = sch.cache_write(block, 0, "global")
-        sch.reverse_compute_at(local, io)
-        sch.vectorize(sch.get_loops(local)[-1])
-        sch.unroll(ic)
-        sch.vectorize(iv)
-        init = sch.decompose_reduction(block, s)
-        sch.vectorize(sch.get_loops(init)[-1])
+        _vector_accumulators(sch, block, at=io, rows=ic, lanes=iv, reduction=s)
 
     return schedule
 
