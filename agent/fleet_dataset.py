@@ -110,30 +110,33 @@ def generic_target(gpus: Sequence[GpuSpec]) -> Any:
     return cuda_target(loosest)
 
 
-def sample_workload(
-    workload: str, target: Any, per_workload: int, *, seed: int, num_threads: int | None = None
-) -> SampledWorkload:
-    """Sample distinct postprocessed candidates by replaying the design-space traces.
+def sample_candidates(
+    mod: Any,
+    target: Any,
+    count: int,
+    *,
+    seed: int,
+    task_name: str,
+    num_threads: int | None = None,
+) -> tuple[list[Any], Any]:
+    """Up to `count` distinct postprocessed candidates of `mod` by replaying its design-space
+    traces, and the TuneContext that sampled them.
 
     ReplayTrace re-draws every decision and retries candidates that fail VerifyGPUCode,
     in C++ threads (`num_threads`, default: every core).
     """
-    import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from agent.workloads import parse_workload, prim_func
-
-    mod = tvm.IRModule({"main": prim_func(parse_workload(workload))})
     ctx = ms.TuneContext(
         mod=mod,
         target=target,
         space_generator="post-order-apply",
-        search_strategy=ms.search_strategy.ReplayTrace(max_fail_count=max(100, per_workload)),
-        task_name=workload,
+        search_strategy=ms.search_strategy.ReplayTrace(max_fail_count=max(100, count)),
+        task_name=task_name,
         rand_state=seed,
         num_threads=num_threads or max(1, os.cpu_count() or 1),
     )
-    ctx.pre_tuning(max_trials=per_workload, num_trials_per_iter=per_workload)
+    ctx.pre_tuning(max_trials=count, num_trials_per_iter=count)
     found = ctx.generate_measure_candidates() or []
     ctx.post_tuning()
     seen: set[int] = set()
@@ -143,6 +146,21 @@ def sample_workload(
         if key not in seen:
             seen.add(key)
             candidates.append(cand)
+    return candidates, ctx
+
+
+def sample_workload(
+    workload: str, target: Any, per_workload: int, *, seed: int, num_threads: int | None = None
+) -> SampledWorkload:
+    """Sample distinct candidates of one workload (see `sample_candidates`)."""
+    import tvm
+
+    from agent.workloads import parse_workload, prim_func
+
+    mod = tvm.IRModule({"main": prim_func(parse_workload(workload))})
+    candidates, ctx = sample_candidates(
+        mod, target, per_workload, seed=seed, task_name=workload, num_threads=num_threads
+    )
     return SampledWorkload(workload, mod, candidates, ctx)
 
 

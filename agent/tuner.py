@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import logging
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -25,12 +23,11 @@ from agent.cost_models import make_cost_model, model_used_by
 from agent.ms_database import ms_database, workload_key_of
 from agent.networks import Network, extract_network_tasks, load_network, one_line_of
 from agent.progress import ProgressCallback
-from agent.tuning_logs import close_loggers, task_loggers
+from agent.tune_harness import TuneTask, evolutionary, model_picks, run_tasks, task_flops
 from agent.workloads import TEWorkload, Workload, flops, prim_func
 from schemas import BadInputError, RunFailure, SimoeError
 from schemas.records import failed_run
 from schemas.tuning import ModelUsed, NetworkCheck, TaskResult, TuneResult
-from simoe_model import tvm_compat
 
 if TYPE_CHECKING:
     import tvm
@@ -96,53 +93,6 @@ def search_population(trials_per_task: int, population: int | None = None) -> in
     return min(512, max(32, 8 * trials_per_task))
 
 
-def _strategy(population: int) -> ms.search_strategy.SearchStrategy:
-    """MetaSchedule's evolutionary search with `population` candidates per round."""
-    from tvm.s_tir import meta_schedule as ms
-
-    return ms.search_strategy.EvolutionarySearch(
-        population_size=population, init_min_unmeasured=min(50, population)
-    )
-
-
-def warm_worker() -> None:
-    """Builder worker initializer: the inspect patch, then TVM's slow imports, done up front.
-
-    A worker's initializer runs without a timeout, but its first build does not: on a busy
-    machine, importing TVM's tensor intrinsics inside the first build (tens of seconds) made
-    every candidate of a batch time out.
-    """
-    tvm_compat.install()
-    import tvm.s_tir.tensor_intrin  # noqa: F401
-    from tvm.s_tir.meta_schedule.builder import local_builder  # noqa: F401
-
-
-def _builder(device: Device) -> ms.builder.Builder:
-    """The device's builder, with workers that import TVM before their first timed build."""
-    builder = device.builder()
-    if getattr(builder, "initializer", None) is tvm_compat.install:
-        builder.initializer = warm_worker
-    return builder
-
-
-def _measure_callbacks(device: Device, progress: ms.measure_callback.MeasureCallback) -> list[Any]:
-    from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback, RemoveBuildArtifact
-
-    callbacks = list(MeasureCallback.create("default"))
-    if device.simulated:  # its "artifacts" are keys, not files
-        callbacks = [c for c in callbacks if not isinstance(c, RemoveBuildArtifact)]
-    return [*callbacks, progress]
-
-
-@dataclass
-class _Task:
-    name: str
-    mod: tvm.IRModule  # the TIR module MetaSchedule tunes (as the database sees it)
-    weight: float
-    flops: float
-    spec: str | None
-
-
 def _default_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """The untuned baseline: as is on a CPU; DLight's default GPU rules on a GPU target."""
     if target.kind.name != "cuda":
@@ -165,17 +115,8 @@ def _median_measure(device: Device, mod: tvm.IRModule, repeat: int) -> float | N
         return None
 
 
-def _task_flops(mod: tvm.IRModule) -> float:
-    from tvm.s_tir.analysis import estimate_tir_flops
-
-    try:
-        return float(estimate_tir_flops(mod))
-    except Exception:  # noqa: BLE001
-        return 0.0
-
-
 def _run_search(
-    tasks: list[_Task],
+    tasks: list[TuneTask],
     device: Device,
     store: Store,
     *,
@@ -199,8 +140,6 @@ def _run_search(
     the real GPU.
     """
     import tvm
-    from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.meta_schedule.utils import fork_seed
 
     population = search_population(trials_per_task, population)
     for task in tasks:
@@ -218,95 +157,32 @@ def _run_search(
     started = time.perf_counter()
     try:
         strategies = (
-            [_model_picks(t, target, model, trials_per_task, model_rounds, population, seed)
-             for t in tasks]
+            [model_picks(t, target, model, trials_per_task, rounds=model_rounds,
+                         population=population, seed=seed or 0) for t in tasks]
             if model_rounds > 0
-            else [_strategy(population) for _ in tasks]
+            else [evolutionary(population) for _ in tasks]
         )  # fmt: skip
     except SimoeError:
         raise
     except Exception as exc:  # noqa: BLE001 - MetaSchedule raises TVMError and friends
         raise RunFailure(f"model-only search failed: {one_line_of(exc)}") from exc
-    with tempfile.TemporaryDirectory(prefix="simoe-tune-") as tmp:
-        logs = str(work_dir or tmp)
-        loggers = task_loggers(logs, [t.name for t in tasks], log_level)
-        contexts = [
-            ms.TuneContext(
-                mod=task.mod,
-                target=target,
-                space_generator="post-order-apply",
-                search_strategy=strategy,
-                task_name=task.name,
-                logger=logger,
-                rand_state=rand_state,
-                num_threads="physical",
-            ).clone()
-            for task, logger, rand_state, strategy in zip(
-                tasks, loggers, fork_seed(seed, n=len(tasks)), strategies, strict=True
-            )
-        ]
-        if progress is not None:  # every task's bar shows from the start
-            for task, budget in zip(tasks, budgets, strict=True):
-                progress(task.name, 0, budget)
-        modelled_before = getattr(device, "modelled_measure_seconds", None)
-        try:
-            ms.tune_tasks(
-                tasks=contexts,
-                task_weights=[t.weight for t in tasks],
-                work_dir=logs,
-                max_trials_global=trials_per_task * len(tasks),
-                max_trials_per_task=trials_per_task,
-                num_trials_per_iter=min(64, trials_per_task),
-                builder=_builder(device),
-                runner=device.runner(),
-                database=database,
-                cost_model=model,
-                measure_callbacks=_measure_callbacks(device, callback),
-                task_scheduler="gradient" if len(tasks) > 1 else "round-robin",
-            )
-        except SimoeError:
-            raise  # already one line with the right exit code (e.g. from a cost model)
-        except Exception as exc:  # noqa: BLE001 - MetaSchedule raises TVMError and friends
-            raise RunFailure(f"tuning failed: {one_line_of(exc)}") from exc
-        finally:
-            close_loggers(loggers)
-        wall = time.perf_counter() - started
+    if progress is not None:  # every task's bar shows from the start
+        for task, budget in zip(tasks, budgets, strict=True):
+            progress(task.name, 0, budget)
+    modelled_before = getattr(device, "modelled_measure_seconds", None)
+    run_tasks(
+        tasks, device, database, model, strategies, trials_per_task=trials_per_task,
+        seed=seed, work_dir=work_dir, log_level=log_level, callbacks=[callback],
+    )  # fmt: skip
+    wall = time.perf_counter() - started
     modelled = None
     if modelled_before is not None:
         modelled = float(device.modelled_measure_seconds) - float(modelled_before)
     return database, counts, wall, modelled, model_used_by(model)
 
 
-def _model_picks(
-    task: _Task,
-    target: tvm.target.Target,
-    model: ms.cost_model.CostModel | str,
-    trials: int,
-    rounds: int,
-    population: int,
-    seed: int | None,
-) -> ms.search_strategy.SearchStrategy:
-    """Fast mode's search for one task: chained model-only searches; the device then
-    measures the model's top `trials` (a strategy that proposes exactly those)."""
-    from simoe_model.model_search import ProposedCandidates, model_only_search
-
-    if isinstance(model, str):
-        raise BadInputError(
-            f"--model-rounds needs a trained cost model to search with (--cost-model simoe), "
-            f"not {model!r}"
-        )
-    # score=None: the search scores with `model` itself, frozen and cached (one prediction
-    # per distinct candidate; it learns from real measurements only, after the search)
-    found = model_only_search(
-        task.mod, target, None, cost_model=model,
-        rounds=rounds, per_round=min(64, trials), population=population,
-        init_min_unmeasured=min(50, population), seed=seed or 0, task_name=task.name,
-    )  # fmt: skip
-    return ProposedCandidates(found[:trials])
-
-
 def _task_result(
-    task: _Task,
+    task: TuneTask,
     database: ms.database.Database,
     device: Device,
     trials: int,
@@ -416,7 +292,9 @@ def tune_workload(
         raise BadInputError(f"--trials must be at least 1, got {trials}")
     check_fits(workload, device)
     mod = _normalize_mod(prim_func(workload))
-    task = _Task(name=str(workload), mod=mod, weight=1.0, flops=flops(workload), spec=str(workload))
+    task = TuneTask(
+        name=str(workload), mod=mod, weight=1.0, flops=flops(workload), spec=str(workload)
+    )
     database, counts, wall, modelled, used = _run_search(
         [task], device, store, trials_per_task=trials, cost_model=cost_model,
         node=node, progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
@@ -469,11 +347,11 @@ def tune_network(
     extracted = extract_network_tasks(network, target)
     stage(f"{network.name}: tuning {len(extracted)} tasks")
     tasks = [
-        _Task(
+        TuneTask(
             name=t.task_name,
             mod=t.dispatched[0],
             weight=float(t.weight),
-            flops=_task_flops(t.dispatched[0]),
+            flops=task_flops(t.dispatched[0]),
             spec=None,
         )
         for t in extracted

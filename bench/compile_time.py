@@ -28,21 +28,23 @@ measured task latency (simulated).
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from schemas.records import failed_run
 from simoe_model.task_data import DeviceDataset, TaskData
+from simoe_model.tvm_compat import single_candidate_safe, step_lr_accepts_verbose
+
+if TYPE_CHECKING:
+    from agent.tune_harness import TuneTask
 
 Say = Callable[[str], None]
 
@@ -159,20 +161,10 @@ FULL = CompileSettings(
 
 
 @dataclass
-class NetTask:
-    """One tuning task of a network: its TIR module, how often it runs, its FLOPs."""
-
-    name: str
-    mod: Any
-    weight: float
-    flops: float
-
-
-@dataclass
 class Sampled:
     """One task's distinct candidates: traces, features, and simulated labels per GPU."""
 
-    task: NetTask
+    task: TuneTask
     traces: list[Any]
     features: list[np.ndarray]
     latency: dict[str, np.ndarray]  # gpu -> mean seconds per candidate (inf = fails there)
@@ -181,22 +173,17 @@ class Sampled:
 # -- data ------------------------------------------------------------------------------------
 def network_tasks(
     network: str, target: Any, max_tasks: int | None
-) -> tuple[list[NetTask], int, float | None]:
+) -> tuple[list[TuneTask], int, float | None]:
     """The network's top `max_tasks` tasks by weight x FLOPs, how many it has, and the share
     of its FLOPs (weight x FLOPs) the kept tasks carry: one extraction (~10-30 s each)."""
-    from tvm.s_tir.analysis import estimate_tir_flops
-
     from agent.networks import extract_network_tasks, load_network
+    from agent.tune_harness import TuneTask, task_flops
 
     extracted = extract_network_tasks(load_network(network), target)
-    tasks = []
-    for t in extracted:
-        mod = t.dispatched[0]
-        try:
-            fl = float(estimate_tir_flops(mod))
-        except Exception:  # noqa: BLE001 - opaque ops count as 0 FLOPs
-            fl = 0.0
-        tasks.append(NetTask(t.task_name, mod, float(t.weight), fl))
+    tasks = [
+        TuneTask(t.task_name, t.dispatched[0], float(t.weight), task_flops(t.dispatched[0]))
+        for t in extracted
+    ]
     tasks.sort(key=lambda t: -t.weight * t.flops)
     kept = tasks[:max_tasks] if max_tasks else tasks
     whole = sum(t.weight * t.flops for t in tasks)
@@ -240,7 +227,7 @@ def simulate_on(mods: list[Any], target: Any, gpus: list[str]) -> np.ndarray:
 
 
 def _labelled(
-    task: NetTask, mods: list[Any], traces: list[Any], target: Any, gpus: list[str]
+    task: TuneTask, mods: list[Any], traces: list[Any], target: Any, gpus: list[str]
 ) -> Sampled:
     from tvm import s_tir
     from tvm.s_tir import meta_schedule as ms
@@ -258,34 +245,15 @@ def _labelled(
     )
 
 
-def sample_task(task: NetTask, gpus: list[str], per_task: int, seed: int) -> Sampled:
+def sample_task(task: TuneTask, gpus: list[str], per_task: int, seed: int) -> Sampled:
     """Sample candidates once for a generic target, featurize, label on every GPU."""
-    from tvm.s_tir import meta_schedule as ms
-
-    from agent.devices.sim import candidate_key
     from agent.devices.sim.catalog import lookup
-    from agent.fleet_dataset import generic_target
+    from agent.fleet_dataset import generic_target, sample_candidates
 
     target = generic_target([lookup(g) for g in gpus])
-    ctx = ms.TuneContext(
-        mod=task.mod,
-        target=target,
-        space_generator="post-order-apply",
-        search_strategy=ms.search_strategy.ReplayTrace(max_fail_count=max(100, per_task)),
-        task_name=task.name,
-        rand_state=seed,
-        num_threads=2,
+    cands, _ctx = sample_candidates(
+        task.mod, target, per_task, seed=seed, task_name=task.name, num_threads=2
     )
-    ctx.pre_tuning(max_trials=per_task, num_trials_per_iter=per_task)
-    found = ctx.generate_measure_candidates() or []
-    ctx.post_tuning()
-    seen: set[int] = set()
-    cands = []
-    for cand in found:
-        key = candidate_key(cand.sch.mod)
-        if key not in seen:
-            seen.add(key)
-            cands.append(cand)
     return _labelled(task, [c.sch.mod for c in cands], [c.sch.trace for c in cands], target, gpus)
 
 
@@ -304,7 +272,7 @@ def fleet_steered_score(target: Any, all_gpus: list[str], steer_gpus: list[str])
 
 
 def fleet_tuning_records(
-    task: NetTask, gpus: list[str], train_gpus: list[str], settings: CompileSettings, seed: int
+    task: TuneTask, gpus: list[str], train_gpus: list[str], settings: CompileSettings, seed: int
 ) -> Sampled:
     """What the training GPUs' own tuning runs would have measured, labelled on every GPU.
 
@@ -402,47 +370,6 @@ def write_fleet_stores(sampled: list[Sampled], gpus: list[str], profiles: dict, 
 
 
 # -- cost models -------------------------------------------------------------------------------
-@contextlib.contextmanager
-def step_lr_accepts_verbose() -> Iterator[None]:
-    """TVM 0.27's MLP trainer passes StepLR(verbose=...), which torch 2.13 no longer takes,
-    and step_size=num_epoch_full // 10, which is 0 (a modulo by zero) below 10 epochs."""
-    import torch
-
-    original = torch.optim.lr_scheduler.StepLR
-
-    class StepLR(original):  # type: ignore[misc,valid-type]
-        def __init__(
-            self,
-            optimizer: Any,
-            step_size: int,
-            *args: object,
-            verbose: object = None,
-            **kwargs: object,
-        ) -> None:
-            super().__init__(optimizer, max(1, int(step_size)), *args, **kwargs)
-
-    torch.optim.lr_scheduler.StepLR = StepLR
-    try:
-        yield
-    finally:
-        torch.optim.lr_scheduler.StepLR = original
-
-
-def single_candidate_safe(trainer: Any) -> Any:
-    """TVM 0.27's MLP trainer fails on a batch of one measured candidate (a 0-d tensor in its
-    top-k score); such a batch is stored for later training but not trained on at once."""
-    original = trainer.update
-
-    def update(features: list[np.ndarray], costs: np.ndarray, group_hash: str) -> None:
-        if len(features) < 2:
-            trainer.state.add_to_group(features, costs, group_hash)
-            return
-        original(features, costs, group_hash)
-
-    trainer.update = update
-    return trainer
-
-
 def add_training_groups(state: Any, train: list[DeviceDataset]) -> None:
     """Every training GPU's tasks into an MLP trainer's state, one group per GPU and task."""
     for ds in train:
@@ -509,7 +436,7 @@ def method_row(
     gpu: str,
     method: str,
     trials_per_task: int,
-    tasks: list[NetTask],
+    tasks: list[TuneTask],
     best: list[float],
     *,
     measured: int,
@@ -539,8 +466,11 @@ def method_row(
     )
 
 
+Strategy = Callable[[int, "TuneTask", Any], Any]  # (task index, task, target) -> strategy
+
+
 def tune_method(
-    tasks: list[NetTask],
+    tasks: list[TuneTask],
     gpu: str,
     method: str,
     cost_model: Any,
@@ -563,17 +493,45 @@ def tune_method(
     run stopped at k (round-robin gives every task its searches before any task gets more).
     `start` (row, database): continue an earlier run of the same tasks: its measurements are
     in the database, its time and best latencies count toward this run's."""
+    from agent.tune_harness import evolutionary
+
+    def strategy(_i: int, _task: TuneTask, _target: Any) -> Any:
+        return evolutionary(
+            population, genetic_iters=genetic_iters, init_min_unmeasured=init_min_unmeasured
+        )
+
+    rows, _database = _tune(
+        tasks, gpu, method, cost_model, strategy, trials=trials, seed=seed, network=network,
+        work_dir=work_dir, trials_per_iter=trials_per_iter, snapshots=snapshots, start=start,
+    )  # fmt: skip
+    return rows
+
+
+def _tune(
+    tasks: list[TuneTask],
+    gpu: str,
+    method: str,
+    cost_model: Any,
+    strategy: Strategy,
+    *,
+    trials: int,
+    seed: int,
+    network: str,
+    work_dir: Path | None,
+    trials_per_iter: int,
+    snapshots: dict[str, int] | None = None,
+    start: tuple[MethodRow, Any] | None = None,
+) -> tuple[list[MethodRow], Any]:
+    """One run through the tuner's harness (agent.tune_harness), the compile-time curve kept
+    by a measure callback; the rows and the database of its measurements. `strategy` is
+    made per task inside the timed run (fast mode's model-only search counts as search)."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.meta_schedule.measure_callback import (
-        MeasureCallback,
-        PyMeasureCallback,
-        RemoveBuildArtifact,
-    )
-    from tvm.s_tir.meta_schedule.utils import fork_seed
+    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
     from agent.devices import get_device
     from agent.devices.sim import modelled_cost_seconds
+    from agent.tune_harness import run_tasks
 
     device = get_device(f"sim:{gpu}")
     before, database = start if start else (None, ms.database.MemoryDatabase())
@@ -586,7 +544,6 @@ def tune_method(
         measured[0] = before.measured
         curve = list(before.curve)
         wall0, modelled0 = before.search_wall_s, before.modelled_measure_s
-    started = [0.0]
     modelled_done = [0.0]
     taken: dict[str, MethodRow] = {}
     batches = [0]
@@ -605,7 +562,7 @@ def tune_method(
         ) -> None:
             # Measurements of a batch happen one after another on the GPU: each candidate's
             # point adds the modelled time of the measurements before it, not the whole batch.
-            wall = time.perf_counter() - started[0]
+            wall = time.perf_counter() - started
             modelled = modelled_done[0]
             for r in runs:
                 measured[0] += 1
@@ -622,107 +579,53 @@ def tune_method(
                 if name not in taken and batches[0] >= k // per_iter * len(tasks):
                     taken[name] = row_now(name, k, wall, modelled_done[0])
 
-    callbacks = [
-        c for c in MeasureCallback.create("default") if not isinstance(c, RemoveBuildArtifact)
-    ]
-    log_dir = work_dir / "logs" / f"{network}-{gpu}-{method}"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    logger = logging.getLogger(f"simoe.bench.{network}.{gpu}.{method}")
-    logger.propagate = False
-    logger.setLevel(logging.WARNING)
-    contexts = [
-        ms.TuneContext(
-            mod=t.mod,
-            target=device.target(),
-            space_generator="post-order-apply",
-            search_strategy=ms.search_strategy.EvolutionarySearch(
-                population_size=population,
-                genetic_num_iters=genetic_iters,
-                init_min_unmeasured=init_min_unmeasured,
-            ),
-            task_name=t.name,
-            logger=logger,
-            rand_state=rs,
-            num_threads=2,
-        ).clone()
-        for t, rs in zip(tasks, fork_seed(seed, n=len(tasks)), strict=True)
-    ]
-    started[0] = time.perf_counter()
-    ms.tune_tasks(
-        tasks=contexts,
-        task_weights=[t.weight for t in tasks],
-        work_dir=str(log_dir),
-        max_trials_global=trials * len(tasks),
-        max_trials_per_task=trials,
-        num_trials_per_iter=per_iter,
-        builder=device.builder(),
-        runner=device.runner(),
-        database=database,
-        cost_model=cost_model,
-        measure_callbacks=[*callbacks, Curve()],
-        task_scheduler="round-robin",
-    )
-    wall = time.perf_counter() - started[0]
-    return [
-        row_now(method, trials, wall, float(device.modelled_measure_seconds)),
-        *taken.values(),
-    ]
+    log_dir = None
+    if work_dir is not None:
+        log_dir = work_dir / "logs" / f"{network}-{gpu}-{method}"
+        log_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    strategies = [strategy(i, t, device.target()) for i, t in enumerate(tasks)]
+    run_tasks(
+        tasks, device, database, cost_model, strategies, trials_per_task=trials,
+        trials_per_iter=per_iter, seed=seed, work_dir=log_dir, file_logs=False,
+        callbacks=[Curve()], num_threads=2, task_scheduler="round-robin",
+    )  # fmt: skip
+    wall = time.perf_counter() - started
+    rows = [row_now(method, trials, wall, float(device.modelled_measure_seconds)), *taken.values()]
+    return rows, database
 
 
 def simoe_fast(
-    tasks: list[NetTask],
+    tasks: list[TuneTask],
     gpu: str,
     make_model: Callable[[], Any],
     settings: CompileSettings,
     network: str,
     method: str = "simoe-fast",
 ) -> tuple[MethodRow, Any]:
-    """SiMoE fast mode: per task, a chained model-only search (simoe_model.model_search),
-    then the top `tlm_budget` candidates by the model measured on the device.
+    """SiMoE fast mode, as `simoe-agent tune --model-rounds` runs it: per task, a chained
+    model-only search (simoe_model.model_search), then the top `tlm_budget` candidates by
+    the model measured on the device.
 
     Returns the row and a MetaSchedule database holding the measurements, for SiMoE full
     mode to continue from."""
-    from tvm.s_tir import meta_schedule as ms
+    from agent.tune_harness import model_picks
+    from simoe_model.model_search import cost_model_scorer
 
-    from agent.devices import get_device
-    from simoe_model.model_search import cost_model_scorer, model_only_search
-
-    device = get_device(f"sim:{gpu}")
-    target = device.target()
-    database = ms.database.MemoryDatabase()
-    best = [math.inf] * len(tasks)
-    curve: list[tuple[float, float]] = []
-    measured = 0
-    started = time.perf_counter()
-    for i, task in enumerate(tasks):
+    def strategy(i: int, task: TuneTask, target: Any) -> Any:
         model = make_model()
-        found = model_only_search(
-            task.mod, target, cost_model_scorer(model, target), cost_model=model,
-            rounds=settings.simoe_fast_rounds, per_round=settings.simoe_fast_per_round,
-            population=settings.simoe_fast_population,
+        return model_picks(
+            task, target, model, settings.tlm_budget, rounds=settings.simoe_fast_rounds,
+            per_round=settings.simoe_fast_per_round, population=settings.simoe_fast_population,
             genetic_iters=settings.simoe_fast_genetic_iters,
             init_min_unmeasured=init_min(settings, settings.simoe_fast_population),
-            seed=settings.seed + i, task_name=task.name, num_threads=2,
-        )[: settings.tlm_budget]  # fmt: skip
-        workload = database.commit_workload(task.mod)
-        args = ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])
-        for cand, outcome in zip(found, device.simulate_batch([c.mod for c in found]), strict=True):
-            measured += 1
-            if isinstance(outcome, str):  # fails on this GPU: no time, no result
-                continue
-            device.account_measurement(outcome)
-            database.commit_tuning_record(
-                ms.database.TuningRecord(cand.trace, workload, outcome, target, args)
-            )
-            best[i] = min(best[i], sum(outcome) / len(outcome))
-            if all(math.isfinite(b) for b in best):
-                wall = time.perf_counter() - started
-                lat = sum(t.weight * b for t, b in zip(tasks, best, strict=True))
-                curve.append((wall + device.modelled_measure_seconds, lat))
-    row = method_row(
-        network, gpu, method, settings.tlm_budget, tasks, best, measured=measured,
-        wall=time.perf_counter() - started, modelled=float(device.modelled_measure_seconds),
-        curve=curve,
+            seed=settings.seed + i, num_threads=2, score=cost_model_scorer(model, target),
+        )  # fmt: skip
+
+    [row], database = _tune(
+        tasks, gpu, method, make_model(), strategy, trials=settings.tlm_budget,
+        seed=settings.seed, network=network, work_dir=None,
+        trials_per_iter=settings.trials_per_iter,
     )  # fmt: skip
     return row, database
 
@@ -730,7 +633,7 @@ def simoe_fast(
 # -- the section -------------------------------------------------------------------------------
 def _prepare(
     settings: CompileSettings, work_dir: Path, say: Say, max_tasks: int | None
-) -> tuple[dict[str, Any], dict[str, list[NetTask]], Any, Any, dict[str, np.ndarray]]:
+) -> tuple[dict[str, Any], dict[str, list[TuneTask]], Any, Any, dict[str, np.ndarray]]:
     """Tasks of every network, their candidates labelled on the training GPUs, and the SiMoE
     model and MLP peer trained once on all of them (the federation's other nodes' data)."""
     import torch
@@ -748,7 +651,7 @@ def _prepare(
     hv = {g: hardware_vector(p) for g, p in profiles.items()}
     info: dict[str, Any] = {"networks": {}, "prep_seconds": {"profiles": time.perf_counter() - t0}}
     target = get_device(f"sim:{settings.unseen_gpus[0]}").target()
-    net_tasks: dict[str, list[NetTask]] = {}
+    net_tasks: dict[str, list[TuneTask]] = {}
     sampled: list[Sampled] = []
     for network in settings.networks:
         t0 = time.perf_counter()
@@ -808,7 +711,7 @@ Plan = tuple[str, Callable[[], Any], int, int, int, dict[str, int]]
 
 def _run_plans(
     plans: list[Plan],
-    tasks: list[NetTask],
+    tasks: list[TuneTask],
     network: str,
     gpu: str,
     settings: CompileSettings,
@@ -859,7 +762,7 @@ def _simoe_model(base: Any, hv: np.ndarray, online: bool) -> Any:
 
 
 def _run_simoe(
-    tasks: list[NetTask],
+    tasks: list[TuneTask],
     network: str,
     gpu: str,
     model: Any,

@@ -44,7 +44,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.compile_time import add_training_groups, step_lr_accepts_verbose  # noqa: E402
+from bench.compile_time import add_training_groups  # noqa: E402
 from simoe_model import synthetic  # noqa: E402
 from simoe_model.metrics import task_metrics, top_k_score  # noqa: E402
 from simoe_model.model import SiMoE, SiMoEConfig, save_model  # noqa: E402
@@ -57,6 +57,7 @@ from simoe_model.train import (  # noqa: E402
     train_experts,
     train_shared,
 )
+from simoe_model.tvm_compat import step_lr_accepts_verbose  # noqa: E402
 
 POOL = 64
 DEFAULT_HELD_OUT = ["k80", "titanxp", "2080ti", "a30", "4090", "h100-pcie", "xavier"]

@@ -135,10 +135,11 @@ def test_simoe_fast_then_full_continues_its_measurements(tmp_path: Any) -> None:
     those measurements (their time and best latencies count) up to the full budget."""
     import tvm
 
+    from agent.tune_harness import TuneTask
     from agent.workloads import parse_workload, prim_func
     from simoe_model.model import SiMoE
 
-    task = compile_time.NetTask(
+    task = TuneTask(
         "matmul", tvm.IRModule({"main": prim_func(parse_workload("matmul:64,64,64"))}), 2.0, 0.0
     )
     settings = compile_time.QUICK.model_copy(

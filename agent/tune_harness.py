@@ -1,0 +1,222 @@
+"""The one MetaSchedule tuning harness: tasks in, `tune_tasks` run on a device, wall time out.
+
+`agent.tuner` (the `tune` command) and the benchmarks (bench/compile_time.py) both tune
+through `run_tasks`, so a change to how a search is set up (its strategy, builder, callbacks,
+seeds) reaches both. What differs between them is passed in: the database (the node's store,
+or a benchmark's in-memory one), the cost model, one search strategy per task
+(`evolutionary` or fast mode's `model_picks`) and extra measure callbacks (the tuner's
+progress bars, a benchmark's compile-time curve).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agent.networks import one_line_of
+from agent.tuning_logs import close_loggers, task_loggers
+from schemas import BadInputError, RunFailure, SimoeError
+from simoe_model import tvm_compat
+
+if TYPE_CHECKING:
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from agent.devices.base import Device
+    from simoe_model.model_search import Score
+
+
+@dataclass
+class TuneTask:
+    """One tuning task: its TIR module (as the database sees it), how often it runs in its
+    network, its FLOPs and, for a single operator, the workload spec it came from."""
+
+    name: str
+    mod: tvm.IRModule
+    weight: float
+    flops: float
+    spec: str | None = None
+
+
+def task_flops(mod: tvm.IRModule) -> float:
+    """TVM's FLOP estimate of a task; 0 for an opaque one."""
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    try:
+        return float(estimate_tir_flops(mod))
+    except Exception:  # noqa: BLE001 - opaque ops count as 0 FLOPs
+        return 0.0
+
+
+def evolutionary(
+    population: int, *, genetic_iters: int = 4, init_min_unmeasured: int | None = None
+) -> ms.search_strategy.SearchStrategy:
+    """MetaSchedule's evolutionary search with `population` candidates per round; it samples
+    `init_min_unmeasured` random valid schedules first (default: MetaSchedule's 50, at most
+    the population)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.search_strategy.EvolutionarySearch(
+        population_size=population,
+        genetic_num_iters=genetic_iters,
+        init_min_unmeasured=(
+            min(50, population) if init_min_unmeasured is None else init_min_unmeasured
+        ),
+    )
+
+
+def model_picks(
+    task: TuneTask,
+    target: tvm.target.Target,
+    model: ms.cost_model.CostModel | str,
+    trials: int,
+    *,
+    rounds: int,
+    population: int,
+    per_round: int | None = None,
+    genetic_iters: int = 2,
+    init_min_unmeasured: int | None = None,
+    seed: int = 0,
+    num_threads: int | str = "physical",
+    score: Score | None = None,
+) -> ms.search_strategy.SearchStrategy:
+    """Fast mode's strategy for one task: `rounds` chained model-only searches of `per_round`
+    (default: min(64, trials)), then the device measures the model's top `trials` (a
+    strategy that proposes exactly those).
+
+    `score` None: the search scores with `model` itself, frozen and cached (one prediction
+    per distinct candidate; it learns from real measurements only, after the search)."""
+    from simoe_model.model_search import ProposedCandidates, model_only_search
+
+    if isinstance(model, str):
+        raise BadInputError(
+            f"--model-rounds needs a trained cost model to search with (--cost-model simoe), "
+            f"not {model!r}"
+        )
+    found = model_only_search(
+        task.mod, target, score, cost_model=model,
+        rounds=rounds, per_round=per_round or min(64, trials), population=population,
+        genetic_iters=genetic_iters,
+        init_min_unmeasured=min(50, population) if init_min_unmeasured is None
+        else init_min_unmeasured,
+        seed=seed, task_name=task.name, num_threads=num_threads,
+    )  # fmt: skip
+    return ProposedCandidates(found[:trials])
+
+
+def warm_worker() -> None:
+    """Builder worker initializer: the inspect patch, then TVM's slow imports, done up front.
+
+    A worker's initializer runs without a timeout, but its first build does not: on a busy
+    machine, importing TVM's tensor intrinsics inside the first build (tens of seconds) made
+    every candidate of a batch time out.
+    """
+    tvm_compat.install()
+    import tvm.s_tir.tensor_intrin  # noqa: F401
+    from tvm.s_tir.meta_schedule.builder import local_builder  # noqa: F401
+
+
+def _builder(device: Device) -> ms.builder.Builder:
+    """The device's builder, with workers that import TVM before their first timed build."""
+    builder = device.builder()
+    if getattr(builder, "initializer", None) is tvm_compat.install:
+        builder.initializer = warm_worker
+    return builder
+
+
+def _measure_callbacks(device: Device, extra: Sequence[Any]) -> list[Any]:
+    from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback, RemoveBuildArtifact
+
+    callbacks = list(MeasureCallback.create("default"))
+    if device.simulated:  # its "artifacts" are keys, not files
+        callbacks = [c for c in callbacks if not isinstance(c, RemoveBuildArtifact)]
+    return [*callbacks, *extra]
+
+
+def _quiet_loggers(names: list[str]) -> list[logging.Logger]:
+    """Warnings only, kept out of the root logger: a benchmark's many runs write no logs."""
+    loggers = []
+    for name in names:
+        logger = logging.getLogger(f"simoe.tune.{name}")
+        logger.propagate = False
+        logger.setLevel(logging.WARNING)
+        loggers.append(logger)
+    return loggers
+
+
+def run_tasks(
+    tasks: list[TuneTask],
+    device: Device,
+    database: ms.database.Database,
+    cost_model: ms.cost_model.CostModel | str,
+    strategies: list[ms.search_strategy.SearchStrategy],
+    *,
+    trials_per_task: int,
+    trials_per_iter: int = 64,
+    seed: int | None,
+    work_dir: Path | None = None,
+    log_level: int = logging.WARNING,
+    file_logs: bool = True,
+    callbacks: Sequence[Any] = (),
+    num_threads: int | str = "physical",
+    task_scheduler: str | None = None,
+) -> float:
+    """Tune `tasks` on `device` for `trials_per_task` measurements each; the wall seconds.
+
+    Every measurement goes to `database` (and to `callbacks` after MetaSchedule's default
+    ones). `strategies`: one search strategy per task. `file_logs`: MetaSchedule's full
+    logs under `work_dir`/logs (a temporary directory when None), with console output at
+    `log_level`; otherwise warnings only, nothing written. `task_scheduler`: MetaSchedule's
+    gradient scheduler for a network, round-robin for one task, unless given. Errors of
+    TVM come out as one-line `RunFailure`s."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.utils import fork_seed
+
+    names = [t.name for t in tasks]
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="simoe-tune-") as tmp:
+        logs = str(work_dir or tmp)
+        loggers = task_loggers(logs, names, log_level) if file_logs else _quiet_loggers(names)
+        contexts = [
+            ms.TuneContext(
+                mod=task.mod,
+                target=device.target(),
+                space_generator="post-order-apply",
+                search_strategy=strategy,
+                task_name=task.name,
+                logger=logger,
+                rand_state=rand_state,
+                num_threads=num_threads,
+            ).clone()
+            for task, logger, rand_state, strategy in zip(
+                tasks, loggers, fork_seed(seed, n=len(tasks)), strategies, strict=True
+            )
+        ]
+        try:
+            ms.tune_tasks(
+                tasks=contexts,
+                task_weights=[t.weight for t in tasks],
+                work_dir=logs,
+                max_trials_global=trials_per_task * len(tasks),
+                max_trials_per_task=trials_per_task,
+                num_trials_per_iter=min(trials_per_iter, trials_per_task),
+                builder=_builder(device),
+                runner=device.runner(),
+                database=database,
+                cost_model=cost_model,
+                measure_callbacks=_measure_callbacks(device, callbacks),
+                task_scheduler=task_scheduler or ("gradient" if len(tasks) > 1 else "round-robin"),
+            )
+        except SimoeError:
+            raise  # already one line with the right exit code (e.g. from a cost model)
+        except Exception as exc:  # noqa: BLE001 - MetaSchedule raises TVMError and friends
+            raise RunFailure(f"tuning failed: {one_line_of(exc)}") from exc
+        finally:
+            if file_logs:
+                close_loggers(loggers)
+        return time.perf_counter() - started
