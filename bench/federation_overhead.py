@@ -20,21 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from schemas import HardwareProfile
-from schemas.messages import (
-    REC_CONFIG,
-    REC_METRICS,
-    REC_NODE,
-    REC_OWN_EXPERT,
-    REC_SHARED,
-    WEIGHT_METRIC,
-    NodeHello,
-    TrainInstruction,
-)
-from schemas.protocol import arrays_to_record, payload_bytes
+from schemas.messages import REC_CONFIG, WEIGHT_METRIC, NodeHello, TrainInstruction
+from schemas.protocol import node_reply, payload_bytes
 
 
 def stand_in_node(name: str, profile: HardwareProfile, seed: int) -> ClientApp:
@@ -52,14 +43,12 @@ def stand_in_node(name: str, profile: HardwareProfile, seed: int) -> ClientApp:
     hello = NodeHello(name=name, key_fingerprint=f"bench-{name}-fingerprint", profile=profile)
     app = ClientApp()
 
-    def node_record(has_model: bool) -> ConfigRecord:
-        return ConfigRecord(
-            {"hello": hello.model_copy(update={"has_model": has_model}).model_dump_json()}
-        )
+    def hello_of(has_model: bool) -> NodeHello:
+        return hello.model_copy(update={"has_model": has_model})
 
     @app.query("hello")
     def _hello(message: Message, _context: Context) -> Message:
-        return Message(RecordDict({REC_NODE: node_record(False)}), reply_to=message)
+        return Message(node_reply(hello_of(False)), reply_to=message)
 
     @app.query("refused")
     def _refused(message: Message, _context: Context) -> Message:
@@ -70,14 +59,8 @@ def stand_in_node(name: str, profile: HardwareProfile, seed: int) -> ClientApp:
         TrainInstruction.model_validate_json(
             str(message.content.config_records[REC_CONFIG]["instruction"])
         )
-        content = RecordDict(
-            {
-                REC_SHARED: arrays_to_record(shared),
-                REC_OWN_EXPERT: arrays_to_record(own),
-                REC_METRICS: MetricRecord({WEIGHT_METRIC: 100.0, "shared-loss": 0.5}),
-                REC_NODE: node_record(True),
-            }
-        )
+        metrics = {WEIGHT_METRIC: 100.0, "shared-loss": 0.5}
+        content = node_reply(hello_of(True), shared=shared, own_expert=own, metrics=metrics)
         return Message(content, reply_to=message)
 
     return app

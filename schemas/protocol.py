@@ -1,6 +1,8 @@
 """What both sides of the wire need besides the payload models: one copy, imported by both.
 
 - array <-> record conversion (numpy arrays in, Flower `ArrayRecord` on the wire);
+- a node's reply as records (`node_reply`, `hello_record`): the record layout that the
+  strategy checks, built in one place;
 - `payload_bytes`: the one byte count of a message's content, as Flower serialises it
   (the registry's traffic table and the overhead benchmark both use it);
 - the Flower environment: telemetry and update checks off (`prepare_flower_env`, for
@@ -22,8 +24,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from schemas.messages import REC_METRICS, REC_NODE, REC_OWN_EXPERT, REC_SHARED, NodeHello
+
 if TYPE_CHECKING:  # flwr is imported where arrays meet the wire, not by the env helpers
-    from flwr.app import ArrayRecord, RecordDict
+    from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 Arrays = dict[str, np.ndarray]
 
@@ -40,6 +44,37 @@ def arrays_to_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
     from flwr.app import Array, ArrayRecord
 
     return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+
+
+def hello_record(hello: NodeHello) -> ConfigRecord:
+    """A node's NodeHello as the record a reply carries it in (`REC_NODE`)."""
+    from flwr.app import ConfigRecord
+
+    return ConfigRecord({"hello": hello.model_dump_json()})
+
+
+def node_reply(
+    hello: NodeHello,
+    *,
+    shared: Mapping[str, np.ndarray] | None = None,
+    own_expert: Mapping[str, np.ndarray] | None = None,
+    metrics: Mapping[str, float] | None = None,
+) -> RecordDict:
+    """A node's reply: its shared update, own expert, metrics (each if given) and hello.
+
+    These are all the records a reply may carry (`schemas.messages.ALLOWED_REPLY_RECORDS`).
+    """
+    from flwr.app import MetricRecord, RecordDict
+
+    content = RecordDict()
+    if shared is not None:
+        content[REC_SHARED] = arrays_to_record(shared)
+    if own_expert is not None:
+        content[REC_OWN_EXPERT] = arrays_to_record(own_expert)
+    if metrics is not None:
+        content[REC_METRICS] = MetricRecord(dict(metrics))
+    content[REC_NODE] = hello_record(hello)
+    return content
 
 
 def payload_bytes(content: RecordDict) -> int:

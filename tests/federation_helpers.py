@@ -7,22 +7,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from schemas import AnalyticalSpecs, EmpiricalFingerprint, HardwareProfile
 from schemas.messages import (
     REC_CONFIG,
     REC_EXPERT_PREFIX,
-    REC_METRICS,
-    REC_NODE,
-    REC_OWN_EXPERT,
     REC_SHARED,
     WEIGHT_METRIC,
     NodeHello,
     TrainInstruction,
 )
-from schemas.protocol import arrays_to_record, record_to_arrays
+from schemas.protocol import node_reply, record_to_arrays
 
 SHARED_SHAPES = {"encoder.w": (3, 2), "gate.b": (4,)}
 
@@ -107,10 +104,7 @@ class ToyNode:
         def _hello(message: Message, _context: Context) -> Message:
             node.hellos += 1
             node.got_global.append(record_to_arrays(message.content.array_records[REC_SHARED]))
-            content = RecordDict(
-                {REC_NODE: ConfigRecord({"hello": node.hello().model_dump_json()})}
-            )
-            return Message(content, reply_to=message)
+            return Message(node_reply(node.hello()), reply_to=message)
 
         @app.query("refused")
         def _refused(message: Message, _context: Context) -> Message:
@@ -133,14 +127,8 @@ class ToyNode:
             if node.corrupt is not None:
                 shared = node.corrupt(shared)
             own = {"head.w": np.full((2, 2), node.fp32_gflops, dtype=np.float32)}
-            content = RecordDict(
-                {
-                    REC_SHARED: arrays_to_record(shared),
-                    REC_OWN_EXPERT: arrays_to_record(own),
-                    REC_METRICS: MetricRecord({WEIGHT_METRIC: node.weight, "shared-loss": 0.5}),
-                    REC_NODE: ConfigRecord({"hello": node.hello().model_dump_json()}),
-                }
-            )
+            metrics = {WEIGHT_METRIC: node.weight, "shared-loss": 0.5}
+            content = node_reply(node.hello(), shared=shared, own_expert=own, metrics=metrics)
             return Message(content, reply_to=message)
 
         return app
