@@ -29,6 +29,7 @@ measured task latency (simulated).
 from __future__ import annotations
 
 import copy
+import json
 import math
 import time
 from collections.abc import Callable
@@ -85,6 +86,18 @@ class CompileSettings(BaseModel):
     seed: int = 0
 
 
+def validated_epochs() -> dict[str, int]:
+    """SiMoE's and the MLP peer's training budgets as chosen on the protocol's validation
+    units (bench/protocol_choices.json, bench/protocol_transfer.py's grid, seed 0): every
+    model compared trains for the budget its own validation score chose."""
+    chosen = json.loads(Path(__file__).with_name("protocol_choices.json").read_text())["chosen"]
+    return {
+        "expert_epochs": int(chosen["simoe"]["expert_epochs"]),
+        "shared_epochs": int(chosen["simoe"]["shared_epochs"]),
+        "mlp_epochs": int(chosen["mlp-finetune"]["mlp_epochs"]),
+    }
+
+
 # Quick: the top task (weight x FLOPs) of each network on two unseen GPUs of different
 # generations (Ampere, Pascal), sized to fit the 15-minute quick run on 2 cores. Search, not
 # measurement, is the cost of a simulated GPU: each evolutionary search first samples random
@@ -113,9 +126,7 @@ QUICK = CompileSettings(
     trials_per_iter=32,
     xgb_warmup=32,
     scale_init_min=True,
-    expert_epochs=10,
-    shared_epochs=10,
-    mlp_epochs=10,
+    **validated_epochs(),
 )
 
 # The budget section in --quick: one task, so each search can be larger (population 128).
@@ -429,6 +440,10 @@ class MethodRow(BaseModel):
     task_best_s: dict[str, float | None]
     curve: list[tuple[float, float]]  # (compile seconds so far, best network latency so far)
     simulated: bool = True
+    # never worse than the default (issue 12, as `tune` does it: TaskResult.kept): each task's
+    # default schedule is measured once, and the task keeps it unless a tuned one beat it
+    task_default_s: dict[str, float | None] = {}
+    task_kept: dict[str, str | None] = {}
 
 
 def method_row(
@@ -443,10 +458,19 @@ def method_row(
     wall: float,
     modelled: float,
     curve: list[tuple[float, float]],
+    default: list[float] | None = None,
+    tuned: list[float] | None = None,
 ) -> MethodRow:
     """A run's row: network latency = sum of weight x best task latency (None until every
-    task has one)."""
+    task has one). `default`, `tuned`: each task's default-schedule and best tuned latency
+    (`best` is the smaller), to say which one the task keeps."""
     finite = all(math.isfinite(b) for b in best)
+    default = default or [math.inf] * len(tasks)
+    tuned = tuned or list(best)
+    kept = [
+        "default" if math.isfinite(d) and not t < d else "tuned" if math.isfinite(t) else None
+        for d, t in zip(default, tuned, strict=True)
+    ]
     return MethodRow(
         network=network,
         gpu=gpu,
@@ -463,6 +487,10 @@ def method_row(
             t.name: (b if math.isfinite(b) else None) for t, b in zip(tasks, best, strict=True)
         },
         curve=list(curve),
+        task_default_s={
+            t.name: (d if math.isfinite(d) else None) for t, d in zip(tasks, default, strict=True)
+        },
+        task_kept={t.name: k for t, k in zip(tasks, kept, strict=True)},
     )
 
 
@@ -507,6 +535,25 @@ def tune_method(
     return rows
 
 
+def default_latencies(tasks: list[TuneTask], device: Any) -> list[float]:
+    """Each task's default schedule (DLight's GPU rules, what `tune` measures as the
+    untuned baseline) measured once on the simulated GPU; inf where it cannot run."""
+    from agent.tuner import _default_schedule  # the untuned baseline `tune` reports
+
+    out = []
+    for task in tasks:
+        try:
+            [outcome] = device.simulate_batch([_default_schedule(task.mod, device.target())])
+        except Exception:  # noqa: BLE001 - a default that cannot be built: no fallback
+            outcome = "failed"
+        if isinstance(outcome, str) or failed_run([float(x) for x in outcome]):
+            out.append(math.inf)
+            continue
+        device.account_measurement(outcome)
+        out.append(sum(outcome) / len(outcome))
+    return out
+
+
 def _tune(
     tasks: list[TuneTask],
     gpu: str,
@@ -541,10 +588,23 @@ def _tune(
     wall0 = modelled0 = 0.0
     if before is not None:
         best = [math.inf if b is None else b for b in before.task_best_s.values()]
+        default = [before.task_default_s.get(t.name) or math.inf for t in tasks]
         measured[0] = before.measured
         curve = list(before.curve)
         wall0, modelled0 = before.search_wall_s, before.modelled_measure_s
-    modelled_done = [0.0]
+    else:  # never worse than the default: it is measured first and kept unless beaten
+        default = default_latencies(tasks, device)
+        best = list(default)
+        if all(math.isfinite(d) for d in default):
+            lat = sum(t.weight * d for t, d in zip(tasks, default, strict=True))
+            curve.append((float(device.modelled_measure_seconds), lat))
+    tuned: list[float] = [math.inf] * len(tasks)
+    if before is not None:
+        tuned = [
+            b if b is not None and before.task_kept.get(t.name) == "tuned" else math.inf
+            for t, b in zip(tasks, before.task_best_s.values(), strict=True)
+        ]
+    modelled_done = [float(device.modelled_measure_seconds)]
     taken: dict[str, MethodRow] = {}
     batches = [0]
     per_iter = min(trials_per_iter, trials)
@@ -552,7 +612,7 @@ def _tune(
     def row_now(name: str, k: int, wall: float, modelled: float) -> MethodRow:
         return method_row(
             network, gpu, name, k, tasks, best, measured=measured[0], wall=wall0 + wall,
-            modelled=modelled0 + modelled, curve=curve,
+            modelled=modelled0 + modelled, curve=curve, default=default, tuned=tuned,
         )  # fmt: skip
 
     @derived_object
@@ -569,7 +629,8 @@ def _tune(
                 secs = [float(s) for s in (r.run_secs or [])]
                 modelled += modelled_cost_seconds(secs) if not failed_run(secs) else 0.0
                 if r.error_msg is None and not failed_run(secs):
-                    best[task_id] = min(best[task_id], sum(secs) / len(secs))
+                    tuned[task_id] = min(tuned[task_id], sum(secs) / len(secs))
+                    best[task_id] = min(best[task_id], tuned[task_id])
                 if all(math.isfinite(b) for b in best):
                     lat = sum(t.weight * b for t, b in zip(tasks, best, strict=True))
                     curve.append((wall0 + modelled0 + wall + modelled, lat))
@@ -610,7 +671,6 @@ def simoe_fast(
     Returns the row and a MetaSchedule database holding the measurements, for SiMoE full
     mode to continue from."""
     from agent.tune_harness import model_picks
-    from simoe_model.model_search import cost_model_scorer
 
     def strategy(i: int, task: TuneTask, target: Any) -> Any:
         model = make_model()
@@ -619,7 +679,7 @@ def simoe_fast(
             per_round=settings.simoe_fast_per_round, population=settings.simoe_fast_population,
             genetic_iters=settings.simoe_fast_genetic_iters,
             init_min_unmeasured=init_min(settings, settings.simoe_fast_population),
-            seed=settings.seed + i, num_threads=2, score=cost_model_scorer(model, target),
+            seed=settings.seed + i, num_threads=2,  # score=None: the model, frozen and cached
         )  # fmt: skip
 
     [row], database = _tune(
@@ -812,6 +872,31 @@ def _run_simoe(
     on_row(result)
 
 
+def _run_mlp_fast(
+    tasks: list[TuneTask],
+    network: str,
+    gpu: str,
+    mlp: Any,
+    settings: CompileSettings,
+    result: dict[str, Any],
+    say: Say,
+    on_row: Callable[[dict[str, Any]], None],
+) -> None:
+    """The fair peer of SiMoE fast (issue 12, item 4): the pre-trained MLP (the same training
+    data) searching exactly as SiMoE fast does, then its top `tlm_budget` measured."""
+    say(f"{network} on sim:{gpu}: mlp-fast (SiMoE fast's search with the pre-trained MLP)")
+    try:
+        with step_lr_accepts_verbose():
+            row, _db = simoe_fast(
+                tasks, gpu, lambda: _mlp_model(mlp), settings, network, method="mlp-fast"
+            )
+    except Exception as exc:  # noqa: BLE001 - one failed method must not lose the rest
+        _failed(result, network, gpu, "mlp-fast", exc, on_row)
+        return
+    result["rows"].append(row.model_dump())
+    on_row(result)
+
+
 def _failed(
     result: dict[str, Any],
     network: str,
@@ -870,6 +955,8 @@ def run_section(
             if (network, gpu, "simoe-full") not in have:
                 _run_simoe(tasks, network, gpu, simoe, hv[gpu], settings, work_dir, result,
                            say, on_row, full=settings)  # fmt: skip
+            if (network, gpu, "mlp-fast") not in have:  # the same search, the MLP's scores
+                _run_mlp_fast(tasks, network, gpu, mlp, settings, result, say, on_row)
             todo = [p for p in plans if (network, gpu, p[0]) not in have]
             _run_plans(todo, tasks, network, gpu, settings, work_dir, result, say, on_row)
     result["summary"] = summarize(result["rows"], settings.tlm_budget)
@@ -965,40 +1052,9 @@ def summarize(
                     entry[f"{label}_search_wall_s"] = r["search_wall_s"]
                     entry[f"{label}_modelled_measure_s"] = r["modelled_measure_s"]
         if fast and fast["network_latency_s"]:
-            for peer in (f"ms-xgb-{tlm_budget}", f"ms-mlp-pretrained-{tlm_budget}"):
+            for peer in (f"ms-xgb-{tlm_budget}", f"ms-mlp-pretrained-{tlm_budget}", "mlp-fast"):
                 r = by.get(peer)
                 if r and r["network_latency_s"]:
                     entry[f"speedup_vs_{peer}"] = r["network_latency_s"] / fast["network_latency_s"]
         out.append(entry)
     return out
-
-
-def plot_curves(result: dict[str, Any], out_dir: Path, prefix: str = "curve") -> list[str]:
-    """One PNG per network x GPU: best network latency against compile time, per method."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = []
-    keys = sorted({(r["network"], r["gpu"]) for r in result["rows"]})
-    for network, gpu in keys:
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        for r in result["rows"]:
-            if (r["network"], r["gpu"]) != (network, gpu) or not r["curve"]:
-                continue
-            xs, ys = zip(*r["curve"], strict=True)
-            ax.step(xs, [y * 1e3 for y in ys], where="post", label=r["method"])
-            ax.plot([xs[-1]], [ys[-1] * 1e3], "o", color=ax.lines[-1].get_color())
-        ax.set_xscale("log")
-        ax.set_xlabel("compile time, s (search wall time + modelled measurement time)")
-        ax.set_ylabel("network latency of the tuned tasks, ms")
-        ax.set_title(f"{network} on sim:{gpu} (SIMULATED GPU)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = out_dir / f"{prefix}_{network}_{gpu}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path.name)
-    return paths

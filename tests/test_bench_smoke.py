@@ -154,6 +154,12 @@ def test_simoe_fast_then_full_continues_its_measurements(tmp_path: Any) -> None:
     )  # fmt: skip
     assert fast.measured == 4 and fast.network_latency_s is not None
     assert fast.network_latency_s == pytest.approx(2.0 * fast.task_best_s["matmul"])
+    # never worse than the default: measured first (the curve's first point), kept unless beaten
+    default = fast.task_default_s["matmul"]
+    assert default is not None and fast.task_best_s["matmul"] <= default
+    assert fast.curve[0][1] == pytest.approx(2.0 * default)
+    assert fast.task_kept["matmul"] == ("default" if fast.task_best_s["matmul"] == default
+                                        else "tuned")  # fmt: skip
     assert len(database.get_all_tuning_records()) == 4
     assert fast.modelled_measure_s > 0 and fast.compile_s > fast.search_wall_s
     [full] = compile_time.tune_method(
@@ -167,6 +173,16 @@ def test_simoe_fast_then_full_continues_its_measurements(tmp_path: Any) -> None:
     assert full.curve[: len(fast.curve)] == fast.curve
     times = [t for t, _ in full.curve]
     assert times == sorted(times)
+
+
+def test_a_task_whose_tuned_schedule_loses_keeps_the_default() -> None:
+    tasks = [type("T", (), {"name": n, "weight": 1.0})() for n in ("a", "b")]
+    row = compile_time.method_row(
+        "net", "a10", "m", 4, tasks, [1.0, 0.5], measured=8, wall=1.0, modelled=2.0, curve=[],
+        default=[1.0, 3.0], tuned=[2.0, 0.5],
+    )  # fmt: skip
+    assert row.task_kept == {"a": "default", "b": "tuned"}
+    assert row.network_latency_s == pytest.approx(1.5)
 
 
 def test_resume_keeps_finished_runs_but_not_orphans() -> None:
