@@ -89,13 +89,25 @@ def gpu_transpose(sch: Schedule) -> None:
     bi, ty, ii = sch.split(i, [None, 4, 8])
     bj, tx = sch.split(j, [None, 32])
     sch.reorder(bi, bj, ii, ty, tx)
+    _bind_tiles(sch, bi, bj, ty, tx)
+    _stage_input(sch, block, at=bj, ty_extent=4, tx_extent=32)
+
+
+def _bind_tiles(sch: Schedule, bi: object, bj: object, ty: object, tx: object) -> None:
+    """GPU: a block per output tile (y over rows, x over columns), a thread per tile cell."""
     sch.bind(bi, "blockIdx.y")
     sch.bind(bj, "blockIdx.x")
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
+
+
+def _stage_input(
+    sch: Schedule, block: object, *, at: object, ty_extent: int, tx_extent: int
+) -> None:
+    """GPU: the block's tile of input 0 copied into shared memory at loop `at`, by all threads."""
     shared = sch.cache_read(block, 0, "shared")
-    sch.compute_at(shared, bj)
-    _cooperative_fetch(sch, shared, ty_extent=4, tx_extent=32)
+    sch.compute_at(shared, at)
+    _cooperative_fetch(sch, shared, ty_extent=ty_extent, tx_extent=tx_extent)
 
 
 def _cooperative_fetch(sch: Schedule, block: object, ty_extent: int, tx_extent: int) -> None:
@@ -124,13 +136,8 @@ def gpu_stencil(sch: Schedule) -> None:
     bi, ty = sch.split(i, [None, 16])
     bj, tx = sch.split(j, [None, 16])
     sch.reorder(bi, bj, ty, tx)
-    sch.bind(bi, "blockIdx.y")
-    sch.bind(bj, "blockIdx.x")
-    sch.bind(ty, "threadIdx.y")
-    sch.bind(tx, "threadIdx.x")
-    shared = sch.cache_read(block, 0, "shared")
-    sch.compute_at(shared, bj)
-    _cooperative_fetch(sch, shared, ty_extent=16, tx_extent=16)
+    _bind_tiles(sch, bi, bj, ty, tx)
+    _stage_input(sch, block, at=bj, ty_extent=16, tx_extent=16)
 
 
 def _vector_accumulators(
@@ -177,10 +184,7 @@ def gpu_matmul(tile: int, thread_tile: int, tile_k: int) -> Callable:
         bj, tx, ji = sch.split(j, [None, threads, thread_tile])
         ko, ki = sch.split(k, [None, tile_k])
         sch.reorder(bi, bj, ty, tx, ko, ki, ii, ji)
-        sch.bind(bi, "blockIdx.y")
-        sch.bind(bj, "blockIdx.x")
-        sch.bind(ty, "threadIdx.y")
-        sch.bind(tx, "threadIdx.x")
+        _bind_tiles(sch, bi, bj, ty, tx)
         local = sch.cache_write(block, 0, "local")
         sch.reverse_compute_at(local, tx)
         a_shared = sch.cache_read(block, 0, "shared")
