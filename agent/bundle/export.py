@@ -42,7 +42,8 @@ from schemas.bundle import (
     Reference,
 )
 
-Progress = Callable[[str], None]
+# Called with one line of news per stage (sampling, compiling, writing): not a progress bar.
+Say = Callable[[str], None]
 
 
 class ExportSummary(BaseModel):
@@ -276,7 +277,7 @@ def export_bundle(
     seed: int = 0,
     batch_size: int = 32,
     jobs: int | None = None,
-    progress: Progress | None = None,
+    progress: Say | None = None,
     pick: int = 0,
     model: Path | None = None,
     profile: Path | None = None,
