@@ -88,7 +88,10 @@ RULE = (
 
 Split = Literal["train", "validation", "test"]
 Purpose = Literal["train", "select", "test"]
-DATA_DIR = ROOT / "runs" / "protocol_fleet"  # git-ignored: built by --build-data
+# git-ignored: built by --build-data, with the simulator's register and shared-memory
+# estimate, not ptxas facts (decided in docs/simulator.md, "Real compiler facts": they
+# moved few latencies on a measured sample and cost ~a day of CPU for this fleet here).
+DATA_DIR = ROOT / "runs" / "protocol_fleet"
 CACHE_DIR = ROOT / "runs" / "cache"
 
 
