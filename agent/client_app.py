@@ -61,8 +61,13 @@ def _check_experts(context: Context) -> bool:
     return str(context.node_config.get("check-experts", "true")).lower() not in {"0", "false"}
 
 
-def _hello_record(node: NodeState) -> ConfigRecord:
-    return ConfigRecord({"hello": node.hello().model_dump_json()})
+def _leaving(context: Context) -> bool:
+    """Node config `leaving` (set by `enroll`): this SuperNode replies once and stops."""
+    return str(context.node_config.get("leaving", "false")).lower() in {"1", "true"}
+
+
+def _hello_record(node: NodeState, context: Context) -> ConfigRecord:
+    return ConfigRecord({"hello": node.hello(leaving=_leaving(context)).model_dump_json()})
 
 
 def _entry_point(message: Message, context: Context, call_next: ClientAppCallable) -> Message:
@@ -97,7 +102,7 @@ def hello(message: Message, context: Context) -> Message:
             state.global_version = version
             state.refused = None
             node.save_federation_state(state)
-    return Message(RecordDict({REC_NODE: _hello_record(node)}), reply_to=message)
+    return Message(RecordDict({REC_NODE: _hello_record(node, context)}), reply_to=message)
 
 
 def refuse_payload(node: NodeState, text: str) -> None:
@@ -116,6 +121,16 @@ def refused(message: Message, context: Context) -> Message:
     node = _node(context)
     state = node.federation_state()
     state.refused = str(message.content.config_records[REC_CONFIG].get("reason", "refused"))
+    node.save_federation_state(state)
+    return Message(RecordDict(), reply_to=message)
+
+
+@app.query("received")
+def received(message: Message, context: Context) -> Message:
+    """The server holds this node's reply of a round: a leaving node may stop now."""
+    node = _node(context)
+    state = node.federation_state()
+    state.receipt_round = int(message.content.config_records[REC_CONFIG].get("round", 0))
     node.save_federation_state(state)
     return Message(RecordDict(), reply_to=message)
 
@@ -194,5 +209,5 @@ def train(message: Message, context: Context) -> Message:
     state.last_metrics = metrics
     node.save_federation_state(state)
     content[REC_METRICS] = MetricRecord(metrics)
-    content[REC_NODE] = _hello_record(node)
+    content[REC_NODE] = _hello_record(node, context)
     return Message(content, reply_to=message)

@@ -202,8 +202,14 @@ def forget_refusal(node: NodeState) -> None:
         node.save_federation_state(state)
 
 
-def supernode_command(state_dir: Path, port: int | None = None) -> list[str]:
-    """The flower-supernode command line of this node (TLS + node key auth)."""
+def supernode_command(
+    state_dir: Path, port: int | None = None, *, leaving: bool = False
+) -> list[str]:
+    """The flower-supernode command line of this node (TLS + node key auth).
+
+    `leaving`: it replies once and stops (enroll's download); its ClientApp says so, and
+    the server confirms it holds the reply (MSG_RECEIVED) before the node goes.
+    """
     node = NodeState(state_dir)
     config = node.config()
     if not config.server or not config.ca_cert:
@@ -217,7 +223,7 @@ def supernode_command(state_dir: Path, port: int | None = None) -> list[str]:
         "--auth-supernode-private-key",
         str(node.key_path),
         "--node-config",
-        f'state-dir="{state_dir.resolve()}"',
+        f'state-dir="{state_dir.resolve()}"' + (" leaving=true" if leaving else ""),
     ]
     if port is not None:  # its local runtime API; several nodes on one host need distinct ports
         command += ["--host", "127.0.0.1", "--port", str(port)]
@@ -230,10 +236,9 @@ def fetch_model(state_dir: Path, *, timeout: float, port: int | None = None) -> 
     before = node.federation_state()
     log_path = node.logs_dir / "enroll-supernode.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    start = log_path.stat().st_size if log_path.exists() else 0
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            supernode_command(state_dir, port),
+            supernode_command(state_dir, port, leaving=True),
             stdout=log,
             stderr=subprocess.STDOUT,
             env=flower_env(flwr_home(state_dir)),
@@ -246,11 +251,15 @@ def fetch_model(state_dir: Path, *, timeout: float, port: int | None = None) -> 
             if state.refused:
                 raise BadInputError(f"the server refused this node: {state.refused}")
             if state.last_round > before.last_round and node.has_model():
-                # The ClientApp saved the model; its reply still has to reach the server,
-                # or the round counts this node as failed. Flower says so only in its log.
-                end = min(deadline, time.monotonic() + 60)
-                while time.monotonic() < end and not _reply_sent(log_path, start):
+                # The ClientApp saved the model; the server must pull its reply before the
+                # SuperNode goes offline, or Flower answers for it with an error and the
+                # round counts this node failed: wait for the server's receipt (it comes
+                # once the round is recorded). An older server sends none: the deadline.
+                while state.receipt_round < state.last_round and time.monotonic() < deadline:
+                    if process.poll() is not None:
+                        break
                     time.sleep(0.5)
+                    state = node.federation_state()
                 return
             if process.poll() is not None:
                 raise RunFailure(
@@ -263,15 +272,6 @@ def fetch_model(state_dir: Path, *, timeout: float, port: int | None = None) -> 
         )
     finally:
         stop_group(process)
-
-
-def _reply_sent(log_path: Path, start: int) -> bool:
-    """Whether the SuperNode logged sending the reply to its last train message."""
-    with open(log_path, "rb") as log:
-        log.seek(start)
-        text = log.read().decode(errors="replace")
-    at = text.rfind("train message")
-    return at >= 0 and "Sent successfully" in text[at:]
 
 
 def stop_group(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:

@@ -239,8 +239,9 @@ class NodeState:
 
         save_model(model, self.model_path)
 
-    def hello(self) -> NodeHello:
+    def hello(self, *, leaving: bool = False) -> NodeHello:
         return NodeHello(
+            leaving=leaving,
             name=self.name(),
             key_fingerprint=self.fingerprint(),
             profile=self.profile(),

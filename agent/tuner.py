@@ -23,6 +23,7 @@ from agent.cost_models import make_cost_model, model_used_by
 from agent.ms_database import ms_database, workload_key_of
 from agent.networks import Network, extract_network_tasks, load_network, one_line_of
 from agent.progress import ProgressCallback
+from agent.task_selection import TaskChoice, select_tasks
 from agent.tune_harness import TuneTask, evolutionary, model_picks, run_tasks, task_flops
 from agent.workloads import TEWorkload, Workload, flops, prim_func
 from schemas import BadInputError, RunFailure, SimoeError
@@ -334,9 +335,11 @@ def tune_network(
     on_stage: Callable[[str], None] | None = None,
     population: int | None = None,
     model_rounds: int = 0,
+    choice: TaskChoice | None = None,
 ) -> TuneResult:
-    """Tune every task of a network, compile it from the store's best schedules and check it.
+    """Tune a network's tasks, compile it from the store's best schedules and check it.
 
+    `choice`: only its largest tasks (the others keep TVM's default schedule).
     `model_rounds` > 0: fast mode (see `_run_search`)."""
     if trials_per_task < 1:
         raise BadInputError(f"--trials must be at least 1, got {trials_per_task}")
@@ -345,8 +348,7 @@ def tune_network(
     stage(f"{network.name}: extracting tasks")
     target = device.target()
     extracted = extract_network_tasks(network, target)
-    stage(f"{network.name}: tuning {len(extracted)} tasks")
-    tasks = [
+    everything = [
         TuneTask(
             name=t.task_name,
             mod=t.dispatched[0],
@@ -356,6 +358,10 @@ def tune_network(
         )
         for t in extracted
     ]
+    sizes = [t.weight * t.flops for t in everything]
+    picked, selection = select_tasks([t.name for t in everything], sizes, choice or TaskChoice())
+    tasks = [everything[i] for i in picked]
+    stage(f"{network.name}: tuning {len(tasks)} of {len(everything)} tasks")
     database, counts, wall, modelled, used = _run_search(
         tasks, device, store, trials_per_task=trials_per_task, cost_model=cost_model,
         node=node, progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
@@ -382,6 +388,7 @@ def tune_network(
         tasks=results,
         network=check,
         model_used=used,
+        selection=selection,
     )
 
 

@@ -19,6 +19,11 @@ from schemas.hardware import HardwareProfile
 MSG_HELLO = "query.hello"
 MSG_TRAIN = "train"
 MSG_REFUSED = "query.refused"  # the server tells a node why it will not be served
+# The server holds a leaving node's reply (NodeHello.leaving): the node may stop now.
+# Flower answers for a node that went offline with an error, even when the node's reply
+# already waits in the SuperLink, so a node that stops before the server pulled its
+# reply is counted failed. Nobody waits for the answer to this message.
+MSG_RECEIVED = "query.received"
 
 # Record keys of a RecordDict. Both ways: the shared arrays (encoder and gate), the
 # global ones server -> node and the node's update node -> server.
@@ -85,6 +90,11 @@ class NodeHello(BaseModel):
     # (simoe_model/expert_check.py): names only, never the records or the scores.
     checked_experts: list[str] = Field(default_factory=list, max_length=64)
     refuted_experts: list[str] = Field(default_factory=list, max_length=64)
+    leaving: bool = Field(
+        default=False,
+        description="it replies once and goes (an enrolment's download): the server "
+        "confirms it has the reply (MSG_RECEIVED) and does not sample it again",
+    )
 
     @field_validator("name")
     @classmethod
@@ -183,3 +193,6 @@ class NodeFederationState(BaseModel):
         default=None, description="the last server payload this node refused, and why"
     )
     last_metrics: dict[str, float] = Field(default_factory=dict)
+    receipt_round: int = Field(
+        default=0, description="the last round whose reply the server confirmed it holds"
+    )

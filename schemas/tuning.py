@@ -49,6 +49,19 @@ class NetworkCheck(BaseModel):
     reason: str | None = None
 
 
+class TaskSelection(BaseModel):
+    """Which of a network's tasks were tuned (`--largest-tasks`, `--flops-share`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rule: str = Field(description="e.g. 'the 3 largest tasks' or 'tasks covering 90% of FLOPs'")
+    tuned: list[str] = Field(description="the tasks tuned; the others keep TVM's default")
+    total_tasks: int
+    flops_share: float = Field(
+        description="the tuned tasks' share of the network's FLOPs (weight x FLOPs of a call)"
+    )
+
+
 class ModelUsed(BaseModel):
     """The cost model a tune searched with: where it came from and what it was trained on."""
 
@@ -80,3 +93,6 @@ class TuneResult(BaseModel):
     tasks: list[TaskResult]
     network: NetworkCheck | None = None
     model_used: ModelUsed | None = Field(default=None, description="which cost model searched")
+    selection: TaskSelection | None = Field(
+        default=None, description="a network tuned in part: which tasks, what share of FLOPs"
+    )

@@ -496,7 +496,15 @@ def demo(
     new_gpu: str = typer.Option(
         "a10-ecc-on", "--new-gpu", help="the newcomer: a simulated GPU none of them is"
     ),
-    network: str = typer.Option("tiny_mlp", "--network", help="the network of the suite tuned"),
+    network: str = typer.Option(
+        "tiny_mlp", "--network", help="what the fleet's nodes tune (their experts' data)"
+    ),
+    new_network: str = typer.Option(
+        "bert_layer", "--new-network", help="the network of the suite the newcomer tunes"
+    ),
+    flops_share: float = typer.Option(
+        0.9, "--flops-share", help="the newcomer tunes the largest tasks covering this share"
+    ),
     fleet_trials: int = typer.Option(16, "--fleet-trials", help="trials/task each node tunes"),
     budget: int = typer.Option(8, "--budget", help="trials per task, zero-shot and baseline"),
     full_budget: int = typer.Option(32, "--full-budget", help="the baseline's larger budget"),
@@ -505,13 +513,16 @@ def demo(
     verbose: Verbose = False,
 ) -> None:
     """The real deployment on loopback (server, enrolled daemons, rounds), then a newcomer."""
-    from server.demo import DemoPlan, print_report, run_demo_with_progress
+    from server.demo import DemoPlan, run_demo_with_progress
+    from server.demo_report import print_report
 
     plan = DemoPlan(
         gpus=[g.strip() for g in gpus.split(",") if g.strip()],
         cpu=cpu,
         new_gpu=new_gpu,
         network=network,
+        new_network=new_network,
+        flops_share=flops_share,
         fleet_trials=fleet_trials,
         budget=budget,
         full_budget=full_budget,

@@ -12,9 +12,10 @@ own commands; the server never imports agent code:
    its own expert from its own records in the rounds; the server averages the shared
    parts and keeps the experts.
 3. A GPU type none of them is enrolls (`simoe-agent enroll` waits for its first round:
-   the global model and the experts of the most similar hardware), then tunes the
-   network with that zero-shot model (`simoe-agent tune --cost-model simoe`), next to
-   MetaSchedule's default cost model at the same budget and at a larger one.
+   the global model and the experts of the most similar hardware), then tunes a
+   network of the suite, its largest tasks (`--flops-share`), with that zero-shot
+   model (`simoe-agent tune --cost-model simoe`), next to MetaSchedule's default cost
+   model at the same budget and at a larger one.
 4. `simoe-server status | nodes | rounds | experts | similarity --plot`.
 
 On a simulated GPU every latency comes from the analytical model: the table says so.
@@ -33,9 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict
-
 from schemas import BadInputError, RunFailure
+from server.demo_report import DemoNode, DemoReport, DemoRow, network_latency
 from server.processes import Background, cli, free_port, wait_until
 
 
@@ -50,62 +50,16 @@ class DemoUI(Protocol):
         """A command's own output, as the user would see it."""
 
 
-class DemoRow(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    method: str
-    cost_model: str
-    trials_per_task: int
-    search_wall_s: float
-    modelled_measure_s: float | None = None  # what the measurements would cost on the GPU
-    network_latency_s: float | None
-    simulated: bool
-
-    @property
-    def compile_s(self) -> float:
-        """Search wall time plus the modelled measurement time: a real GPU's compile time."""
-        return self.search_wall_s + (self.modelled_measure_s or 0.0)
-
-
-class DemoNode(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    device: str
-    records: int  # tuning records in its store at the end
-    job: str  # done / failed: why
-
-
-class DemoReport(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    out_dir: str
-    server_dir: str
-    deployment: str = (
-        "simoe-server start (SuperLink: TLS, node authentication) and one simoe-agent "
-        "enroll + run daemon per node, separate processes on loopback"
-    )
-    nodes: list[DemoNode]
-    network: str
-    fleet_trials: int
-    new_gpu: str
-    experts_delivered: list[str]
-    rounds: int
-    federation_wall_s: float
-    rows: list[DemoRow]
-    total_wall_s: float
-    cpu_s: float  # CPU time of every process the demo started (user + system)
-    load_average: tuple[float, float]  # 1-min load at the start and at the end
-    report: str
-    plot: str | None
-
-
 @dataclass
 class DemoPlan:
     gpus: list[str]
     cpu: bool = True
     new_gpu: str = "a10-ecc-on"
-    network: str = "tiny_mlp"
+    network: str = "tiny_mlp"  # what the fleet tunes (its experts' training data)
+    # What the newcomer tunes: BERT's three dense layers are 97% of its FLOPs, the
+    # operators the fleet's experts learned on tiny_mlp (dense layers too).
+    new_network: str = "bert_layer"
+    flops_share: float = 0.9  # its largest tasks covering this share of its FLOPs
     fleet_trials: int = 16  # trials per task each fleet node tunes (its training data)
     budget: int = 8
     full_budget: int = 32
@@ -124,6 +78,8 @@ class DemoPlan:
         for value, option in ((self.budget, "--budget"), (self.fleet_trials, "--fleet-trials")):
             if value < 1:
                 raise BadInputError(f"{option} must be at least 1, got {value}")
+        if not 0 < self.flops_share <= 1:
+            raise BadInputError(f"--flops-share must be in (0, 1], got {self.flops_share}")
         if self.full_budget <= self.budget:
             raise BadInputError("--full-budget must be larger than --budget")
 
@@ -138,16 +94,6 @@ class _Node:
     job: str = "queued"
     records: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def network_latency(result: dict[str, Any]) -> float | None:
-    """Sum over the network's tasks of weight x best latency (the runtime of one inference)."""
-    total = 0.0
-    for task in result["tasks"]:
-        if task.get("best_latency_s") is None:
-            return None
-        total += float(task["weight"]) * float(task["best_latency_s"])
-    return total
 
 
 def _children_cpu_s() -> float:
@@ -404,20 +350,23 @@ class Demo:
         )
         return state_dir, device, experts
 
-    def tune_newcomer(self, state_dir: Path, device: str) -> list[DemoRow]:
+    def tune_newcomer(self, state_dir: Path, device: str) -> tuple[list[DemoRow], dict[str, Any]]:
+        """The three tunes of the newcomer's network; the rows and which tasks were tuned."""
         plans = [
             ("SiMoE zero-shot", "simoe", self.plan.budget, state_dir),
             ("MetaSchedule, same budget", "xgb", self.plan.budget, None),
             ("MetaSchedule, larger budget", "xgb", self.plan.full_budget, None),
         ]
         rows = []
+        selection: dict[str, Any] = {}
         for label, cost_model, trials, directory in plans:
             directory = directory or self.out / "baselines" / f"{cost_model}-{trials}"
-            self.ui.status(f"{device}: {label}, {trials} trials/task of {self.plan.network}")
+            self.ui.status(f"{device}: {label}, {trials} trials/task of {self.plan.new_network}")
             result = self.agent(
                 [
                     "tune",
-                    "--model", self.plan.network,
+                    "--model", self.plan.new_network,
+                    "--flops-share", str(self.plan.flops_share),
                     "--device", device,
                     "--trials", str(trials),
                     "--cost-model", cost_model,
@@ -439,7 +388,8 @@ class Demo:
             latency = row.network_latency_s
             self.ui.event(f"{label}: {latency * 1e6:.2f} us" if latency else f"{label}: no latency")
             rows.append(row)
-        return rows
+            selection = result.get("selection") or {}
+        return rows, selection
 
     def monitoring(self) -> Path | None:
         """The server's own monitoring commands, as a user runs them."""
@@ -482,7 +432,7 @@ def run_demo(out: Path, plan: DemoPlan, ui: DemoUI) -> DemoReport:
     finally:
         ui.status("stopping the daemons and the server")
         demo.stop_all()
-    rows = demo.tune_newcomer(state_dir, device)
+    rows, selection = demo.tune_newcomer(state_dir, device)
     nodes = [
         DemoNode(name=n.name, device=n.device, records=demo.records(n), job=n.job)
         for n in demo.nodes
@@ -493,7 +443,11 @@ def run_demo(out: Path, plan: DemoPlan, ui: DemoUI) -> DemoReport:
         out_dir=str(out),
         server_dir=str(demo.server_dir),
         nodes=nodes,
-        network=plan.network,
+        network=plan.new_network,
+        fleet_network=plan.network,
+        tuned_tasks=list(selection.get("tuned") or []),
+        total_tasks=int(selection.get("total_tasks") or 0),
+        flops_share=selection.get("flops_share"),
         fleet_trials=plan.fleet_trials,
         new_gpu=plan.new_gpu,
         experts_delivered=delivered,
@@ -548,50 +502,3 @@ def run_demo_with_progress(
         console=err_console,
     ) as progress:  # fmt: skip
         return run_demo(out, plan, _RichUI(progress, console, quiet))
-
-
-def print_report(report: DemoReport, console: Any) -> None:
-    from rich.table import Table
-
-    table = Table(
-        title=f"{report.network} on sim:{report.new_gpu}, a GPU none of the fleet is "
-        "(SIMULATED GPU: modelled latencies)"
-    )
-    for column in ("method", "trials", "search s", "measure s*", "compile s"):
-        table.add_column(column, justify="left" if column == "method" else "right")
-    table.add_column("latency us", justify="right")
-    for r in report.rows:
-        table.add_row(
-            r.method,
-            str(r.trials_per_task),
-            f"{r.search_wall_s:.1f}",
-            "n/a" if r.modelled_measure_s is None else f"{r.modelled_measure_s:.1f}",
-            f"{r.compile_s:.1f}",
-            f"{r.network_latency_s * 1e6:.2f}" if r.network_latency_s else "n/a",
-        )
-    console.print(table)
-    console.print(
-        "trials per task; search s: real wall time of the search here; measure s*: modelled "
-        "time the measurements would take on the real GPU; compile s: their sum; latency: "
-        "the network's modelled latency (sum over tasks of weight x best)"
-    )
-    simoe, same, larger = (r.network_latency_s for r in report.rows)
-    if simoe and same and larger:
-        verdict = "beats" if simoe < same else "does NOT beat"
-        console.print(
-            f"SiMoE zero-shot {verdict} MetaSchedule at the same budget "
-            f"({same / simoe:.3f}x its latency); against the larger budget: "
-            f"{larger / simoe:.3f}x (>1: SiMoE faster)"
-        )
-    fleet = ", ".join(f"{n.name} ({n.device}, {n.records} records)" for n in report.nodes)
-    console.print(
-        f"fleet: {fleet}; {report.rounds} rounds in {report.federation_wall_s:.0f} s; experts "
-        f"delivered to the newcomer: {', '.join(report.experts_delivered) or 'none'}"
-    )
-    console.print(
-        f"total {report.total_wall_s:.0f} s wall, {report.cpu_s:.0f} s CPU in all processes "
-        f"(load average {report.load_average[0]:.1f} at the start, "
-        f"{report.load_average[1]:.1f} at the end)"
-    )
-    console.print(f"report: {report.report}")
-    console.print(f"similarity plot: {report.plot or 'not written'}")

@@ -90,6 +90,7 @@ def run_rounds(
         try:
             node_ids = wait_for_nodes(grid, strategy.min_available_nodes, wait_nodes_s, stop)
             public_keys = node_public_keys(grid)
+            strategy.roster.forget_departed(node_ids)
             unknown = strategy.roster.unknown(node_ids)
             if unknown:
                 hellos = strategy.hello_messages(unknown, arrays)
@@ -126,6 +127,7 @@ def run_rounds(
                 outcome.failed,
                 version,
             )
+            send_receipts(grid, strategy, outcome)
             outcomes.append(outcome)
             if on_round is not None:
                 on_round(outcome)
@@ -136,6 +138,17 @@ def run_rounds(
             continue
         done += 1
     return outcomes
+
+
+def send_receipts(grid: Grid, strategy: SiMoEStrategy, outcome: RoundOutcome) -> None:
+    """Tell leaving nodes their reply is in (pushed only: nobody waits for their answer)."""
+    messages = strategy.receipt_messages(outcome)
+    if not messages:
+        return
+    try:
+        grid.push_messages(messages)
+    except Exception as exc:  # noqa: BLE001 - the node stops on its own after a while
+        log.warning("round %d: receipts not sent: %s", outcome.round, exc)
 
 
 def refuse_nodes(grid: Grid, reasons: Mapping[int, str]) -> None:

@@ -41,6 +41,7 @@ from schemas import HardwareProfile
 from schemas.messages import (
     ALLOWED_METRICS,
     MSG_HELLO,
+    MSG_RECEIVED,
     MSG_TRAIN,
     PROTOCOL_VERSION,
     REC_CONFIG,
@@ -69,6 +70,10 @@ SimilarityFn = Callable[
 
 class UpdateRejected(ValueError):
     """A reply that must not be averaged (wrong keys or shapes, NaN/Inf, bad weight)."""
+
+
+class AlreadyServed(UpdateRejected):
+    """A leaving node answered a hello again before it stopped: it has what it came for."""
 
 
 def check_update(update: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]) -> None:
@@ -102,6 +107,12 @@ class Roster:
     identity: dict[int, str] = field(default_factory=dict)
     refused: dict[int, str] = field(default_factory=dict)  # node_id -> why
     hellos: dict[int, NodeHello] = field(default_factory=dict)  # what each last said
+    # leaving nodes served and told so, while the SuperLink still lists them online
+    departed: set[int] = field(default_factory=set)
+
+    def forget_departed(self, online: Iterable[int]) -> None:
+        """A departed node seen offline may come back (a daemon, another enrolment)."""
+        self.departed &= set(online)
 
     def can_check(self, node_id: int) -> bool:
         """Whether the node has trained on records of its own (so it can test experts)."""
@@ -151,6 +162,7 @@ class RoundOutcome:
     set_aside: list[str] = field(default_factory=list)  # accepted, left out by the aggregation
     failed: int = 0  # replies with an error plus nodes that did not answer
     missing: list[int] = field(default_factory=list)  # node ids that did not answer
+    leaving: list[int] = field(default_factory=list)  # replied and go: told the reply is here
     delivered: dict[str, list[str]] = field(default_factory=dict)
     global_version: int = 0  # set by the loop once it has saved the new global model
     aggregated: Arrays | None = field(default=None, repr=False)  # None: nothing to average
@@ -234,6 +246,8 @@ class SiMoEStrategy:
             hello = NodeHello.model_validate_json(str(record["hello"]))
         except ValidationError as exc:
             raise UpdateRejected(f"bad node identity: {exc.errors()[0]['msg']}") from None
+        if hello.leaving and node_id in self.roster.departed:
+            raise AlreadyServed(f"{hello.name} was served this run and is leaving")
         pem = public_keys.get(node_id)
         if pem and key_fingerprint(pem) != hello.key_fingerprint:
             raise UpdateRejected("key fingerprint does not match the node's registered key")
@@ -255,6 +269,8 @@ class SiMoEStrategy:
                 continue
             try:
                 self.read_hello(reply, public_keys)
+            except AlreadyServed as exc:
+                log.info("node %s: %s", reply.metadata.src_node_id, exc)
             except UpdateRejected as exc:
                 log.warning("node %s: refused: %s", reply.metadata.src_node_id, exc)
                 self.registry.add_refusal(reply.metadata.src_node_id, str(exc))
@@ -353,6 +369,8 @@ class SiMoEStrategy:
             who = self.roster.identity.get(node_id, f"node_id:{node_id}")
             try:
                 who = self.read_hello(reply, inputs.public_keys)
+                if self.roster.hellos[node_id].leaving:
+                    outcome.leaving.append(node_id)
                 update, weight, metrics = self._check_reply(reply, inputs.arrays)
             except UpdateRejected as exc:
                 outcome.rejected[who] = str(exc)
@@ -390,6 +408,9 @@ class SiMoEStrategy:
         for node_id in errored.union(outcome.missing):
             self.roster.identity.pop(node_id, None)  # gone: ask again if it comes back
         outcome.failed += len(outcome.missing)
+        for node_id in outcome.leaving:  # served: not sampled again while it stops
+            self.roster.identity.pop(node_id, None)
+            self.roster.departed.add(node_id)
         if updates:
             outcome.aggregated, left_out = self.aggregate_shared(updates, weights, inputs.arrays)
             outcome.set_aside = [outcome.accepted[i] for i in left_out]
@@ -397,6 +418,22 @@ class SiMoEStrategy:
             outcome.metrics = {k: v / total for k, v in metric_sums.items() if k != WEIGHT_METRIC}
             outcome.metrics[WEIGHT_METRIC] = float(total)
         return outcome
+
+    def receipt_messages(self, outcome: RoundOutcome) -> list[Message]:
+        """Tell each leaving node the server holds its reply of the round, so it may stop.
+
+        Sent once the round is recorded. Flower turns the reply of a node that stopped
+        before the server pulled it into an error ("node unavailable"), even though it
+        had arrived; so a node that only enrolls waits for this before it goes.
+        """
+        return [
+            Message(
+                RecordDict({REC_CONFIG: ConfigRecord({"round": outcome.round})}),
+                dst_node_id=node_id,
+                message_type=MSG_RECEIVED,
+            )
+            for node_id in outcome.leaving
+        ]
 
     def _check_reply(
         self, reply: Message, current: Arrays

@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from schemas import RunFailure
 from server.cli import app
-from server.demo import DemoPlan, network_latency
+from server.demo import DemoPlan
+from server.demo_report import network_latency
 from server.processes import Background, cli
 
 runner = CliRunner()

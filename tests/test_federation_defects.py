@@ -244,3 +244,83 @@ def test_a_restarted_daemon_stops_what_a_killed_one_left(tmp_path: Path) -> None
         for process in (orphan, stranger):
             process.kill()
             process.wait()
+
+
+# -- the newcomer's first reply ----------------------------------------------------------
+
+
+class ReceiptGrid(InProcessGrid):
+    """Delivers what the server only pushes (a receipt) when the test says so."""
+
+    def deliver_pushed(self) -> list[Message]:
+        return list(self.pull_messages(list(self._pending)))
+
+
+def test_a_leaving_node_is_told_its_reply_is_in_and_not_sampled_again(tmp_path: Path) -> None:
+    """Found by the demo: `enroll` stopped its SuperNode as soon as its reply was sent, and
+    Flower answers for an offline node with an error even when its reply already waits in
+    the SuperLink (it checks availability first), so the newcomer's first round counted it
+    failed and `nodes` showed 0 rounds. Now a leaving node (enroll's SuperNode) says so,
+    the server tells it once the round is recorded, and it is not sampled again."""
+    devices = make_devices(2, seed=3)
+    old_dir, new_dir = tmp_path / devices[0].name, tmp_path / devices[1].name
+    seed_node(old_dir, devices[0].name, devices[0], [])  # no records: served, fast
+    seed_node(new_dir, devices[1].name, devices[1], [])
+    grid = ReceiptGrid()
+    grid.add_node(201, client_app, {"state-dir": str(old_dir)})
+    grid.add_node(202, client_app, {"state-dir": str(new_dir), "leaving": True})
+    with Registry(tmp_path / "registry.sqlite") as registry:
+        strategy = SiMoEStrategy(registry, model_similarity, k_experts=2, epochs=1)
+        [first] = run_rounds(grid, strategy, initial_shared_arrays(0), num_rounds=1, wait_nodes_s=0)
+        assert first.failed == 0 and len(first.served) == 2
+        assert first.leaving == [202]
+        new = NodeState(new_dir)
+        assert new.federation_state().receipt_round == 0  # pushed, not yet delivered
+        [receipt] = grid.deliver_pushed()
+        assert not receipt.has_error()
+        assert new.federation_state().receipt_round == first.round == 1
+        # still listed online (enroll stops it now): neither sampled nor counted failed
+        [second] = run_rounds(grid, strategy, {}, num_rounds=1, wait_nodes_s=0)
+        assert second.sampled == [201] and second.failed == 0
+        nodes = {n["name"]: n for n in registry.nodes()}
+    assert nodes[devices[1].name]["rounds"] == 1
+
+
+def test_enroll_stops_its_supernode_only_after_the_receipt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fetch_model waits for the server's receipt, not only for the model."""
+    import sys
+    import time
+
+    import agent.enroll as enroll_module
+
+    state_dir = tmp_path / "node"
+    node = NodeState(state_dir)
+    marker = tmp_path / "stopped-after-receipt"
+    # a stand-in SuperNode: a model, round 1 and its reply sent at once, the receipt 3 s later
+    script = f"""
+import json, pathlib, signal, sys, time
+state = pathlib.Path({str(node.federation_state_path)!r})
+state.parent.mkdir(parents=True, exist_ok=True)
+model = pathlib.Path({str(node.model_path)!r})
+model.parent.mkdir(parents=True, exist_ok=True)
+model.write_bytes(b"m")
+state.write_text(json.dumps({{"last_round": 1}}))
+print("Sending: train message", "Sent successfully", sep="\\n", flush=True)  # as Flower logs
+def stopped(*_):
+    received = json.loads(state.read_text()).get("receipt_round", 0) == 1
+    pathlib.Path({str(marker)!r}).write_text(str(received))
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stopped)
+time.sleep(3)
+state.write_text(json.dumps({{"last_round": 1, "receipt_round": 1}}))
+time.sleep(60)
+"""
+    monkeypatch.setattr(
+        enroll_module, "supernode_command", lambda *_a, **_k: [sys.executable, "-c", script]
+    )
+    started = time.monotonic()
+    enroll_module.fetch_model(state_dir, timeout=30)
+    assert time.monotonic() - started >= 3
+    assert marker.read_text() == "True"

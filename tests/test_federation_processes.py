@@ -38,10 +38,6 @@ from simoe_model.synthetic import make_devices, make_tasks
 pytestmark = pytest.mark.slow
 
 
-
-
-
-
 def start_node(state_dir: Path, port: int) -> subprocess.Popen[bytes]:
     log = open(state_dir / "supernode.log", "ab")  # noqa: SIM115 - lives as long as the node
     return subprocess.Popen(

@@ -73,6 +73,14 @@ def _print_result(result: TuneResult) -> None:
         ],
         rows,
     )
+    chosen = result.selection
+    if chosen is not None:
+        console.print(
+            f"tuned {len(chosen.tuned)} of {chosen.total_tasks} tasks ({chosen.rule}): "
+            f"{chosen.flops_share:.1%} of the network's FLOPs; the others keep TVM's default",
+            markup=False,
+            highlight=False,
+        )
     used = result.model_used
     if used is not None:
         where = f" ({used.path})" if used.path else ""
@@ -136,6 +144,18 @@ def tune(
         help="fast mode: this many chained model-only searches per task first, then measure "
         "only the model's top --trials (e.g. --cost-model simoe --trials 32 --model-rounds 5)",
     ),
+    largest_tasks: int | None = typer.Option(
+        None,
+        "--largest-tasks",
+        help="a network: tune only its N largest tasks (weight x FLOPs); the others keep "
+        "TVM's default schedule",
+    ),
+    flops_share: float | None = typer.Option(
+        None,
+        "--flops-share",
+        help="a network: tune its largest tasks until they cover this share of its FLOPs "
+        "(e.g. 0.9); with --largest-tasks, at most that many",
+    ),
     baseline: bool = typer.Option(
         True,
         "--baseline/--no-baseline",
@@ -150,11 +170,16 @@ def tune(
     from agent.cost_models import check_cost_model
     from agent.devices import get_device
     from agent.networks import check_model_ref, load_network
+    from agent.task_selection import TaskChoice
     from agent.tuner import check_fits, search_population, tune_network, tune_workload
     from agent.workloads import parse_workload
 
     if (workload is None) == (model is None):
         raise BadInputError("give exactly one of --workload SPEC or --model FILE|NAME")
+    choice = TaskChoice(largest=largest_tasks, flops_share=flops_share)
+    choice.check()
+    if workload is not None and not choice.everything:
+        raise BadInputError("--largest-tasks and --flops-share choose among a network's tasks")
     node = node_state(state_dir)
     config = node.config()
     parsed = parse_workload(workload) if workload is not None else None
@@ -208,7 +233,7 @@ def tune(
                 network, device, store, trials_per_task=trials, cost_model=cost_model,
                 node=node, progress=bars, seed=seed, baseline=baseline, profile_id=profile_id,
                 log_level=log_level, population=population, model_rounds=model_rounds,
-                on_stage=lambda text: progress.update(status, description=text),
+                choice=choice, on_stage=lambda text: progress.update(status, description=text),
             )  # fmt: skip
             progress.update(status, visible=False)
     if json_out:
