@@ -31,6 +31,7 @@ from simoe_model import tvm_compat
 log = logging.getLogger("simoe.server")
 # A round the registry could not record (a full or read-only disk) is tried again after this.
 RETRY_S = 10.0
+JOIN_POLL_S = 2.0  # how often the wait between rounds looks for nodes that joined
 
 
 def node_public_keys(grid: Grid) -> dict[int, bytes]:
@@ -84,7 +85,7 @@ def run_rounds(
             break
         if outcomes and min_interval_s > 0:  # continual rounds, not a busy loop
             wait = min_interval_s - (time.monotonic() - round_started)
-            if wait > 0 and (stop.wait(wait) if stop is not None else time.sleep(wait)):
+            if wait > 0 and wait_between_rounds(grid, strategy, wait, stop):
                 break
         round_started = time.monotonic()
         try:
@@ -149,6 +150,28 @@ def send_receipts(grid: Grid, strategy: SiMoEStrategy, outcome: RoundOutcome) ->
         grid.push_messages(messages)
     except Exception as exc:  # noqa: BLE001 - the node stops on its own after a while
         log.warning("round %d: receipts not sent: %s", outcome.round, exc)
+
+
+def wait_between_rounds(
+    grid: Grid, strategy: SiMoEStrategy, wait_s: float, stop: threading.Event | None
+) -> bool:
+    """Wait out the interval between rounds, but end it when a node joins (True: stopped).
+
+    A node that comes online is served its model and experts at once, instead of after
+    a long interval; nodes asked once already (refused, gone quiet) do not count.
+    """
+    end = time.monotonic() + wait_s
+    while (left := end - time.monotonic()) > 0:
+        step = min(JOIN_POLL_S, left)
+        if stop.wait(step) if stop is not None else time.sleep(step):
+            return True
+        try:
+            online = list(grid.get_node_ids())
+        except Exception:  # noqa: BLE001 - a SuperLink busy or restarting: keep waiting
+            continue
+        if strategy.roster.newcomers(online):
+            return False
+    return False
 
 
 def refuse_nodes(grid: Grid, reasons: Mapping[int, str]) -> None:

@@ -109,6 +109,11 @@ class Roster:
     hellos: dict[int, NodeHello] = field(default_factory=dict)  # what each last said
     # leaving nodes served and told so, while the SuperLink still lists them online
     departed: set[int] = field(default_factory=set)
+    asked: set[int] = field(default_factory=set)  # every node id sent a hello this run
+
+    def newcomers(self, online: Iterable[int]) -> list[int]:
+        """Online nodes never asked who they are: worth a round now, not after the interval."""
+        return [n for n in online if n not in self.asked and n not in self.identity]
 
     def forget_departed(self, online: Iterable[int]) -> None:
         """A departed node seen offline may come back (a daemon, another enrolment)."""
@@ -229,6 +234,7 @@ class SiMoEStrategy:
         """Ask nodes we do not know yet who they are; they get the global model with it."""
         messages = []
         for node_id in node_ids:
+            self.roster.asked.add(node_id)
             content = RecordDict({REC_SHARED: arrays_to_record(global_arrays)})
             content[REC_CONFIG] = ConfigRecord(
                 {"global-version": self.registry.global_version(), "protocol": PROTOCOL_VERSION}

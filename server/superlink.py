@@ -241,6 +241,7 @@ class SuperLink:
                 stderr=subprocess.STDOUT,
                 env=flower_env(self.flwr_home),
                 start_new_session=True,
+                umask=0o077,  # its database (node keys, messages) is for this user only
             )
         if not wait_port(self.host, self.port, timeout, self.process) or (
             self.process.poll() is not None
@@ -255,32 +256,44 @@ class SuperLink:
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM the SuperLink and its children (SuperExec, ServerApp), then KILL."""
+        self._end_tree(graceful=True, timeout=timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the SuperLink and every process under it at once: a crash (restart test)."""
+        self._end_tree(graceful=False)
+
+    def _end_tree(self, *, graceful: bool, timeout: float = 15.0) -> None:
+        """End the SuperLink's whole process tree: its group and its other descendants.
+
+        Flower's SuperExec starts `flwr-serverapp` in a session of its own, out of the
+        group's reach: left alive, an old ServerApp goes on writing the registry next to
+        the new one after a restart. The descendants are listed first (once the
+        SuperLink is gone they belong to init); psutil checks each process's start
+        time, so a reused pid is safe.
+        """
         import psutil
 
-        if self.process is None or self.process.poll() is not None:
+        if self.process is None:
             return
-        try:  # listed first: once the SuperLink is gone its children belong to init
+        try:
             descendants = psutil.Process(self.process.pid).children(recursive=True)
         except psutil.Error:
             descendants = []
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-        except ProcessLookupError:
-            pass
-        with contextlib.suppress(ProcessLookupError):  # children that outlived it
+        if graceful and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, subprocess.TimeoutExpired):
+                os.killpg(self.process.pid, signal.SIGTERM)
+                self.process.wait(timeout=timeout)
+        with contextlib.suppress(ProcessLookupError):  # the group, or what outlived SIGTERM
             os.killpg(self.process.pid, signal.SIGKILL)
-        # Flower's SuperExec starts flwr-serverapp in a session of its own, out of the
-        # group's reach. psutil checks each process's start time, so a reused pid is safe.
+        self.process.wait()
         for child in descendants:
             with contextlib.suppress(psutil.Error):
-                child.terminate()
+                child.terminate() if graceful else child.kill()
         _, alive = psutil.wait_procs(descendants, timeout=5)
         for child in alive:
             with contextlib.suppress(psutil.Error):
                 child.kill()
+        psutil.wait_procs(alive, timeout=5)
 
     def serverapp_running(self) -> bool:
         """Whether a ServerApp process (`flwr-serverapp`) runs under this SuperLink.
@@ -303,14 +316,6 @@ class SuperLink:
             except psutil.Error:
                 continue
         return False
-
-    def kill(self) -> None:
-        """SIGKILL the whole group: a crash, as the restart test wants it."""
-        if self.process is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait()
 
 
 def write_app(directory: Path) -> Path:

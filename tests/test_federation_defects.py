@@ -324,3 +324,33 @@ time.sleep(60)
     enroll_module.fetch_model(state_dir, timeout=30)
     assert time.monotonic() - started >= 3
     assert marker.read_text() == "True"
+
+
+def test_a_node_that_joins_ends_the_wait_between_rounds(tmp_path: Path) -> None:
+    """Rounds are spaced out (few rounds while the fleet tunes), yet a newcomer is served
+    at once rather than after the interval; an idle fleet still waits it out."""
+    import time
+
+    devices = make_devices(2, seed=3)
+    dirs = [tmp_path / d.name for d in devices]
+    for state_dir, device in zip(dirs, devices, strict=True):
+        seed_node(state_dir, device.name, device, [])
+    grid = InProcessGrid()
+    grid.add_node(301, client_app, {"state-dir": str(dirs[0])})
+
+    def join(outcome) -> None:  # noqa: ANN001
+        if outcome.round == 1:
+            grid.add_node(302, client_app, {"state-dir": str(dirs[1])})
+
+    with Registry(tmp_path / "registry.sqlite") as registry:
+        strategy = SiMoEStrategy(registry, model_similarity, epochs=1)
+        started = time.monotonic()
+        outcomes = run_rounds(
+            grid, strategy, initial_shared_arrays(0), num_rounds=2, wait_nodes_s=0,
+            min_interval_s=600.0, on_round=join,
+        )  # fmt: skip
+        assert time.monotonic() - started < 300  # not the 600 s interval
+        assert outcomes[1].sampled == [301, 302]
+        started = time.monotonic()
+        run_rounds(grid, strategy, {}, num_rounds=2, wait_nodes_s=0, min_interval_s=3.0)
+        assert time.monotonic() - started >= 3.0  # nobody new: the interval holds

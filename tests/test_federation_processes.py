@@ -20,6 +20,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import free_port, wait_for
 from federation_helpers import seed_node
@@ -39,9 +40,15 @@ pytestmark = pytest.mark.slow
 
 
 def start_node(state_dir: Path, port: int) -> subprocess.Popen[bytes]:
+    """A node's SuperNode. It does not test the experts it is sent: a node's verdicts make
+    the server withhold experts from newcomers, and how many it had given depended on
+    how many rounds ran before the late node came (one expert instead of two)."""
     log = open(state_dir / "supernode.log", "ab")  # noqa: SIM115 - lives as long as the node
+    command = node_command(state_dir, port)
+    at = command.index("--node-config") + 1
+    command[at] += " check-experts=false"
     return subprocess.Popen(
-        node_command(state_dir, port),
+        command,
         stdout=log,
         stderr=subprocess.STDOUT,
         env=flower_env(flwr_home(state_dir)),
@@ -60,6 +67,13 @@ def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def rounds_done(registry_path: Path) -> list:
@@ -85,6 +99,7 @@ def test_federation_with_real_processes(tmp_path: Path, processes: list) -> None
     link = SuperLink(server_dir, port=port, certs=certs).start()
     processes.append(link.process)
     registry_path = server_dir / "registry.sqlite"
+    assert (server_dir / "superlink.sqlite").stat().st_mode & 0o077 == 0  # owner only
 
     devices, tasks = make_devices(5, seed=3), make_tasks(1, 8, seed=1)
     nodes = []
@@ -145,6 +160,13 @@ def test_federation_with_real_processes(tmp_path: Path, processes: list) -> None
     assert result.registration == "registered" and not result.key_created
     assert result.model_path and len(result.experts) == 2
     assert set(NodeState(late).load_model().expert_names) >= set(result.experts)
+    # enroll returned once the server held its reply: its round counts it, not as failed
+    served = NodeState(late).federation_state().last_round
+    with Registry(registry_path) as registry:
+        [its_round] = [r for r in registry.rounds() if r.round == served]
+        assert its_round.status == "done" and its_round.failed == 0
+        late_node = [n for n in registry.nodes() if n["name"] == devices[3].name]
+        assert late_node and late_node[0]["rounds"] >= 1
     again = enroll(  # idempotent
         state_dir=late,
         server=address,
@@ -158,7 +180,10 @@ def test_federation_with_real_processes(tmp_path: Path, processes: list) -> None
 
     # kill the SuperLink (and its ServerApp), restart it on the same database
     before = rounds_done(registry_path)
+    tree = psutil.Process(link.process.pid).children(recursive=True)
+    assert link.serverapp_running()  # in a session of its own, out of the group's reach
     link.kill()  # the SuperLink and its ServerApp die at once
+    assert not [p for p in tree if alive(p)]
     link = SuperLink(server_dir, port=port, certs=certs).start()
     processes.append(link.process)
     submit_run(server_dir, address, certs.ca, run_config)
