@@ -84,11 +84,11 @@ def rounds_done(registry_path: Path) -> list:
 
 
 @pytest.fixture()
-def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+def processes() -> Iterator[list[subprocess.Popen[bytes] | SuperLink]]:
     started: list[subprocess.Popen[bytes]] = []
     yield started
-    for process in started:
-        stop(process)
+    for process in started:  # a SuperLink with its whole tree (its ServerApp has its own session)
+        process.stop() if isinstance(process, SuperLink) else stop(process)
 
 
 def test_federation_with_real_processes(tmp_path: Path, processes: list) -> None:
@@ -97,7 +97,7 @@ def test_federation_with_real_processes(tmp_path: Path, processes: list) -> None
     port = free_port()
     address = f"127.0.0.1:{port}"
     link = SuperLink(server_dir, port=port, certs=certs).start()
-    processes.append(link.process)
+    processes.append(link)
     registry_path = server_dir / "registry.sqlite"
     assert (server_dir / "superlink.sqlite").stat().st_mode & 0o077 == 0  # owner only
 
@@ -185,7 +185,7 @@ def test_federation_with_real_processes(tmp_path: Path, processes: list) -> None
     link.kill()  # the SuperLink and its ServerApp die at once
     assert not [p for p in tree if alive(p)]
     link = SuperLink(server_dir, port=port, certs=certs).start()
-    processes.append(link.process)
+    processes.append(link)
     submit_run(server_dir, address, certs.ca, run_config)
     last = before[-1].round
     wait_for(
