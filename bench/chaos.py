@@ -45,8 +45,6 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel, ConfigDict
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from schemas import BadInputError, RunFailure  # noqa: E402
 from server.processes import free_port  # noqa: E402
 from server.superlink import port_open  # noqa: E402

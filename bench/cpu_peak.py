@@ -145,6 +145,12 @@ def cpu_peak(threads: int, mcpu: str, clock_mhz: float) -> dict[str, Any]:
 
 
 def main() -> None:
+    import argparse
+
+    argparse.ArgumentParser(
+        description="This CPU's FP32 peak: analytical (cores x lanes x 2 x FMA pipes x clock) "
+        "against a measured all-core FMA loop; prints JSON."
+    ).parse_args()
     from agent.devices import get_device
 
     device = get_device("cpu")

@@ -1,7 +1,7 @@
 """Federation helps: each node's federated cost model against one trained on its own data.
 
-    python bench/federation_helps.py --data DIR [DIR2 ...]     # the fleet dataset
-    python bench/federation_helps.py --synthetic                # synthetic fleet (development)
+    python -m bench.federation_helps --data DIR [DIR2 ...]     # the fleet dataset
+    python -m bench.federation_helps --synthetic                # synthetic fleet (development)
 
 A real federation runs in this process: the ServerApp's round loop
 (`server.server_app.run_rounds`), the real `SiMoEStrategy` and expert registry
@@ -51,8 +51,6 @@ from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from schemas import BadInputError, HardwareProfile  # noqa: E402
 from simoe_model.task_data import DeviceDataset, TaskData  # noqa: E402
@@ -623,7 +621,7 @@ def public_command(argv: Sequence[str]) -> str:
             out.append(current if count == 1 else f"{current}{count}")
         else:
             out.append(arg)
-    return " ".join(["python", "bench/federation_helps.py", *out])
+    return " ".join(["python", "-m", "bench.federation_helps", *out])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,6 +1,6 @@
 """One prepared check for a machine with an NVIDIA GPU: profile, tune, compare with PyTorch.
 
-    python bench/gpu_check.py [--trials 64] [--out DIR] [--quick] [--deadline SECONDS]
+    python -m bench.gpu_check [--trials 64] [--out DIR] [--quick] [--deadline SECONDS]
 
 This check runs the whole TVM toolchain ON the GPU machine (compiler included). Where
 the GPU machine is lean (no room for TVM, no compiler), use a thin bundle instead:
@@ -41,7 +41,8 @@ from typing import Any
 
 import typer
 
-# `python bench/gpu_check.py` from the repo root: put the repo on the path.
+# The prepared GPU check also runs as a script from anywhere (`python PATH/bench/gpu_check.py`
+# on the GPU machine): put the repo on the path. `python -m bench.gpu_check` needs no help.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 SELF_CHECK_LIMIT_S = 60

@@ -1,9 +1,9 @@
 """The GPU evidence run: one bundle of at most 8 minutes on one GPU, analysed back here.
 
-    python bench/gpu_evidence.py prepare --out .gpu/evidence        # here (build host)
+    python -m bench.gpu_evidence prepare --out .gpu/evidence        # here (build host)
     python3 .gpu/evidence/bundle/run.py .gpu/evidence/bundle --out $OUT --deadline 300   # GPU
-    python bench/gpu_evidence.py analyze --prepared .gpu/evidence --results DIR   # here
-    python bench/gpu_evidence.py dry-run --out DIR [--quick]   # all three, GPU simulated
+    python -m bench.gpu_evidence analyze --prepared .gpu/evidence --results DIR   # here
+    python -m bench.gpu_evidence dry-run --out DIR [--quick]   # all three, GPU simulated
 
 prepare: samples candidates of three workloads (MetaSchedule's sampler), adds the probe
 suite and the untuned defaults, compiles everything HERE for the GPU's arch
@@ -33,9 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 
 WORKLOADS = ["matmul:1024,1024,1024", "conv2d:1,64,56,56,64,3,3,1,1", "batch_matmul:12,128,128,64"]
 QUICK_WORKLOADS = ["matmul:64,64,64", "conv2d:1,8,14,14,8,3,3,1,1", "batch_matmul:2,32,32,16"]

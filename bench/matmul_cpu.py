@@ -8,7 +8,7 @@ XGB cost model), then times, on the same inputs:
 Targets: tuned >= 10x faster than untuned, and within 1.5x of numpy. The load average is
 recorded with the figures: on a shared machine the timings are only as good as it is quiet.
 
-    python bench/matmul_cpu.py [--size 512] [--trials 64] [--cost-model xgb]
+    python -m bench.matmul_cpu [--size 512] [--trials 64] [--cost-model xgb]
 
 Writes bench/reports/matmul_cpu.json and bench/reports/matmul_cpu.md.
 """
@@ -104,7 +104,7 @@ def run(size: int, trials: int, cost_model: str, repeat: int) -> dict:
     return {
         "benchmark": "matmul_cpu",
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": f"python bench/matmul_cpu.py --size {size} --trials {trials} "
+        "command": f"python -m bench.matmul_cpu --size {size} --trials {trials} "
         f"--cost-model {cost_model}",
         "workload": str(spec),
         "cpu": device.hardware_name,

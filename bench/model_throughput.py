@@ -1,6 +1,6 @@
 """Prediction throughput of the SiMoE model alone, and feature extraction separately.
 
-    python bench/model_throughput.py [--data DIR] [--experts 24] [--candidates 50000]
+    python -m bench.model_throughput [--data DIR] [--experts 24] [--candidates 50000]
 
 Model: `simoe_model.train.predict` (packing, log transform, program encoder, gate over
 `--experts` experts, the experts) on `--candidates` candidates with 2 torch threads.
@@ -19,8 +19,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from simoe_model import synthetic  # noqa: E402
 from simoe_model.hardware import hardware_vector  # noqa: E402
@@ -105,7 +103,7 @@ def main() -> None:
         times.append(time.perf_counter() - t0)
     best = min(times)
     report = {
-        "command": " ".join(["python", "bench/model_throughput.py", *sys.argv[1:]]),
+        "command": " ".join(["python", "-m", "bench.model_throughput", *sys.argv[1:]]),
         "threads": args.threads,
         "experts": args.experts,
         "candidates": len(feats),

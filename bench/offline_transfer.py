@@ -1,7 +1,7 @@
 """Offline transfer to unseen GPUs: SiMoE against the baselines, on one fixed split.
 
-    python bench/offline_transfer.py --data DIR            # the fleet dataset (DIR/<gpu>.sqlite)
-    python bench/offline_transfer.py --synthetic           # synthetic fleet, for development
+    python -m bench.offline_transfer --data DIR            # the fleet dataset (DIR/<gpu>.sqlite)
+    python -m bench.offline_transfer --synthetic           # synthetic fleet, for development
 
 The held-out GPUs are left out of all training. For each held-out GPU and each
 task, the candidates are shuffled once (fixed seed): the first 64 (half of a task
@@ -42,9 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.compile_time import add_training_groups  # noqa: E402
+from bench.compile_data import add_training_groups  # noqa: E402
 from simoe_model import synthetic  # noqa: E402
 from simoe_model.metrics import task_metrics, top_k_score  # noqa: E402
 from simoe_model.model import SiMoE, SiMoEConfig, save_model  # noqa: E402
@@ -541,7 +539,7 @@ def main() -> None:
     for method, by_budget in per_gpu.items():
         results[method] = {b: mean_rows(list(rows.values())) for b, rows in by_budget.items()}
     report = {
-        "command": " ".join(["python", "bench/offline_transfer.py", *sys.argv[1:]]),
+        "command": " ".join(["python", "-m", "bench.offline_transfer", *sys.argv[1:]]),
         "data": "synthetic" if args.synthetic else "fleet dataset (simulated GPUs)",
         "held_out": held,
         "train_gpus": [d.device for d in train],

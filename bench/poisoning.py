@@ -49,8 +49,6 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from bench.federation_helps import (  # noqa: E402
     FleetGPU,
     _load,

@@ -11,8 +11,8 @@ records every read with its purpose and refuses a test unit's labels to any purp
 but "test". `tests/test_protocol.py` runs the training and selection entry points on
 a tiny fleet and fails if any of them read a test unit's labels.
 
-    python bench/protocol.py                 # check the protocol, write docs/results/protocol.md
-    python bench/protocol.py --build-data    # build its fleet dataset (cached sampling)
+    python -m bench.protocol                 # check the protocol, write docs/results/protocol.md
+    python -m bench.protocol --build-data    # build its fleet dataset (cached sampling)
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Offline transfer to unseen units under the protocol (bench/protocol.py), with seeds.
 
-    python bench/protocol_transfer.py --select              # choose budgets on validation
-    python bench/protocol_transfer.py --split validation    # report the validation split
-    python bench/protocol_transfer.py --split test          # score the test split (once)
+    python -m bench.protocol_transfer --select              # choose budgets on validation
+    python -m bench.protocol_transfer --split validation    # report the validation split
+    python -m bench.protocol_transfer --split test          # score the test split (once)
 
 Every method ranks the same candidates: for each target unit, task and seed, the
 candidates are shuffled; the first 64 are the pool a budget of N measurements takes its
@@ -28,8 +28,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import protocol  # noqa: E402
 from bench.baselines import ScheduleTransfer, random_scorer  # noqa: E402
@@ -478,7 +476,7 @@ def main() -> None:
         parser.exit(
             2,
             f"error: no protocol fleet dataset in {args.data}: run "
-            "`python bench/protocol.py --build-data`\n",
+            "`python -m bench.protocol --build-data`\n",
         )
     labels = protocol.UnitLabels(args.data)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -516,7 +514,7 @@ def main() -> None:
         args.train_per_task,
     )
     result.update(
-        command="python bench/protocol_transfer.py " + " ".join(sys.argv[1:]),
+        command="python -m bench.protocol_transfer " + " ".join(sys.argv[1:]),
         hyperparameters_source=source,
         load=" ".join(f"{x:.1f}" for x in os.getloadavg()),
         total_seconds=time.perf_counter() - started,

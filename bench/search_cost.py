@@ -165,7 +165,7 @@ def main() -> None:
 
     from agent.devices import get_device
     from agent.profiler import profile_device
-    from bench.compile_time import network_tasks
+    from bench.compile_data import network_tasks
     from simoe_model.cost_model import SiMoECostModel
     from simoe_model.hardware import hardware_vector
     from simoe_model.model import load_model

@@ -8,7 +8,7 @@ the GPU (TLM's budget): the table gives the best of them. Variants:
 - SiMoE trained on random samples of the training GPUs, one large search, and chained;
 - SiMoE trained also on the training GPUs' tuning records, chained.
 
-    python bench/search_depth.py --out docs/results          # ~10 min on 2 cores
+    python -m bench.search_depth --out docs/results          # ~10 min on 2 cores
 
 Everything is SIMULATED (sim:<gpu>). One seed: the search is random, so differences of
 a few percent are noise.
@@ -19,14 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import compile_data as cd  # noqa: E402
 from bench import compile_time as ct  # noqa: E402
 
 
@@ -46,24 +45,25 @@ def main() -> None:
     )
 
     load_start = os.getloadavg()
-    settings = ct.QUICK_BUDGET.model_copy(update={"networks": [args.network], "fleet_rounds": 0})
+    settings = cd.QUICK_BUDGET.model_copy(update={"networks": [args.network], "fleet_rounds": 0})
     say = lambda text: print(time.strftime("%X"), text, flush=True)  # noqa: E731
-    # the random-samples-only model: _prepare with no tuning records
-    info, net_tasks, simoe_random, _mlp, hv = ct._prepare(settings, args.work, say, 1)
-    [task] = net_tasks[args.network]
+    # the random-samples-only model: prepare with no tuning records
+    data = cd.prepare(settings, args.work, say, 1)
+    simoe_random, hv = data.simoe, data.hv
+    [task] = data.tasks[args.network]
     gpus = settings.train_gpus + [args.gpu]
     say("the training GPUs' tuning records, and SiMoE trained on them as well")
-    tuned = ct.merged(
-        ct.sample_task(task, gpus, settings.samples_per_task, settings.seed),
-        ct.fleet_tuning_records(task, gpus, settings.train_gpus, ct.QUICK_BUDGET, settings.seed),
+    tuned = cd.merged(
+        cd.sample_task(task, gpus, settings.samples_per_task, settings.seed),
+        cd.fleet_tuning_records(task, gpus, settings.train_gpus, cd.QUICK_BUDGET, settings.seed),
     )
-    simoe_tuned = ct.train_simoe(
-        [ct.device_dataset(g, hv[g], [tuned]) for g in settings.train_gpus], settings
+    simoe_tuned = cd.train_simoe(
+        [cd.device_dataset(g, hv[g], [tuned]) for g in settings.train_gpus], settings
     )
     target = get_device(f"sim:{args.gpu}").target()
 
     def on_gpu(_task_mod: Any, mods: Any) -> np.ndarray:
-        return ct.simulate_on(list(mods), target, [args.gpu])[:, 0]
+        return cd.simulate_on(list(mods), target, [args.gpu])[:, 0]
 
     variants = [
         ("simulator (oracle)", "oracle", 1, 256, 2),
@@ -84,7 +84,7 @@ def main() -> None:
         found = model_only_search(
             task.mod, target, score, cost_model=model, rounds=rounds, per_round=32,
             population=population, genetic_iters=iters,
-            init_min_unmeasured=ct.init_min(settings, population), seed=settings.seed,
+            init_min_unmeasured=settings.init_min(population), seed=settings.seed,
             num_threads=2,
         )  # fmt: skip
         seconds = time.perf_counter() - started
@@ -95,7 +95,7 @@ def main() -> None:
         )  # fmt: skip
         say(f"{label}, {rounds} x pop {population} x {iters}: {best * 1e3:.4f} ms")
     report = {
-        "command": f"python bench/search_depth.py --network {args.network} --gpu {args.gpu}",
+        "command": f"python -m bench.search_depth --network {args.network} --gpu {args.gpu}",
         "task": task.name,
         "task_weight": task.weight,
         "gpu": args.gpu,

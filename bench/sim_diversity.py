@@ -9,7 +9,7 @@ same candidates labelled on every GPU) and reports:
   best schedule of one generation costs on another (slowdown against that GPU's own best).
 
     simoe-agent dataset build --workloads suite --gpus all --per-workload 64 --out /tmp/fleet
-    python bench/sim_diversity.py --dataset /tmp/fleet
+    python -m bench.sim_diversity --dataset /tmp/fleet
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def main() -> None:
     lines = [
         "# Simulated fleet diversity",
         "",
-        f"`python bench/sim_diversity.py --dataset DIR` on {len(data)} workloads x "
+        f"`python -m bench.sim_diversity --dataset DIR` on {len(data)} workloads x "
         f"{len(gpus)} GPUs. Heatmap: `docs/sim_rank_correlation.png`.",
         "",
         "Distinct best candidates per workload (out of "

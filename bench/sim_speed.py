@@ -7,7 +7,7 @@
    (target: under 90 s on 2 cores); search wall time and modelled measurement time
    (what those measurements would have cost on a real A100) reported separately.
 
-    python bench/sim_speed.py [--skip-tune]
+    python -m bench.sim_speed [--skip-tune]
 """
 
 from __future__ import annotations

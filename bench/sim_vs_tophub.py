@@ -13,7 +13,7 @@ candidates once, evaluate them on the five simulated GPUs, take the best per GPU
 
 Nothing from the log enters the model: the log is read only here, after simulating.
 
-    python bench/sim_vs_tophub.py --log PATH/tophub_cuda_v0.10.log --max-workloads 16
+    python -m bench.sim_vs_tophub --log PATH/tophub_cuda_v0.10.log --max-workloads 16
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def write_report(
     lines = [
         "# Simulated fleet vs TopHub (real AutoTVM best latencies)",
         "",
-        f"Command: `python bench/sim_vs_tophub.py --max-workloads {args['max_workloads']} "
+        f"Command: `python -m bench.sim_vs_tophub --max-workloads {args['max_workloads']} "
         f"--per-workload {args['per_workload']}`; {len(sim)} conv2d/depthwise workloads, "
         f"simulated = best of the sampled MetaSchedule candidates under the model.",
         "",

@@ -19,14 +19,11 @@ import argparse
 import json
 import platform
 import shutil
-import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a script too
-    sys.path.insert(0, str(ROOT))
 
 OUT = ROOT / "simoe_model" / "starter" / "starter.pt"
 WORK = ROOT / "runs" / "starter"

@@ -1,30 +1,34 @@
-"""The benchmark report logic on a made-up report: claims computed, misses said, no tuning."""
+"""The benchmark report on a made-up report: the claims' numbers computed, misses said, the
+typed report rendered and merged; no tuning (but for the one slow test of SiMoE fast/full)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from bench import compile_time, run
+from bench import claims, compile_data, compile_time, run
+from bench.report_md import markdown
+from bench.report_model import BenchReport, CompileSection, Machine, MethodRow, Repeat
 
 
-def _row(method: str, latency: float | None, compile_s: float, curve: list) -> dict[str, Any]:
-    return {
-        "network": "net",
-        "gpu": "a10",
-        "method": method,
-        "trials_per_task": 32,
-        "measured": 64,
-        "search_wall_s": compile_s / 2,
-        "modelled_measure_s": compile_s / 2,
-        "compile_s": compile_s,
-        "network_latency_s": latency,
-        "task_best_s": {},
-        "curve": curve,
-        "simulated": True,
-    }
+def _row(method: str, latency: float | None, compile_s: float, curve: list) -> MethodRow:
+    return MethodRow(
+        network="net",
+        gpu="a10",
+        method=method,
+        trials_per_task=32,
+        measured=64,
+        search_wall_s=compile_s / 2,
+        modelled_measure_s=compile_s / 2,
+        compile_s=compile_s,
+        network_latency_s=latency,
+        task_best_s={},
+        curve=curve,
+    )
 
 
 ROWS = [
@@ -34,75 +38,61 @@ ROWS = [
     _row("simoe-fast", 1.04e-3, 20.0, [(10.0, 1.3e-3), (20.0, 1.04e-3)]),
     _row("simoe-full", 0.99e-3, 900.0, [(30.0, 1.05e-3), (900.0, 0.99e-3)]),
 ]
+MACHINE = Machine(
+    cpu_model="a CPU", logical_cores=2, python="3.11", system="Linux",
+    load_average_at_start=[1.0, 1.0, 1.0], load_average_now=[1.0, 1.0, 1.0],
+)  # fmt: skip
+
+
+def _report(**sections: CompileSection) -> BenchReport:
+    return BenchReport(mode="quick", command="python -m bench.run --quick",
+                       machine=MACHINE, started_utc="2026-01-01 00:00:00", elapsed_s=60.0,
+                       sections=sections, section_seconds={"compile": 1.0})  # fmt: skip
 
 
 def test_summary_computes_the_papers_claims() -> None:
-    [entry] = compile_time.summarize(ROWS, 32)
-    assert entry["simoe_fast_compile_speedup"] == pytest.approx(50.0)
-    assert entry["simoe-fast_perf_vs_ms_full"] == pytest.approx(1.0 / 1.04)
+    [entry] = claims.summarize(ROWS, 32)
+    assert entry.simoe_fast_compile_speedup == pytest.approx(50.0)
+    assert entry.simoe_fast_perf_vs_ms_full == pytest.approx(1.0 / 1.04)
     # 95% of MS-full = latency <= 1.0e-3 / 0.95 = 1.0526e-3: simoe-fast gets there at 20 s
-    assert entry["simoe-fast_compile_s_to_95pct"] == pytest.approx(20.0)
-    assert entry["simoe-full_compile_s_to_95pct"] == pytest.approx(30.0)
-    assert entry["speedup_vs_ms-xgb-32"] == pytest.approx(1.5 / 1.04)
-    assert entry["speedup_vs_ms-mlp-pretrained-32"] == pytest.approx(1.2 / 1.04)
+    assert entry.simoe_fast_compile_s_to_95pct == pytest.approx(20.0)
+    assert entry.simoe_full_compile_s_to_95pct == pytest.approx(30.0)
+    assert entry.speedup_vs == pytest.approx({"ms-xgb-32": 1.5 / 1.04,
+                                              "ms-mlp-pretrained-32": 1.2 / 1.04})  # fmt: skip
+    assert entry.ms_full_cost is not None and entry.ms_full_cost.measured == 64
 
 
-def test_markdown_says_which_targets_are_missed() -> None:
-    data = {
-        "mode": "quick",
-        "command": "python -m bench.run --quick",
-        "started_utc": "2026-01-01 00:00:00",
-        "elapsed_s": 60.0,
-        "machine": {
-            "cpu_model": "a CPU",
-            "logical_cores": 2,
-            "python": "3.11",
-            "load_average_at_start": [1.0, 1.0, 1.0],
-            "load_average_now": [1.0, 1.0, 1.0],
-        },
-        "sections": {
-            "compile": {
-                "settings": compile_time.QUICK.model_dump(),
-                "networks": {},
-                "rows": ROWS,
-                "summary": compile_time.summarize(ROWS, 32),
-                "plots": [],
-            }
-        },
-        "section_seconds": {"compile": 1.0},
-        "errors": {},
-    }
-    text = run.markdown(data)
-    assert "SIMULATED" in text
-    # 50x against the 61x target: missed by 18%; 1.15x against 1.25x vs the MLP: missed by 8%
-    assert "SiMoE fast: 50.00x (target >= 61x, goal 100x: MISSED by 18%)" in text
-    assert "ms-mlp-pretrained-32's (target >= 1.25x: MISSED by 8%; met on 0 of 1" in text
-    assert "ms-xgb-32's (target >= 1.25x: met; met on 1 of 1" in text
-    assert "| net | a10 | simoe-fast | 32 |" in text
+def test_claims_say_which_targets_are_missed() -> None:
+    """50x against the 61x target: missed by 18%; 1.15x against 1.25x vs the MLP: by 8%."""
+    summary = claims.summarize(ROWS, 32)
+    got = claims.Claims(summary, 32)
+    assert got.speedup == pytest.approx(50.0)
+    assert claims.verdict(got.speedup, claims.TARGET_COMPILE_SPEEDUP) == "MISSED by 18%"
+    mlp, xgb = got.vs_peer["ms-mlp-pretrained-32"], got.vs_peer["ms-xgb-32"]
+    assert claims.verdict(mlp, claims.TARGET_TLM_SPEEDUP) == "MISSED by 8%"
+    assert claims.verdict(xgb, claims.TARGET_TLM_SPEEDUP) == "met"
+    assert got.pairs_met == {"ms-xgb-32": 1, "ms-mlp-pretrained-32": 0}
+    assert got.pairs_kept_95 == 1
+    # the report renders those numbers: the claims row of the pair
+    section = CompileSection(settings=compile_data.QUICK, rows=ROWS, summary=summary)
+    text = markdown(_report(compile=section))
     assert "| net | a10 | 50.00x | 96.2% | 1.442x | 1.154x | 20 | 30 | 1000 |" in text
 
 
 def test_budget_section_reports_the_ratio_and_when_metaschedule_catches_up() -> None:
-    rows = [
-        {**_row("ms-xgb-1000", 1.0e-3, 2000.0, [(50.0, 3e-3), (400.0, 1.2e-3), (2000.0, 1e-3)]),
-         "trials_per_task": 1000},
-        _row("simoe-fast", 1.02e-3, 40.0, [(40.0, 1.02e-3)]),
-    ]  # fmt: skip
-    section = {
-        "settings": compile_time.QUICK.model_dump(),
-        "networks": {"net": {}},
-        "rows": rows,
-        "summary": compile_time.summarize(rows, 32, full_method="ms-xgb-1000"),
-    }
-    text = "\n".join(run._budget_md(section))
-    assert "ms-xgb-1000 / SiMoE fast: 50.0x (target >= 61x, goal 100x: MISSED by 18%)" in text
-    assert "SiMoE fast reached 95% of ms-xgb-1000's performance after 40 s" in text
-    assert "ms-xgb-1000 first matched SiMoE fast's latency after 2000 s" in text
+    long = _row("ms-xgb-1000", 1.0e-3, 2000.0, [(50.0, 3e-3), (400.0, 1.2e-3), (2000.0, 1e-3)])
+    long.trials_per_task = 1000
+    fast = _row("simoe-fast", 1.02e-3, 40.0, [(40.0, 1.02e-3)])
+    [entry] = claims.summarize([long, fast], 32, full_method="ms-xgb-1000")
+    assert entry.simoe_fast_compile_speedup == pytest.approx(50.0)
+    assert entry.simoe_fast_compile_s_to_95pct == pytest.approx(40.0)
+    # MetaSchedule first matches SiMoE fast's latency at its last point
+    assert claims.crossing(long.curve, fast.network_latency_s) == pytest.approx(2000.0)
 
 
 def test_verdict_when_never_reached() -> None:
-    assert run._verdict(None, 61.0) == "not reached"
-    assert run._verdict(70.0, 61.0) == "met"
+    assert claims.verdict(None, 61.0) == "not reached"
+    assert claims.verdict(70.0, 61.0) == "met"
 
 
 def test_mlp_peer_trains_with_fewer_than_ten_epochs() -> None:
@@ -122,7 +112,7 @@ def test_mlp_peer_trains_with_fewer_than_ten_epochs() -> None:
     ]
     # TVM holds out whole groups (device x task) for validation: at least 5 groups needed
     train = [DeviceDataset(f"sim:{g}", np.zeros(8, np.float32), tasks) for g in "abcde"]
-    trainer = compile_time.pretrained_mlp_trainer(train, epochs=2, seed=0)
+    trainer = compile_data.pretrained_mlp_trainer(train, epochs=2, seed=0)
     assert trainer.scheduler.last_epoch == 2  # both epochs ran (the scheduler stepped twice)
     predicted = trainer.predict_incremental(list(tasks[0].features))
     assert predicted.shape == (40,) and np.all(np.isfinite(predicted))
@@ -142,7 +132,7 @@ def test_simoe_fast_then_full_continues_its_measurements(tmp_path: Any) -> None:
     task = TuneTask(
         "matmul", tvm.IRModule({"main": prim_func(parse_workload("matmul:64,64,64"))}), 2.0, 0.0
     )
-    settings = compile_time.QUICK.model_copy(
+    settings = compile_data.QUICK.model_copy(
         update={"tlm_budget": 4, "full_budget": 8, "trials_per_iter": 4, "population": 16,
                 "simoe_fast_population": 16, "simoe_fast_rounds": 2, "simoe_fast_per_round": 4}
     )  # fmt: skip
@@ -190,36 +180,58 @@ def test_resume_keeps_finished_runs_but_not_orphans() -> None:
     rows = [_row("simoe-fast", 1e-3, 1.0, []), _row("ms-xgb-32", 1e-3, 1.0, []),
             _row("ms-mlp-pretrained-32", 1e-3, 1.0, [])]  # fmt: skip
     kept = compile_time._resumable(rows)
-    assert [r["method"] for r in kept] == ["ms-mlp-pretrained-32"]
+    assert [r.method for r in kept] == ["ms-mlp-pretrained-32"]
     assert len(compile_time._resumable(ROWS)) == len(ROWS)
 
 
 def test_budget_claims_are_also_read_against_metaschedules_best_run() -> None:
-    long = {**_row("ms-xgb-1000", 2.0e-3, 2000.0, [(2000.0, 2e-3)]), "trials_per_task": 1000}
-    other = {**long, "network_latency_s": 1.0e-3}
-    section = {
-        "settings": compile_time.QUICK_BUDGET.model_dump(),
-        "networks": {"net": {}},
-        "rows": [long, _row("simoe-fast", 1.1e-3, 40.0, [(40.0, 1.1e-3)])],
-    }
-    section["summary"] = compile_time.summarize(section["rows"], 32, full_method="ms-xgb-1000")
-    repeats = [{"command": "again", "rows": [other], "load_average_at_start": [1.0, 1.0, 1.0],
-                "settings": section["settings"]}]  # fmt: skip
-    text = "\n".join(run._budget_md(section, repeats))
-    assert "| ms-xgb-1000 | 2.0000 | 1.0000 |" in text
-    assert "| simoe-fast | 1.1000 | n/a |" in text
-    assert "run 2: `again`" in text
-    # 1.0 / 1.1 = 90.9% of the best run: missed by 4%
-    assert (
-        "simoe-fast's median over its 1 run(s) keeps 90.9% of the performance "
-        "(target >= 95%: MISSED by 4%)"
-    ) in text
+    long = _row("ms-xgb-1000", 2.0e-3, 2000.0, [(2000.0, 2e-3)])
+    long.trials_per_task = 1000
+    other = long.model_copy(update={"network_latency_s": 1.0e-3})
+    section = CompileSection(
+        settings=compile_data.QUICK_BUDGET,
+        rows=[long, _row("simoe-fast", 1.1e-3, 40.0, [(40.0, 1.1e-3)])],
+    )
+    repeats = [Repeat(command="again", rows=[other], load_average_at_start=[1.0, 1.0, 1.0],
+                      settings=section.settings)]  # fmt: skip
+    spread = claims.RunToRun(section, repeats, "ms-xgb-1000")
+    assert spread.best == pytest.approx(1.0e-3)  # the repeat's run is MetaSchedule's best
+    assert spread.latencies("simoe-fast") == [pytest.approx(1.1e-3), None]
+    # 1.0 / 1.1 = 90.9% of the best run, from SiMoE fast's one run
+    [(keep, runs)] = spread.keeps().values()
+    assert keep == pytest.approx(1.0 / 1.1) and runs == 1
+    # a repeat with another SiMoE fast mode does not count for SiMoE
+    older = section.settings.model_copy(update={"simoe_fast_rounds": 1})
+    repeats[0].rows = [other, _row("simoe-fast", 0.5e-3, 40.0, [])]
+    repeats[0].settings = older
+    assert claims.RunToRun(section, repeats, "ms-xgb-1000").latencies("simoe-fast")[1] is None
 
 
-def test_each_repeat_of_the_compile_section_gets_its_claims() -> None:
-    slower = [{**r, "network_latency_s": r["network_latency_s"] * 1.3}
-              if r["method"] == "simoe-fast" else r for r in ROWS]  # fmt: skip
-    text = "\n".join(run._repeats_md(ROWS, [{"command": "again", "rows": slower}]))
-    assert "- Run 1: at 32 measurements per task SiMoE fast's networks are 1.442x" in text
-    # 1.2 / (1.04 * 1.3) = 0.888x the MLP in run 2
-    assert "- Run 2:" in text and "0.888x as fast as ms-mlp-pretrained-32's (MISSED" in text
+def test_report_merges_and_renders_from_its_json(tmp_path: Path) -> None:
+    """--merge adds another invocation's sections (a compile section it has: a repeat), and
+    --render-only re-renders BENCHMARKS.md from the JSON alone."""
+    out, other = tmp_path / "out", tmp_path / "other"
+    out.mkdir()
+    other.mkdir()
+    section = CompileSection(settings=compile_data.QUICK, rows=ROWS)
+    run.write_report(_report(compile=section), out / "report.json")
+    again = section.model_copy(update={"rows": ROWS[:2]})
+    run.write_report(_report(compile=again), other / "report.json")
+    run.merge_reports(out, [other / "report.json"])
+    md = tmp_path / "BENCHMARKS.md"
+    assert run.render_only(out, md) == 0
+    merged = run.load_report(out / "report.json")
+    assert [r.method for r in merged.compile_repeats[0].rows] == ["ms-xgb-full", "ms-xgb-32"]
+    [entry] = merged.sections.compile.summary  # recomputed from the rows
+    assert entry.simoe_fast_compile_speedup == pytest.approx(50.0)
+    assert md.read_text() == markdown(merged)
+
+
+def test_an_old_report_is_refused_not_guessed_at(tmp_path: Path) -> None:
+    """A report.json with keys the typed report does not know is not rendered."""
+    path = tmp_path / "report.json"
+    data = json.loads(_report().model_dump_json())
+    data["sections"]["compile"] = {"settings": {}, "rows": []}
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError):
+        run.load_report(path)

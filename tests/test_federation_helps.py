@@ -36,7 +36,7 @@ def run(fleet, tmp_path_factory: pytest.TempPathFactory) -> tuple[fh.FederationH
         seed=0,
         offline={names[3]: 0.5},
         central_epochs=1,
-        command="python bench/federation_helps.py --synthetic",
+        command="python -m bench.federation_helps --synthetic",
         data="synthetic",
     )
     return report, work
@@ -115,7 +115,7 @@ def test_report_files_are_labelled_and_hold_no_local_paths(run, tmp_path: Path) 
     assert "Federated better on" in text and "within 0.03" in text
     assert "central, same data" in text and report.central_epochs == 1
     command = fh.public_command(["--data", "/x/d1", "/x/d2", "--rounds", "3", "--work", "/y"])
-    assert command == "python bench/federation_helps.py --data DIR DIR2 --rounds 3 --work WORK"
+    assert command == "python -m bench.federation_helps --data DIR DIR2 --rounds 3 --work WORK"
 
 
 def test_bad_settings_are_bad_input(fleet, tmp_path: Path) -> None:
