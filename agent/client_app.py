@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable
 from pydantic import ValidationError
@@ -31,19 +31,10 @@ from agent.payload import (
     decode,
     note_refusal,
 )
-from schemas import BadInputError
+from schemas import BadInputError, NodeHello, TrainInstruction
 from schemas.errors import one_line
-from schemas.messages import (
-    REC_CONFIG,
-    REC_EXPERT_PREFIX,
-    REC_METRICS,
-    REC_NODE,
-    REC_OWN_EXPERT,
-    REC_SHARED,
-    WEIGHT_METRIC,
-    TrainInstruction,
-)
-from schemas.protocol import arrays_to_record, prepare_flower_env
+from schemas.messages import REC_CONFIG, REC_EXPERT_PREFIX, REC_SHARED, WEIGHT_METRIC
+from schemas.protocol import node_reply, prepare_flower_env
 from simoe_model import tvm_compat
 
 log = logging.getLogger("simoe.agent")
@@ -66,8 +57,8 @@ def _leaving(context: Context) -> bool:
     return str(context.node_config.get("leaving", "false")).lower() in {"1", "true"}
 
 
-def _hello_record(node: NodeState, context: Context) -> ConfigRecord:
-    return ConfigRecord({"hello": node.hello(leaving=_leaving(context)).model_dump_json()})
+def _hello(node: NodeState, context: Context) -> NodeHello:
+    return node.hello(leaving=_leaving(context))
 
 
 def _entry_point(message: Message, context: Context, call_next: ClientAppCallable) -> Message:
@@ -102,7 +93,7 @@ def hello(message: Message, context: Context) -> Message:
             state.global_version = version
             state.refused = None
             node.save_federation_state(state)
-    return Message(RecordDict({REC_NODE: _hello_record(node, context)}), reply_to=message)
+    return Message(node_reply(_hello(node, context)), reply_to=message)
 
 
 def refuse_payload(node: NodeState, text: str) -> None:
@@ -183,7 +174,7 @@ def train(message: Message, context: Context) -> Message:
         state.checked_experts, state.refuted_experts = sorted(delivered), dropped
         delivered = [e for e in delivered if e not in dropped]
         metrics["experts-dropped"] = float(len(dropped))
-    content = RecordDict()
+    shared_update = own_expert = None
     if dataset.tasks and instruction.train:
         result = local_round(
             model,
@@ -197,8 +188,7 @@ def train(message: Message, context: Context) -> Message:
         metrics.update(result.metrics)
         metrics[WEIGHT_METRIC] = float(dataset.num_candidates)
         state.rounds_trained += 1
-        content[REC_SHARED] = arrays_to_record(result.shared_update)
-        content[REC_OWN_EXPERT] = arrays_to_record(result.expert)
+        shared_update, own_expert = result.shared_update, result.expert
     node.save_model(model)
     metrics = {k: v for k, v in metrics.items() if np.isfinite(v)}
     metrics["train-seconds"] = time.perf_counter() - started
@@ -208,6 +198,6 @@ def train(message: Message, context: Context) -> Message:
     state.refused = None
     state.last_metrics = metrics
     node.save_federation_state(state)
-    content[REC_METRICS] = MetricRecord(metrics)
-    content[REC_NODE] = _hello_record(node, context)
+    hello = _hello(node, context)
+    content = node_reply(hello, shared=shared_update, own_expert=own_expert, metrics=metrics)
     return Message(content, reply_to=message)
