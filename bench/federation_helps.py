@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -48,10 +47,13 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from bench import reporting
+from bench.reporting import load_average, load_text
 from schemas import BadInputError, HardwareProfile  # noqa: E402
 from simoe_model.task_data import DeviceDataset, TaskData  # noqa: E402
 
@@ -324,6 +326,18 @@ def with_offline_figures(
 
 
 # -- the run ------------------------------------------------------------------------------------
+def members_rounds(grid: Any, strategy: Any, seed: int, rounds: int, on_round: Any) -> None:
+    """Every round but the last, from the federation's seeded start, with no wait for
+    nodes: the members federate; the newcomers join at the last round."""
+    from server.server_app import run_rounds
+    from server.similarity import initial_shared_arrays
+
+    run_rounds(
+        grid, strategy, initial_shared_arrays(seed), num_rounds=rounds - 1, wait_nodes_s=0,
+        on_round=on_round,
+    )  # fmt: skip
+
+
 def run_federation_helps(
     nodes: Sequence[FleetGPU],
     newcomers: Sequence[FleetGPU],
@@ -350,7 +364,7 @@ def run_federation_helps(
     from server.inprocess import InProcessGrid
     from server.registry import Registry
     from server.server_app import run_rounds
-    from server.similarity import initial_shared_arrays, model_similarity
+    from server.similarity import model_similarity
     from server.strategy import SiMoEStrategy
 
     if rounds < 2:
@@ -360,7 +374,7 @@ def run_federation_helps(
     overlap = {n.name for n in nodes} & {n.name for n in newcomers}
     if overlap:
         raise BadInputError(f"newcomers must not be nodes: {sorted(overlap)}")
-    load_start = list(os.getloadavg())
+    load_start = load_average()
     started = time.perf_counter()
     work_dir.mkdir(parents=True, exist_ok=True)
 
@@ -389,14 +403,7 @@ def run_federation_helps(
         if outcome.rejected or outcome.failed:
             raise RuntimeError(f"round {outcome.round}: {outcome.rejected or 'a node failed'}")
 
-    run_rounds(
-        grid,
-        strategy,
-        initial_shared_arrays(seed),
-        num_rounds=rounds - 1,
-        wait_nodes_s=0,
-        on_round=report_round,
-    )
+    members_rounds(grid, strategy, seed, rounds, report_round)
     for index, gpu in enumerate(newcomers):  # enrolled: key and profile, no measurements
         state_dir = work_dir / "newcomers" / gpu.name
         write_node(state_dir, gpu, [])
@@ -482,7 +489,7 @@ def run_federation_helps(
         own_only_wall_s=own_wall,
         total_wall_s=time.perf_counter() - started,
         load_average_start=load_start,
-        load_average_end=list(os.getloadavg()),
+        load_average_end=load_average(),
         threads=threads,
     )
 
@@ -504,8 +511,8 @@ def markdown(report: FederationHelpsReport) -> str:
         f"tasks, split {report.split}.  ",
         f"Wall time: {report.total_wall_s:.0f} s (federation {report.federation_wall_s:.0f} s, "
         f"own-only models and scoring {report.own_only_wall_s:.0f} s), {report.threads} torch "
-        f"thread(s); load average at start {_load(report.load_average_start)}, "
-        f"at end {_load(report.load_average_end)}.",
+        f"thread(s); load average at start {load_text(report.load_average_start)}, "
+        f"at end {load_text(report.load_average_end)}.",
         "",
         "## Each node's held-out tasks: top-1 score (SIMULATED)",
         "",
@@ -598,30 +605,8 @@ def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
-def _load(values: list[float]) -> str:
-    return ", ".join(f"{v:.2f}" for v in values)
-
-
 def write_report(report: FederationHelpsReport, out: Path, stem: str = "federation_helps") -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(report.model_dump_json(indent=1))
-    (out / f"{stem}.md").write_text(markdown(report))
-
-
-def public_command(argv: Sequence[str]) -> str:
-    """The command line with data, work and output directories as placeholders."""
-    names = {"--data": "DIR", "--work": "WORK", "--out": "OUT"}
-    out, current, count = [], None, 0
-    for arg in argv:
-        if arg.startswith("--"):
-            current, count = names.get(arg), 0
-            out.append(arg)
-        elif current is not None:
-            count += 1
-            out.append(current if count == 1 else f"{current}{count}")
-        else:
-            out.append(arg)
-    return " ".join(["python", "-m", "bench.federation_helps", *out])
+    reporting.write_report(report, markdown, out, stem)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -656,7 +641,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work", type=Path, help="keep the nodes' state dirs here")
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--tag", default="", help="suffix of the report files")
-    parser.add_argument("--render", type=Path, help="rewrite the .md of this .json report, exit")
+    reporting.add_render_option(parser)
     parser.add_argument(
         "--refresh-offline",
         action="store_true",
@@ -664,7 +649,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     if args.render:
-        report = FederationHelpsReport.model_validate_json(args.render.read_text())
+        report = reporting.read_report(args.render, FederationHelpsReport)
         if args.refresh_offline:
             report = with_offline_figures(report, offline_figures())
             args.render.write_text(report.model_dump_json(indent=1))
@@ -712,7 +697,9 @@ def main(argv: list[str] | None = None) -> None:
             seed=args.seed,
             offline=offline,
             central_epochs=args.central_epochs,
-            command=public_command(sys.argv[1:] if argv is None else argv),
+            command=reporting.public_command(
+                "federation_helps", sys.argv[1:] if argv is None else argv
+            ),
             data=data,
             threads=args.threads,
             say=lambda text: print(text, flush=True),

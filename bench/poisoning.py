@@ -38,7 +38,6 @@ Writes OUT/poisoning.json and OUT/poisoning.md.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import tempfile
@@ -49,16 +48,17 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from bench import reporting
 from bench.federation_helps import (  # noqa: E402
     FleetGPU,
-    _load,
     load_gpus,
-    public_command,
+    members_rounds,
     split_tasks,
     synthetic_gpus,
     top1,
     write_node,
 )
+from bench.reporting import load_average, load_text
 from schemas import BadInputError  # noqa: E402
 
 ATTACKS = ("signflip", "random", "stale")
@@ -208,7 +208,7 @@ def run_once(
     from server.inprocess import InProcessGrid
     from server.registry import Registry
     from server.server_app import run_rounds
-    from server.similarity import initial_shared_arrays, model_similarity
+    from server.similarity import model_similarity
     from simoe_model.expert_check import drop_refuted_experts
     from simoe_model.task_data import DeviceDataset
 
@@ -243,14 +243,7 @@ def run_once(
             who = node["name"] if node else key
             set_aside[who] = set_aside.get(who, 0) + 1
 
-    run_rounds(
-        grid,
-        strategy,
-        initial_shared_arrays(seed),
-        num_rounds=rounds - 1,
-        wait_nodes_s=0,
-        on_round=on_round,
-    )
+    members_rounds(grid, strategy, seed, rounds, on_round)
     for index, name in enumerate(newcomers):  # enrolled, no measurements
         state_dir = work / "newcomers" / name
         write_node(state_dir, fleet[name], [])
@@ -361,7 +354,7 @@ def markdown(report: PoisoningReport) -> str:
         + (f", every change clipped to L2 norm {report.clip:g}" if report.clip else "")
         + "; with a robust rule the nodes' expert check is on.  ",
         f"Wall time {report.total_wall_s:.0f} s; load average at start "
-        f"{_load(report.load_average_start)}, at end {_load(report.load_average_end)}.",
+        f"{load_text(report.load_average_start)}, at end {load_text(report.load_average_end)}.",
         "",
         "nodes = mean top-1 over the 9 honest nodes' held-out tasks; newcomers = mean "
         "zero-shot top-1 of the newcomers on the offline benchmark's test split. Δ = this "
@@ -485,9 +478,7 @@ def _delta(values: tuple[float, float, float], seeds: int) -> str:
 
 
 def write_report(report: PoisoningReport, out: Path, stem: str = "poisoning") -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(report.model_dump_json(indent=1))
-    (out / f"{stem}.md").write_text(markdown(report))
+    reporting.write_report(report, markdown, out, stem)
 
 
 # -- the command ---------------------------------------------------------------------------
@@ -517,19 +508,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work", type=Path)
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--tag", default="")
-    parser.add_argument("--render", type=Path, help="rewrite the .md of this .json report, exit")
+    reporting.add_render_option(parser)
     parser.add_argument(
         "--merge", type=Path, nargs="+", help="join reports of other seeds (same settings) into OUT"
     )
     args = parser.parse_args(argv)
     if args.render:
-        report = PoisoningReport.model_validate_json(args.render.read_text())
-        args.render.with_suffix(".md").write_text(markdown(report))
+        reporting.render(args.render, PoisoningReport, markdown)
         return
     if args.merge:
-        report = merge_reports(
-            [PoisoningReport.model_validate_json(p.read_text()) for p in args.merge]
-        )
+        report = merge_reports([reporting.read_report(p, PoisoningReport) for p in args.merge])
         write_report(report, args.out, "poisoning" + (f"_{args.tag}" if args.tag else ""))
         print(markdown(report))
         return
@@ -562,7 +550,7 @@ def main(argv: list[str] | None = None) -> None:
         raise BadInputError(f"liars and the backwards node must be nodes: {bad}")
     if len(names) < 10:
         raise BadInputError(f"the benchmark needs at least 10 nodes, got {len(names)}")
-    load_start = list(os.getloadavg())
+    load_start = load_average()
     started = time.perf_counter()
     work = args.work or Path(tempfile.mkdtemp(prefix="poisoning-"))
     runs = []
@@ -583,9 +571,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     report = PoisoningReport(
-        command=public_command(sys.argv[1:] if argv is None else argv).replace(
-            "bench/federation_helps.py", "-m bench.poisoning"
-        ),
+        command=reporting.public_command("poisoning", sys.argv[1:] if argv is None else argv),
         data=data,
         nodes=names,
         liars=liars,
@@ -602,7 +588,7 @@ def main(argv: list[str] | None = None) -> None:
         runs=runs,
         total_wall_s=time.perf_counter() - started,
         load_average_start=load_start,
-        load_average_end=list(os.getloadavg()),
+        load_average_end=load_average(),
     )
     stem = "poisoning_synthetic" if args.synthetic else "poisoning"
     write_report(report, args.out, stem + (f"_{args.tag}" if args.tag else ""))

@@ -11,6 +11,7 @@ import pytest
 from agent.node_state import NodeState
 from agent.store import Store
 from bench import federation_helps as fh
+from bench import reporting
 from schemas import BadInputError
 from server.registry import Registry, arrays_from_bytes
 from simoe_model.model import shared_arrays
@@ -114,7 +115,9 @@ def test_report_files_are_labelled_and_hold_no_local_paths(run, tmp_path: Path) 
     assert "SIMULATED" in text and report.command in text and "load average" in text
     assert "Federated better on" in text and "within 0.03" in text
     assert "central, same data" in text and report.central_epochs == 1
-    command = fh.public_command(["--data", "/x/d1", "/x/d2", "--rounds", "3", "--work", "/y"])
+    command = reporting.public_command(
+        "federation_helps", ["--data", "/x/d1", "/x/d2", "--rounds", "3", "--work", "/y"]
+    )
     assert command == "python -m bench.federation_helps --data DIR DIR2 --rounds 3 --work WORK"
 
 
