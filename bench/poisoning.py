@@ -49,15 +49,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from bench import reporting
-from bench.federation_helps import (  # noqa: E402
-    FleetGPU,
-    load_gpus,
-    members_rounds,
-    split_tasks,
-    synthetic_gpus,
-    top1,
-    write_node,
-)
+from bench.federation_helps import members_rounds, top1
+from bench.fleet import FleetGPU, load_gpus, split_tasks, synthetic_gpus, write_node
 from bench.reporting import load_average, load_text
 from schemas import BadInputError  # noqa: E402
 
