@@ -122,6 +122,7 @@ def cost_model_for(node: NodeState, config: AgentConfig) -> str:
 def run_job(state_dir: Path, job_path: Path) -> int:
     """Child process: tune one job into the store; the result goes back into the job file."""
     from agent.devices import get_device
+    from agent.store_datasets import cache_missing_features
     from agent.tuner import tune_network, tune_workload
     from agent.workloads import parse_workload
 
@@ -149,6 +150,9 @@ def run_job(state_dir: Path, job_path: Path) -> int:
                 cost_model=cost_model,
                 node=node,
             )
+        # TVM is loaded here already: featurize the new records now, so that the next
+        # round's ClientApp (a fresh process per message) need not import TVM to do it
+        cache_missing_features(store, device.name)
     job.result = json.loads(result.model_dump_json())
     job.cost_model = cost_model
     job_path.write_text(job.model_dump_json(indent=2))

@@ -38,6 +38,8 @@ from schemas import BadInputError, RunFailure
 from server.demo_report import DemoNode, DemoReport, DemoRow, network_latency
 from server.processes import Background, cli, free_port, wait_until
 
+JOBS_POLL_S = 20.0  # each poll starts a `simoe-agent status` per node still tuning
+
 
 class DemoUI(Protocol):
     def event(self, text: str) -> None:
@@ -65,7 +67,9 @@ class DemoPlan:
     full_budget: int = 32
     epochs: int = 2
     k_experts: int = 3
-    round_interval: float = 20.0  # rounds while nodes still tune cost CPU and teach little
+    # Rounds while nodes still tune cost CPU (a ClientApp process per node and round) and
+    # teach little; the newcomer does not wait for it (a node that joins starts a round).
+    round_interval: float = 60.0
     timeout_s: float = 1500.0  # the whole fleet phase
 
     def check(self) -> None:
@@ -173,6 +177,7 @@ class Demo:
                 "--k-experts", str(self.plan.k_experts),
                 "--round-timeout", "300",
                 "--round-interval", str(self.plan.round_interval),
+                "--min-nodes", str(len(self.plan.gpus) + int(self.plan.cpu)),  # all, at once
             ],
             self.logs / "server.log",
         )  # fmt: skip
@@ -268,7 +273,7 @@ class Demo:
             self.check_processes()
             rounds = self.report_rounds()
             experts = self.expert_names()
-            if time.monotonic() - last_jobs_poll > 10 and all_done_at is None:
+            if time.monotonic() - last_jobs_poll > JOBS_POLL_S and all_done_at is None:
                 self.poll_jobs()
                 last_jobs_poll = time.monotonic()
                 if all(n.job in ("done", "failed") for n in self.nodes):
