@@ -503,7 +503,7 @@ def demo(
         "bert_layer", "--new-network", help="the network of the suite the newcomer tunes"
     ),
     flops_share: float = typer.Option(
-        0.9, "--flops-share", help="the newcomer tunes the largest tasks covering this share"
+        0.3, "--flops-share", help="the newcomer tunes the largest tasks covering this share"
     ),
     fleet_trials: int = typer.Option(16, "--fleet-trials", help="trials/task each node tunes"),
     budget: int = typer.Option(8, "--budget", help="trials per task, zero-shot and baseline"),
