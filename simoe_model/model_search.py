@@ -77,6 +77,8 @@ class _ScoringBuilder(ms.builder.PyBuilder):
         self.lock = threading.Lock()
 
     def build(self, build_inputs: list[ms.builder.BuilderInput]) -> list[ms.builder.BuilderResult]:
+        if not build_inputs:  # a search that ran out of new candidates
+            return []
         mods = [inp.mod for inp in build_inputs]
         values = np.asarray(self.score(self.task_mod, mods), dtype=np.float64)
         out = []
@@ -324,6 +326,8 @@ def cost_model_scorer(cost_model: Any, target: tvm.target.Target) -> Score:
     """A MetaSchedule cost model's predictions as seconds-like scores (exp(-prediction))."""
 
     def score(task_mod: tvm.IRModule, mods: Sequence[tvm.IRModule]) -> np.ndarray:
+        if not mods:  # MetaSchedule hands an empty batch's predictions back as a NULL pointer
+            return np.zeros(0, dtype=np.float64)
         context = ms.TuneContext(mod=task_mod, target=target)
         args = ms.arg_info.ArgInfo.from_prim_func(task_mod["main"])
         candidates = [ms.MeasureCandidate(tvm.s_tir.Schedule(m), args) for m in mods]

@@ -59,6 +59,8 @@ class CachedModel(ms.cost_model.PyCostModel):
         pass  # frozen (module docstring): the search's results are this model's own scores
 
     def predict(self, context: Any, candidates: list[Any]) -> np.ndarray:
+        if not candidates:
+            return np.zeros(0, dtype=np.float64)
         keys = [int(tvm_ffi.structural_hash(c.sch.mod)) for c in candidates]
         missing: dict[int, Any] = {}
         for key, cand in zip(keys, candidates, strict=True):

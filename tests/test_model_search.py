@@ -19,6 +19,7 @@ from simoe_model.model_search import (
     cost_model_scorer,
     model_only_search,
 )
+from simoe_model.score_cache import CachedModel
 
 
 def _task() -> tuple[tvm.IRModule, tvm.target.Target, object]:
@@ -135,3 +136,12 @@ def test_seeds_start_the_search_and_stop_rule_ends_a_converged_chain() -> None:
         population=16, init_min_unmeasured=4, seed=0, stop=StopRule(top=4, min_gain=0.5),
     )  # fmt: skip
     assert max(s.order for s in stopped) < 6 * 4 - 4  # ended before its sixth round
+
+
+def test_an_empty_batch_scores_to_nothing() -> None:
+    """MetaSchedule returns an empty batch's predictions as a NULL pointer; a search that ran
+    out of new candidates builds an empty batch, so the scorer must not predict it."""
+    mod, target, device = _task()
+    model = _Counting(_sim_score(device))
+    assert cost_model_scorer(model, target)(mod, []).shape == (0,)
+    assert cost_model_scorer(CachedModel(model), target)(mod, []).shape == (0,)
