@@ -345,6 +345,16 @@ def budget_md(b: CompileSection, repeats: list[Repeat]) -> list[str]:
     lines = [
         "## 5. The compile-time claim at a realistic MetaSchedule budget (SIMULATED)",
         "",
+        *(
+            []
+            if any(r.task_kept for r in b.rows)
+            else [
+                "This section was run by an earlier version of the benchmark: before the "
+                "never-worse-than-default rule (no default measured) and before the model-only "
+                "search's prediction cache (SiMoE fast's search time is the uncached one's).",
+                "",
+            ]
+        ),
         f"One task (the top one of {', '.join(b.networks)} by weight x FLOPs) on "
         f"sim:{st.unseen_gpus[0]}: MetaSchedule with its XGB model and its defaults (64 "
         f"measurements per search, XGB warm-up 100) for {st.long_budget} trials, against "
