@@ -14,7 +14,6 @@ Each GPU's data is its own node's local data: one store per GPU,
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -117,13 +116,15 @@ def sample_candidates(
     *,
     seed: int,
     task_name: str,
-    num_threads: int | None = None,
+    num_threads: int = 1,
 ) -> tuple[list[Any], Any]:
     """Up to `count` distinct postprocessed candidates of `mod` by replaying its design-space
     traces, and the TuneContext that sampled them.
 
     ReplayTrace re-draws every decision and retries candidates that fail VerifyGPUCode,
-    in C++ threads (`num_threads`, default: every core).
+    in `num_threads` C++ threads. One by default: with several, each thread draws from its
+    own random state in whatever order the threads run, so the sample changed from run to
+    run and from machine to machine (a rebuilt protocol fleet differed from the lost one).
     """
     from tvm.s_tir import meta_schedule as ms
 
@@ -134,7 +135,7 @@ def sample_candidates(
         search_strategy=ms.search_strategy.ReplayTrace(max_fail_count=max(100, count)),
         task_name=task_name,
         rand_state=seed,
-        num_threads=num_threads or max(1, os.cpu_count() or 1),
+        num_threads=num_threads,
     )
     ctx.pre_tuning(max_trials=count, num_trials_per_iter=count)
     found = ctx.generate_measure_candidates() or []
@@ -150,7 +151,7 @@ def sample_candidates(
 
 
 def sample_workload(
-    workload: str, target: Any, per_workload: int, *, seed: int, num_threads: int | None = None
+    workload: str, target: Any, per_workload: int, *, seed: int, num_threads: int = 1
 ) -> SampledWorkload:
     """Sample distinct candidates of one workload (see `sample_candidates`)."""
     import tvm

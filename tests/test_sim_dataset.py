@@ -60,3 +60,20 @@ def test_dataset_build_rejects_unknown_gpu(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 2
     assert "gtx9999" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_sampling_is_a_function_of_the_seed() -> None:
+    """Two samples at one seed are the same candidates (a fleet rebuilt later must match)."""
+    from agent.devices.sim.catalog import load_catalog
+    from agent.fleet_dataset import candidate_key, generic_target, sample_workload
+
+    target = generic_target(list(load_catalog().values()))
+    draws = [
+        [
+            candidate_key(c.sch.mod)
+            for c in sample_workload("conv2d:1,16,16,16,16,3,3,1,1", target, 16, seed=5).candidates
+        ]
+        for _ in range(2)
+    ]
+    assert len(draws[0]) >= 8
+    assert draws[0] == draws[1]
