@@ -186,9 +186,10 @@ def test_a_tuned_schedule_never_loses_to_the_default(tmp_path: Path) -> None:
     default, tuned = task["untuned_latency_s"], task["tuned_latency_s"]
     assert default is not None and tuned is not None
     assert task["best_latency_s"] <= default and task["speedup"] >= 1.0
-    # this search loses to the default (as in the issue), so the guard is what acts here
-    assert tuned > default and task["kept"] == "default"
-    assert task["best_latency_s"] == default
+    # MetaSchedule's 2-thread search differs run to run: at 16 trials it usually loses to
+    # the default (as in the issue), sometimes not. Either way the faster one is kept.
+    assert task["best_latency_s"] == min(default, tuned)
+    assert task["kept"] == ("default" if tuned > default else "tuned")
 
 
 def test_kept_database_holds_only_tasks_whose_tuned_schedule_won(tmp_path: Path) -> None:
