@@ -50,6 +50,9 @@ class Job(BaseModel):
     submitted_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     attempts: int = 0
     cost_model: str | None = None
+    # a network's tasks to tune (`submit --largest-tasks/--flops-share`, as `tune`); None: all
+    largest_tasks: int | None = Field(default=None, gt=0)
+    flops_share: float | None = Field(default=None, gt=0, le=1)
     result: dict[str, Any] | None = None
     error: str | None = None
 
@@ -123,6 +126,7 @@ def run_job(state_dir: Path, job_path: Path) -> int:
     """Child process: tune one job into the store; the result goes back into the job file."""
     from agent.devices import get_device
     from agent.store_datasets import cache_missing_features
+    from agent.task_selection import TaskChoice
     from agent.tuner import tune_network, tune_workload
     from agent.workloads import parse_workload
 
@@ -149,6 +153,7 @@ def run_job(state_dir: Path, job_path: Path) -> int:
                 trials_per_task=job.trials,
                 cost_model=cost_model,
                 node=node,
+                choice=TaskChoice(largest=job.largest_tasks, flops_share=job.flops_share),
             )
         # TVM is loaded here already: featurize the new records now, so that the next
         # round's ClientApp (a fresh process per message) need not import TVM to do it

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
 DeviceKind = Literal["cpu", "cuda", "sim"]
+TargetKind = Literal["cpu", "gpu"]
 
 
 class AnalyticalSpecs(BaseModel):
@@ -62,6 +63,15 @@ class HardwareProfile(BaseModel):
         if self.simulated != (self.device_kind == "sim"):
             raise ValueError("simulated must be true exactly for device_kind 'sim'")
         return self
+
+    @property
+    def target_kind(self) -> TargetKind:
+        """What TVM compiles for: a simulated GPU is tuned as CUDA, like a real one.
+
+        Records (and so experts) of one target kind say nothing about the other: their
+        schedules and the features MetaSchedule extracts from them differ.
+        """
+        return "cpu" if self.device_kind == "cpu" else "gpu"
 
     @property
     def profile_id(self) -> str:

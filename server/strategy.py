@@ -288,8 +288,11 @@ class SiMoEStrategy:
     ) -> list[str]:
         """The k registered experts whose hardware is most similar to this node's.
 
-        A node that has never trained on records of its own (a newcomer) cannot test what
-        it is sent, so it is not sent experts that most of the nodes that tested them
+        Only experts of the node's own target kind (CPU or GPU) are candidates: an expert
+        learned on CPU schedules scores features of a CUDA schedule space it never saw, and
+        the hardware similarity, learned from profiles alone, can still put a CPU next to a
+        GPU. A node that has never trained on records of its own (a newcomer) cannot test
+        what it is sent, so it is not sent experts that most of the nodes that tested them
         refuted (at least two); nodes with records still get them and judge for themselves.
         """
         node = self.registry.node(node_key)
@@ -302,7 +305,7 @@ class SiMoEStrategy:
             if info.name == node["name"] or info.name in withheld:
                 continue  # its own expert lives on the node already; refuted ones wait
             profile = self.registry.profile(info.node_key)
-            if profile is not None:
+            if profile is not None and profile.target_kind == target.target_kind:
                 candidates[info.name] = profile
         if not candidates:
             return []

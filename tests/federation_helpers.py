@@ -24,7 +24,7 @@ from schemas.protocol import node_reply, record_to_arrays
 SHARED_SHAPES = {"encoder.w": (3, 2), "gate.b": (4,)}
 
 
-def toy_profile(name: str, fp32_gflops: float) -> HardwareProfile:
+def toy_profile(name: str, fp32_gflops: float, device_kind: str = "sim") -> HardwareProfile:
     specs = AnalyticalSpecs(
         compute_units=40,
         clock_mhz=1500,
@@ -43,12 +43,12 @@ def toy_profile(name: str, fp32_gflops: float) -> HardwareProfile:
         probe_suite_version="toy", probe_latency_us={"p": 10.0}, bandwidth_gbs=100, fma_gflops=1000
     )
     return HardwareProfile(
-        device_kind="sim",
-        device=f"sim:{name}",
+        device_kind=device_kind,
+        device=f"sim:{name}" if device_kind == "sim" else device_kind,
         name=name,
         analytical=specs,
         empirical=empirical,
-        simulated=True,
+        simulated=device_kind == "sim",
     )
 
 
@@ -80,6 +80,7 @@ class ToyNode:
     refused: list[str] = field(default_factory=list)
     got_global: list[dict[str, np.ndarray]] = field(default_factory=list)
     refutes: list[str] = field(default_factory=list)  # experts its "records" refute
+    device_kind: str = "sim"
 
     @property
     def key(self) -> str:
@@ -90,7 +91,7 @@ class ToyNode:
         return NodeHello(
             name=self.name,
             key_fingerprint=self.key,
-            profile=toy_profile(self.name, self.fp32_gflops),
+            profile=toy_profile(self.name, self.fp32_gflops, self.device_kind),
             expert_version=len(self.received_experts),
             checked_experts=got,
             refuted_experts=[e for e in got if e in self.refutes],

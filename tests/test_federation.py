@@ -75,6 +75,21 @@ def test_experts_delivered_by_similarity(tmp_path: Path) -> None:
     assert second.delivered[by_name["t4"].key] == ["v100", "k80"]  # log-ratio 0.56 < 0.69
 
 
+def test_a_gpu_node_is_never_sent_a_cpu_expert_however_similar(tmp_path: Path) -> None:
+    # toy_similarity ranks by FLOPs alone: the CPU is the GPUs' nearest neighbour here
+    nodes = [
+        ToyNode("cpu", 8100, device_kind="cpu"),
+        ToyNode("t4", 8000),
+        ToyNode("v100", 14000),
+        ToyNode("other-cpu", 3000, device_kind="cpu"),
+    ]
+    grid, strategy, registry = make_fleet(tmp_path, nodes, k_experts=2)
+    run(grid, strategy, rounds=2)
+    got = {n.name: n.received_experts[-1] for n in nodes}
+    assert got["t4"] == ["v100"] and got["v100"] == ["t4"]  # not "cpu", though nearer
+    assert got["cpu"] == ["other-cpu"] and got["other-cpu"] == ["cpu"]
+
+
 def test_late_joiner_is_served_at_its_first_round(tmp_path: Path) -> None:
     nodes = [ToyNode("a", 1000), ToyNode("b", 2000), ToyNode("c", 4000)]
     grid, strategy, registry = make_fleet(tmp_path, nodes, k_experts=2)

@@ -51,3 +51,22 @@ def test_cli_refuses_bad_selections_in_one_line(
                    monkeypatch, capsys)  # fmt: skip
     line = one_line_error("simoe-agent", *ran)
     assert "--largest-tasks" in line or "--flops-share" in line
+
+
+def test_submit_queues_the_selection_and_refuses_bad_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from agent.daemon import Queue
+    from agent.node_state import NodeState
+
+    state = ["--state-dir", str(tmp_path)]
+    args = ["submit", "bert_layer", "--largest-tasks", "2", "--flops-share", "0.5", *state]
+    ran = run_main(main, "simoe-agent", args, monkeypatch, capsys)
+    assert ran[0] == 0, ran
+    [job] = Queue(NodeState(tmp_path).queue_dir).jobs("pending")
+    assert (job.largest_tasks, job.flops_share) == (2, 0.5)  # run_job tunes these (real loop test)
+    for bad in (["tiny_mlp", "--flops-share", "0"], ["matmul:4,4,4", "--largest-tasks", "1"]):
+        ran = run_main(main, "simoe-agent", ["submit", *bad, *state], monkeypatch, capsys)
+        line = one_line_error("simoe-agent", *ran)
+        assert "--largest-tasks" in line or "--flops-share" in line
+    assert len(Queue(NodeState(tmp_path).queue_dir).jobs("pending")) == 1  # nothing queued

@@ -90,15 +90,29 @@ def submit(
         help="xgb, mlp, random or simoe (default: simoe once the node holds a federated "
         "model, else the config's)",
     ),
+    largest_tasks: int | None = typer.Option(
+        None, "--largest-tasks", help="a network: tune only its N largest tasks (as `tune`)"
+    ),
+    flops_share: float | None = typer.Option(
+        None,
+        "--flops-share",
+        help="a network: tune its largest tasks covering this share of its FLOPs (as `tune`)",
+    ),
     state_dir: StateDir = None,
     as_json: Json = False,
     verbose: Verbose = False,
 ) -> None:
     """Queue tuning work for the daemon (`simoe-agent run`)."""
     from agent.daemon import Queue, make_job
+    from agent.task_selection import TaskChoice
 
+    choice = TaskChoice(largest=largest_tasks, flops_share=flops_share)
+    choice.check()
     node = NodeState(_state_dir(state_dir))
     job = make_job(subject, trials or node.config().trials_per_task)
+    if job.kind == "workload" and not choice.everything:
+        raise BadInputError("--largest-tasks and --flops-share choose among a network's tasks")
+    job.largest_tasks, job.flops_share = largest_tasks, flops_share
     if cost_model is not None:
         from agent.cost_models import COST_MODELS
 
