@@ -197,9 +197,11 @@ class AnalysedSample:
 def _cache_file(cache_dir: Path, workload: str, target: Any, per_workload: int, seed: int) -> Path:
     import hashlib
 
+    # v2: samples drawn in one thread. A v1 entry was drawn in several threads and depends
+    # on their timing, so it must never be reused as if it were a function of the seed.
     tag = hashlib.sha256(
         f"{workload}|{per_workload}|{seed}|{target.max_shared_memory_per_block}|"
-        f"{target.max_num_threads}|v1".encode()
+        f"{target.max_num_threads}|v2".encode()
     ).hexdigest()[:12]
     slug = "".join(c if c.isalnum() else "_" for c in workload)
     return cache_dir / f"{slug}-{tag}.npz"

@@ -209,9 +209,8 @@ def sample_task(task: TuneTask, gpus: list[str], per_task: int, seed: int) -> Sa
     from agent.fleet_dataset import generic_target, sample_candidates
 
     target = generic_target([lookup(g) for g in gpus])
-    cands, _ctx = sample_candidates(
-        task.mod, target, per_task, seed=seed, task_name=task.name, num_threads=2
-    )
+    # one thread (the default): with several, the sample depends on thread timing
+    cands, _ctx = sample_candidates(task.mod, target, per_task, seed=seed, task_name=task.name)
     return _labelled(task, [c.sch.mod for c in cands], [c.sch.trace for c in cands], target, gpus)
 
 

@@ -13,6 +13,8 @@ a tiny fleet and fails if any of them read a test unit's labels.
 
     python -m bench.protocol                 # check the protocol, write docs/results/protocol.md
     python -m bench.protocol --build-data    # build its fleet dataset (cached sampling)
+    python -m bench.protocol --hash          # hash the built fleet (protocol_fleet_hash.json)
+    python -m bench.protocol --check-slice 2 # rebuild 2 workloads x 4 units afresh, compare hashes
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "bench" / "protocol_specs"
@@ -233,15 +237,99 @@ def profile_vector(unit: str, data_dir: Path = DATA_DIR):  # noqa: ANN201
     return hardware_vector(profile)
 
 
-def build_command(out: Path = DATA_DIR) -> list[str]:
+def build_command(
+    out: Path = DATA_DIR,
+    *,
+    workloads: Iterable[str] = WORKLOADS,
+    gpus: Iterable[str] | None = None,
+    cache: Path = CACHE_DIR,
+) -> list[str]:
     """The one command that builds the protocol's fleet dataset (every split's units)."""
-    gpus = [*TRAIN_UNITS, *VALIDATION_UNITS, *TEST_UNITS, *(str(p) for p in user_spec_paths())]
+    if gpus is None:
+        gpus = [*TRAIN_UNITS, *VALIDATION_UNITS, *TEST_UNITS, *(str(p) for p in user_spec_paths())]
     return [
         str(ROOT / ".venv" / "bin" / "simoe-agent"), "dataset", "build",
-        "--workloads", " ".join(WORKLOADS), "--gpus", ",".join(gpus),
+        "--workloads", " ".join(workloads), "--gpus", ",".join(gpus),
         "--per-workload", str(PER_WORKLOAD), "--seed", str(SAMPLE_SEED),
-        "--cache", str(CACHE_DIR), "--out", str(out), "--json",
+        "--cache", str(cache), "--out", str(out), "--json",
     ]  # fmt: skip
+
+
+# -- reproducibility: the built fleet as hashes ----------------------------------------------
+HASHES = ROOT / "docs" / "results" / "protocol_fleet_hash.json"
+# A slice of every split: a training, a validation, a test and a user-spec unit.
+SLICE_UNITS: tuple[str, ...] = ("a100-sxm4-400w", "t4-hot", "2080ti-strix-oc", "rtx3060")
+
+
+def unit_task_hashes(data_dir: Path, unit: str) -> dict[str, str]:
+    """sha256 per task of one built unit: every record's id, label and feature bytes.
+
+    Records are sorted by candidate id, so the hash says what was built, not in which order.
+    """
+    import hashlib
+
+    from agent.store import Store
+
+    by_task: dict[str, list] = {}
+    with Store(data_dir / f"{unit}.sqlite") as store:
+        for c in store.labelled_candidates():
+            by_task.setdefault(c.task_name, []).append(c)
+    hashes = {}
+    for task, items in sorted(by_task.items()):
+        h = hashlib.sha256()
+        for c in sorted(items, key=lambda c: c.candidate_id):
+            h.update(f"{c.candidate_id}|{c.latency_s!r}|".encode())
+            if c.features is not None:
+                h.update(np.ascontiguousarray(c.features, dtype=np.float32).tobytes())
+        hashes[task] = h.hexdigest()
+    return hashes
+
+
+def fleet_hashes(data_dir: Path = DATA_DIR, unit_names: Iterable[str] | None = None) -> dict:
+    """Per unit and task hashes of the built fleet, and one digest over all of them."""
+    import hashlib
+
+    names = list(unit_names) if unit_names is not None else [
+        u for s in ("train", "validation", "test") for u in units(s)  # type: ignore[arg-type]
+    ]  # fmt: skip
+    per_unit = {u: unit_task_hashes(data_dir, u) for u in names}
+    digest = hashlib.sha256(json.dumps(per_unit, sort_keys=True).encode()).hexdigest()
+    return {"digest": digest, "units": per_unit}
+
+
+def slice_gpus(names: Iterable[str]) -> list[str]:
+    """The slice's `--gpus`, led by the unit whose target the full build sampled for (the
+    first of the loosest limits, `fleet_dataset.generic_target`), so the slice samples alike."""
+    from agent.devices.sim.catalog import resolve
+
+    every = [*TRAIN_UNITS, *VALIDATION_UNITS, *TEST_UNITS, *(str(p) for p in user_spec_paths())]
+    specs = {g: resolve(g) for g in every}
+    loosest = max(every, key=lambda g: (specs[g].shared_mem_per_block_kb,
+                                        specs[g].max_threads_per_block))  # fmt: skip
+    wanted = [device_of(u).removeprefix("sim:") for u in names]
+    return list(dict.fromkeys([loosest, *wanted]))  # first: ties resolve to it, as in the build
+
+
+def check_slice(n_workloads: int, work: Path) -> dict:
+    """Build the first `n_workloads` workloads on SLICE_UNITS afresh (new cache, new stores)
+    and compare each (unit, task) hash with the full build's: equal means the fleet is a
+    function of the code and the seeds, not of thread timing or the order units were built."""
+    import shutil
+
+    shutil.rmtree(work, ignore_errors=True)
+    cmd = build_command(
+        work / "fleet", workloads=WORKLOADS[:n_workloads], gpus=slice_gpus(SLICE_UNITS),
+        cache=work / "cache",
+    )  # fmt: skip
+    if subprocess.call(cmd, stdout=subprocess.DEVNULL) != 0:
+        raise RuntimeError(f"slice build failed: {' '.join(cmd)}")
+    full = fleet_hashes(DATA_DIR, SLICE_UNITS)["units"]
+    again = fleet_hashes(work / "fleet", SLICE_UNITS)["units"]
+    rows = {
+        f"{u}/{t}": again[u][t] == full[u].get(t) for u in SLICE_UNITS for t in sorted(again[u])
+    }
+    return {"workloads": list(WORKLOADS[:n_workloads]), "units": list(SLICE_UNITS),
+            "equal": rows, "all_equal": all(rows.values()) and bool(rows)}  # fmt: skip
 
 
 def markdown() -> str:
@@ -273,12 +361,36 @@ def main() -> None:
     parser.add_argument("--build-data", action="store_true", help="build the fleet dataset")
     parser.add_argument("--data", type=Path, default=DATA_DIR, help="where --build-data writes")
     parser.add_argument("--write", type=Path, default=ROOT / "docs" / "results" / "protocol.md")
+    parser.add_argument("--hash", action="store_true", help=f"hash the built fleet into {HASHES}")
+    parser.add_argument(
+        "--check-slice", type=int, default=0, metavar="N",
+        help="rebuild the first N workloads on SLICE_UNITS afresh and compare hashes",
+    )  # fmt: skip
     args = parser.parse_args()
     text = markdown()
     args.write.write_text(text)
     print(text)
     if args.build_data:
-        sys.exit(subprocess.call(build_command(args.data)))
+        code = subprocess.call(build_command(args.data))
+        if code:
+            sys.exit(code)
+    if args.hash or args.check_slice:
+        if not (args.data / f"{TRAIN_UNITS[0]}.sqlite").exists():
+            sys.exit(f"error: no protocol fleet dataset in {args.data}: run --build-data")
+        report = json.loads(HASHES.read_text()) if HASHES.exists() else {}
+        if args.hash:
+            report["build"] = {"command": "python -m bench.protocol --build-data",
+                               **fleet_hashes(args.data)}  # fmt: skip
+        if args.check_slice:
+            report["slice"] = {
+                "command": f"python -m bench.protocol --check-slice {args.check_slice}",
+                "full_build_digest": fleet_hashes(args.data)["digest"],
+                **check_slice(args.check_slice, ROOT / "runs" / "protocol_slice"),
+            }
+        HASHES.write_text(json.dumps(report, indent=1) + "\n")
+        print(json.dumps({k: v.get("digest", v.get("all_equal")) for k, v in report.items()}))
+        if args.check_slice and not report["slice"]["all_equal"]:
+            sys.exit(1)
 
 
 if __name__ == "__main__":

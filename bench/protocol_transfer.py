@@ -40,6 +40,8 @@ from bench.offline_transfer import (  # noqa: E402
     split_device,
     xgb_evaluate,
 )
+from bench.protocol_diagnostics import unit_diagnostics  # noqa: E402
+from bench.protocol_report import markdown, side_by_side  # noqa: E402
 from simoe_model.metrics import top_k_score  # noqa: E402
 from simoe_model.model import SiMoEConfig  # noqa: E402
 from simoe_model.task_data import DeviceDataset  # noqa: E402
@@ -106,15 +108,19 @@ def run_method(
     torch.manual_seed(seed)
     record = out.setdefault(method, {})
     if method in ("simoe", "nearest-expert"):
-        if family is None:
-            family = SiMoEFamily(SiMoEConfig(), train, namespace(seed, **hp))
+        # one family scores both (the same experts); "nearest-expert" alone (its own budget,
+        # chosen on validation apart from SiMoE's) records only itself and keeps no family
+        own = family if method == "simoe" else None
+        if own is None:
+            own = SiMoEFamily(SiMoEConfig(), train, namespace(seed, **hp))
+        names = ("simoe", "nearest-expert") if method == "simoe" else ("nearest-expert",)
         for split in splits:
             for b in protocol.BUDGETS:
-                mix, near = family.evaluate(family.base, split, b)
-                key = "top1_tasks"
-                out.setdefault("simoe", {}).setdefault(b, {})[split.device] = mix[key]
-                out.setdefault("nearest-expert", {}).setdefault(b, {})[split.device] = near[key]
-        return family
+                mix, near = own.evaluate(own.base, split, b)
+                got = {"simoe": mix["top1_tasks"], "nearest-expert": near["top1_tasks"]}
+                for name in names:
+                    out.setdefault(name, {}).setdefault(b, {})[split.device] = got[name]
+        return own if method == "simoe" else family
     if method == "pooled":
         pooled = Pooled(SiMoEConfig(), train, namespace(seed, **hp))
         for split in splits:
@@ -208,18 +214,28 @@ def evaluate(
             ]
     per_task: dict[int, TopOne] = {}
     fidelity: dict[int, dict] = {}
+    gates: dict[int, dict] = {}
     seconds: dict[str, float] = {}
+    agreements = None
+    if "simoe" in methods:  # measured rank agreement target ~ training unit (diagnostics)
+        fleet = {d.device: d for d in [*train, *targets]}
+        agreements = held_out_agreements(fleet, [d.device for d in targets], train)
+    same_budget = hps.get("nearest-expert", hps.get("simoe")) == hps.get("simoe")
     for seed in seeds:
         splits = [split_device(d, seed) for d in targets]
         out: TopOne = {}
         family = None
         for method in methods:
-            if method == "nearest-expert" and "simoe" in methods:
-                continue  # scored with simoe (same experts)
+            if method == "nearest-expert" and "simoe" in methods and same_budget:
+                continue  # scored with simoe (same experts, same budget)
             t0 = time.perf_counter()
             family = run_method(method, hps.get(method, {}), train, splits, seed, out, family)
             seconds[f"{method}/{seed}"] = time.perf_counter() - t0
             print(f"seed {seed} {method}: {time.perf_counter() - t0:.0f} s", flush=True)
+        if family is not None and agreements is not None:
+            gates[seed] = {
+                sp.device: unit_diagnostics(family.base, sp, agreements[sp.device]) for sp in splits
+            }
         if ablations:
             if family is None:
                 family = SiMoEFamily(SiMoEConfig(), train, namespace(seed, **hps.get("simoe", {})))
@@ -232,8 +248,18 @@ def evaluate(
         "hyperparameters": hps,
         "per_task_top1": per_task,
         "fidelity": fidelity,
+        "gates": gates,
         "seconds": seconds,
     }
+
+
+def _mean_top1(result: dict, method: str) -> tuple[float, list[float]]:
+    """Mean top-1 over seeds, budgets, units and tasks, and the mean of each seed."""
+    per_seed = [
+        float(np.mean([v for by_unit in r[method].values() for t in by_unit.values() for v in t]))
+        for r in result["per_task_top1"].values()
+    ]
+    return float(np.mean(per_seed)), per_seed
 
 
 def select(
@@ -241,190 +267,63 @@ def select(
     seeds: list[int],
     train_per_task: int | None = None,
     methods: list[str] | None = None,
-) -> dict[str, dict[str, int]]:
-    """Each method's budget: the grid point with the best mean top-1 on validation.
-
-    Merged into CHOICES (methods may be selected by separate, parallel runs).
-    """
+) -> dict:
+    """Each method's budget: the grid point with the best mean top-1 on validation (over the
+    seeds, budgets, units and tasks). Nearest expert is scored in SiMoE's runs (the same
+    experts) and takes its own best point. XGB and random have no training budget and are
+    scored once. Returns the validation result of every method at its chosen point (the
+    report's validation columns); the choices go to CHOICES (merged with methods not
+    selected in this run)."""
     previous = json.loads(CHOICES.read_text()) if CHOICES.exists() else {}
     chosen: dict[str, dict[str, int]] = dict(previous.get("chosen", {}))
-    scores: dict[str, list[tuple[dict[str, int], float]]] = {
-        m: [(hp, s) for hp, s in v] for m, v in previous.get("grid_scores", {}).items()
-    }
+    scores: dict[str, list] = dict(previous.get("grid_scores", {}))
+    wanted = [m for m in METHODS if methods is None or m in methods]
+    kept: dict[str, dict] = {}  # method -> its chosen point's validation result
+
+    def run(method: str, hp: dict[str, int]) -> dict:
+        return evaluate("validation", {method: hp}, seeds, [method], False, labels, train_per_task)
+
     for method, grid in GRID.items():
-        if methods is not None and method not in methods:
+        if method not in wanted:
             continue
-        scores[method] = []
-        for hp in grid:
-            result = evaluate(
-                "validation", {method: hp}, seeds, [method], False, labels, train_per_task
-            )
-            values = [
-                v
-                for seed in result["per_task_top1"].values()
-                for by_unit in seed[method].values()
-                for tasks in by_unit.values()
-                for v in tasks
-            ]
-            scores.setdefault(method, []).append((hp, float(np.mean(values))))
-            print(f"select {method} {hp}: {np.mean(values):.4f}", flush=True)
-        chosen[method] = max(scores[method], key=lambda kv: kv[1])[0]
-    if "simoe" in chosen:
-        chosen["nearest-expert"] = chosen["simoe"]  # the same experts, the same fine-tuning
-    # parallel runs select other methods: merge with what they wrote meanwhile
-    latest = json.loads(CHOICES.read_text()) if CHOICES.exists() else {}
-    mine = {m for m in GRID if methods is None or m in methods}
-    merged_chosen = {**latest.get("chosen", {}), **{m: chosen[m] for m in chosen if m in mine}}
-    if "simoe" in mine and "simoe" in chosen:
-        merged_chosen["nearest-expert"] = chosen["simoe"]
-    merged_scores = {
-        **latest.get("grid_scores", {}),
-        **{m: [[hp, s] for hp, s in v] for m, v in scores.items() if m in mine},
-    }
+        tried = [(hp, run(method, hp)) for hp in grid]
+        names = (method, "nearest-expert") if method == "simoe" else (method,)
+        for name in names:
+            scores[name] = []
+            for hp, result in tried:
+                mean, per_seed = _mean_top1(result, name)
+                scores[name].append([hp, mean, per_seed])
+                print(f"select {name} {hp}: {mean:.4f} (seeds {per_seed})", flush=True)
+            best = max(range(len(tried)), key=lambda i, n=name: scores[n][i][1])
+            chosen[name] = tried[best][0]
+            kept[name] = tried[best][1]
+    for method in ("xgb", "random"):
+        if method in wanted:
+            kept[method] = run(method, {})
     CHOICES.write_text(
         json.dumps(
             {
                 "chosen_on": "validation",
                 "seeds": seeds,
                 "train_per_task": train_per_task,
-                "chosen": merged_chosen,
-                "grid_scores": merged_scores,
+                "rule": "the grid point with the best mean top-1 over seeds, budgets "
+                f"{list(protocol.BUDGETS)}, validation units and tasks",
+                "chosen": chosen,
+                "grid_scores": scores,
             },
             indent=1,
         )
     )
-    return merged_chosen
-
-
-# -- report ---------------------------------------------------------------------------------
-def seed_mean(result: dict, method: str, budget: int) -> dict[str, np.ndarray] | None:
-    """Per unit: each task's top-1 averaged over the seeds (None if the method did not run)."""
-    runs = [
-        r.get(method, {}).get(budget, r.get(method, {}).get(str(budget)))  # JSON: str keys
-        for r in result["per_task_top1"].values()
-    ]
-    runs = [r for r in runs if r is not None]  # a method may have fewer seeds (see seeds_of)
-    if not runs:
-        return None
-    return {u: np.mean([np.asarray(r[u]) for r in runs], axis=0) for u in runs[0]}
-
-
-def seeds_of(result: dict, method: str) -> list[str]:
-    return [s for s, r in result["per_task_top1"].items() if method in r]
-
-
-def paired_interval(ours: dict, theirs: dict, seed: int = 0) -> tuple[float, float, float]:
-    """Mean per-task difference and its 95 % paired bootstrap interval (tasks resampled)."""
-    diff = np.concatenate([ours[u] - theirs[u] for u in sorted(ours)])
-    rng = np.random.default_rng(seed)
-    means = diff[rng.integers(0, len(diff), (4000, len(diff)))].mean(1)
-    return float(diff.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
-
-
-def same_model_pairs(units: list[str]) -> list[tuple[str, str]]:
-    from agent.devices.sim.catalog import resolve
-
-    model: dict[str, list[str]] = {}
-    for u in units:
-        spec = resolve(protocol.device_of(u.removeprefix("sim:")).removeprefix("sim:"))
-        model.setdefault(spec.model or spec.key, []).append(u)
-    return [(v[0], v[1]) for v in model.values() if len(v) >= 2]
-
-
-def markdown(result: dict) -> str:
-    split = result["split"]
-    lines = [
-        f"# Offline transfer, {split} split (SIMULATED units)",
-        "",
-        f"Command: `{result['command']}`  ",
-        f"Split shown: **{split}** ({len(result['units'])} units: "
-        f"{', '.join(u.removeprefix('sim:') for u in result['units'])}); seeds "
-        f"{result['seeds']}; protocol: bench/protocol.py; hyperparameters "
-        f"({result['hyperparameters_source']}): `{json.dumps(result['hyperparameters'])}`.  ",
-        f"Load average while it ran: {result.get('load', '?')}.",
-        "",
-        "Top-1 score on the held-out candidates (mean over units, tasks and seeds):",
-        "",
-        "| method | seeds | " + " | ".join(f"budget {b}" for b in protocol.BUDGETS) + " |",
-        "|---|---|" + "---|" * len(protocol.BUDGETS),
-    ]
-    methods = list(dict.fromkeys(m for r in result["per_task_top1"].values() for m in r))
-    for m in methods:
-        cells = []
-        for b in protocol.BUDGETS:
-            got = seed_mean(result, m, b)
-            cells.append(
-                "" if got is None else f"{np.mean(np.concatenate(list(got.values()))):.3f}"
-            )
-        lines.append(f"| {m} | {len(seeds_of(result, m))} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "SiMoE minus each baseline: per-task top-1 (averaged over the seeds), mean and 95 % "
-        "paired bootstrap interval over the units' tasks:",
-        "",
-        "| baseline | budget | difference | 95% interval | interval above 0 |",
-        "|---|---|---|---|---|",
-    ]
-    for m in methods:
-        if m == "simoe":
-            continue
-        for b in protocol.BUDGETS:
-            ours, theirs = seed_mean(result, "simoe", b), seed_mean(result, m, b)
-            if ours is None or theirs is None:
-                continue
-            mean, lo, hi = paired_interval(ours, theirs)
-            lines.append(
-                f"| {m} | {b} | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] | "
-                f"{'yes' if lo > 0 else 'no'} |"
-            )
-    if result["fidelity"]:
-        lines += probes_matter(result)
-    return "\n".join(lines) + "\n"
-
-
-def probes_matter(result: dict) -> list[str]:
-    fid = {
-        label: {
-            u: np.mean([result["fidelity"][s][label][u] for s in result["fidelity"]])
-            for u in result["fidelity"][next(iter(result["fidelity"]))][label]
+    validation = {**next(iter(kept.values()))} if kept else {}
+    if kept:
+        validation["hyperparameters"] = {m: chosen.get(m, {}) for m in kept}
+        validation["per_task_top1"] = {
+            str(seed): {m: r["per_task_top1"][seed][m] for m, r in kept.items()} for seed in seeds
         }
-        for label in ABLATIONS
-    }
-    lines = [
-        "",
-        "Ablations at budget 0: hybrid against both one-sided hardware representations "
-        "(SiMoE minus the variant, per-task paired bootstrap):",
-        "",
-        "| variant | top-1 | fidelity (mean over units) | hybrid minus variant | 95% interval |",
-        "|---|---|---|---|---|",
-    ]
-    hybrid = seed_mean(result, "simoe-hybrid", 0)
-    for label in ABLATIONS:
-        got = seed_mean(result, label, 0)
-        mean, lo, hi = paired_interval(hybrid, got)
-        lines.append(
-            f"| {label} | {np.mean(np.concatenate(list(got.values()))):.3f} | "
-            f"{np.mean(list(fid[label].values())):.3f} | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] |"
-        )
-    lines += [
-        "",
-        "Probes matter: units of one model (same spec sheet, different unit state). "
-        "Fidelity = Spearman over the training units between cos(z) to the unit and the "
-        "measured rank agreement with it; top-1 at budget 0; seeds averaged.",
-        "",
-        "| unit | fidelity hybrid | fidelity analytical-only | top-1 hybrid "
-        "| top-1 analytical-only |",
-        "|---|---|---|---|---|",
-    ]
-    an = seed_mean(result, "simoe-analytical-only", 0)
-    for a, b in same_model_pairs(result["units"]):
-        for u in (a, b):
-            lines.append(
-                f"| {u.removeprefix('sim:')} | {fid['simoe-hybrid'][u]:.3f} | "
-                f"{fid['simoe-analytical-only'][u]:.3f} | {hybrid[u].mean():.3f} | "
-                f"{an[u].mean():.3f} |"
-            )
-    return lines
+        validation["gates"] = kept.get("simoe", {}).get("gates", {})
+        validation["seconds"] = {k: v for r in kept.values() for k, v in r["seconds"].items()}
+        validation["grid_scores"] = scores
+    return validation
 
 
 def main() -> None:
@@ -481,8 +380,22 @@ def main() -> None:
     labels = protocol.UnitLabels(args.data)
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.select:
-        select(labels, seeds, args.train_per_task, args.methods.split(","))
-        print(CHOICES.read_text())
+        import os
+
+        started = time.perf_counter()
+        result = select(labels, seeds, args.train_per_task, args.methods.split(","))
+        result.update(
+            command="python -m bench.protocol_transfer " + " ".join(sys.argv[1:]),
+            hyperparameters_source="chosen on validation by this run, " + CHOICES.name,
+            load=" ".join(f"{x:.1f}" for x in os.getloadavg()),
+            total_seconds=time.perf_counter() - started,
+            label_reads=sorted({f"{u}:{p}" for u, p in labels.reads}),
+        )
+        args.out.mkdir(parents=True, exist_ok=True)
+        stem = "protocol_transfer_validation" + (f"_{args.tag}" if args.tag else "")
+        (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=float))
+        (args.out / f"{stem}.md").write_text(markdown(result))
+        print(markdown(result))
         return
     chosen = json.loads(CHOICES.read_text())["chosen"] if CHOICES.exists() else {}
     overridden = json.loads(args.override) if args.override else {}
@@ -546,33 +459,6 @@ def merge(paths: list[Path]) -> dict:
     merged["load"] = " / ".join(r["load"] for r in runs)
     merged["label_reads"] = sorted({x for r in runs for x in r["label_reads"]})
     return merged
-
-
-def side_by_side(validation: dict, test: dict) -> str:
-    """Top-1 per method and budget on the validation and the test split, next to each other."""
-    lines = [
-        "# Offline transfer: validation and test columns (SIMULATED units)",
-        "",
-        f"Validation: `{validation['command']}`  ",
-        f"Test: `{test['command']}`  ",
-        f"Seeds: validation {validation['seeds']}, test {test['seeds']}. Mean top-1 over "
-        "units, tasks and seeds. Full reports: protocol_transfer_validation.md, "
-        "protocol_transfer_test.md.",
-        "",
-        "| method | " + " | ".join(f"{b} val | {b} test" for b in protocol.BUDGETS) + " |",
-        "|---|" + "---|---|" * len(protocol.BUDGETS),
-    ]
-    methods = list(dict.fromkeys(m for r in test["per_task_top1"].values() for m in r))
-    for m in methods:
-        cells = []
-        for b in protocol.BUDGETS:
-            for result in (validation, test):
-                got = seed_mean(result, m, b)
-                cells.append(
-                    "" if got is None else f"{np.mean(np.concatenate(list(got.values()))):.3f}"
-                )
-        lines.append(f"| {m} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

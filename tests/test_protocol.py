@@ -8,6 +8,8 @@ only by the protocol's own guard.
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -66,6 +68,7 @@ def test_training_and_selection_never_read_test_labels(
     tiny_fleet: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from bench import protocol_transfer as pt
+    from bench.protocol_report import grid_table
 
     for name, value in TINY.items():
         monkeypatch.setattr(protocol, name, value)
@@ -91,9 +94,14 @@ def test_training_and_selection_never_read_test_labels(
     test_devices = {f"sim:{u}" for u in protocol.units("test")}
     labels = protocol.UnitLabels(tiny_fleet)
 
-    # selection: every method's grid on validation
-    chosen = pt.select(labels, seeds=[0])
-    assert set(chosen) >= {"simoe", "pooled", "mlp-finetune", "schedule-transfer"}
+    # selection: every method's grid on validation, and its validation report
+    validation = pt.select(labels, seeds=[0])
+    chosen = json.loads((tiny_fleet / "choices.json").read_text())["chosen"]
+    assert set(chosen) >= {"simoe", "nearest-expert", "pooled", "mlp-finetune"}
+    assert set(validation["per_task_top1"]["0"]) >= set(pt.METHODS)
+    grid = "\n".join(grid_table(validation["grid_scores"]))
+    rows = [r for r in grid.splitlines() if r.startswith("| schedule-transfer |")]
+    assert len(rows) == 2 and sum("**" in r for r in rows) == 1  # both points, one chosen
     # the validation report: every method and the ablations
     result = pt.evaluate("validation", chosen, [0], list(pt.METHODS), True, labels)
     assert set(result["per_task_top1"][0]) >= {*pt.METHODS, *pt.ABLATIONS}
@@ -104,3 +112,27 @@ def test_training_and_selection_never_read_test_labels(
     # the instrument does catch a read of test labels (the test can fail)
     pt.evaluate("test", chosen, [0], ["random"], False, labels)
     assert test_devices <= set(read)
+
+
+@pytest.mark.slow
+def test_the_fleet_hash_says_what_was_built(tiny_fleet: Path, tmp_path: Path) -> None:
+    """A fresh build of the first workload hashes alike (one-thread sampling: a function of
+    the seed); one changed label changes its unit's hash and no other."""
+    from agent.fleet_dataset import TINY_SUITE, build_fleet_dataset, resolve_gpus
+
+    names = [*TINY["TRAIN_UNITS"], *TINY["VALIDATION_UNITS"], *TINY["TEST_UNITS"]]
+    specs = resolve_gpus(",".join([*names, str(protocol.SPECS / "rtx3060.json")]))
+    again = tmp_path / "again"
+    build_fleet_dataset(TINY_SUITE[:1], specs, 24, again, seed=0)
+    built = {u: protocol.unit_task_hashes(tiny_fleet, u) for u in names}
+    fresh = {u: protocol.unit_task_hashes(again, u) for u in names}
+    task = next(iter(fresh[names[0]]))
+    assert all(fresh[u] == {task: built[u][task]} for u in names)
+
+    with sqlite3.connect(again / f"{names[0]}.sqlite") as db:
+        db.execute(
+            "UPDATE records SET latency_s = latency_s * 2 WHERE rowid = "
+            "(SELECT MIN(rowid) FROM records WHERE latency_s IS NOT NULL)"
+        )
+    assert protocol.unit_task_hashes(again, names[0])[task] != built[names[0]][task]
+    assert protocol.unit_task_hashes(again, names[1]) == fresh[names[1]]

@@ -1,0 +1,195 @@
+"""The protocol's reports: top-1 tables, paired bootstrap intervals, the ablations and the
+probes-matter table, the selection grid and the validation|test side-by-side (Markdown from
+bench.protocol_transfer's JSON results)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from bench import protocol
+from bench.protocol_diagnostics import markdown as gates_markdown
+
+
+def grid_table(grid_scores: dict) -> list[str]:
+    """The selection grid: every point's validation score, the chosen one in bold."""
+    if not grid_scores:
+        return []
+    lines = [
+        "",
+        "Selection on validation (bench/protocol_choices.json): mean top-1 over seeds, "
+        "budgets, units and tasks; per seed in brackets; chosen point in bold.",
+        "",
+        "| method | grid point | validation top-1 | per seed |",
+        "|---|---|---|---|",
+    ]
+    for method, points in grid_scores.items():
+        best = max(p[1] for p in points if p[1] is not None)
+        for hp, mean, *rest in points:
+            cell = "unfinished" if mean is None else f"{mean:.4f}"
+            if mean == best:
+                cell = f"**{cell}**"
+            seeds = ", ".join(f"{v:.4f}" for v in rest[0]) if rest else "seed 0 only"
+            lines.append(f"| {method} | `{json.dumps(hp)}` | {cell} | {seeds} |")
+    return lines
+
+
+def seed_mean(result: dict, method: str, budget: int) -> dict[str, np.ndarray] | None:
+    """Per unit: each task's top-1 averaged over the seeds (None if the method did not run)."""
+    runs = [
+        r.get(method, {}).get(budget, r.get(method, {}).get(str(budget)))  # JSON: str keys
+        for r in result["per_task_top1"].values()
+    ]
+    runs = [r for r in runs if r is not None]  # a method may have fewer seeds (see seeds_of)
+    if not runs:
+        return None
+    return {u: np.mean([np.asarray(r[u]) for r in runs], axis=0) for u in runs[0]}
+
+
+def seeds_of(result: dict, method: str) -> list[str]:
+    return [s for s, r in result["per_task_top1"].items() if method in r]
+
+
+def paired_interval(ours: dict, theirs: dict, seed: int = 0) -> tuple[float, float, float]:
+    """Mean per-task difference and its 95 % paired bootstrap interval (tasks resampled)."""
+    diff = np.concatenate([ours[u] - theirs[u] for u in sorted(ours)])
+    rng = np.random.default_rng(seed)
+    means = diff[rng.integers(0, len(diff), (4000, len(diff)))].mean(1)
+    return float(diff.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def same_model_pairs(units: list[str]) -> list[tuple[str, str]]:
+    from agent.devices.sim.catalog import resolve
+
+    model: dict[str, list[str]] = {}
+    for u in units:
+        spec = resolve(protocol.device_of(u.removeprefix("sim:")).removeprefix("sim:"))
+        model.setdefault(spec.model or spec.key, []).append(u)
+    return [(v[0], v[1]) for v in model.values() if len(v) >= 2]
+
+
+def markdown(result: dict) -> str:
+    split = result["split"]
+    lines = [
+        f"# Offline transfer, {split} split (SIMULATED units)",
+        "",
+        f"Command: `{result['command']}`  ",
+        f"Split shown: **{split}** ({len(result['units'])} units: "
+        f"{', '.join(u.removeprefix('sim:') for u in result['units'])}); seeds "
+        f"{result['seeds']}; protocol: bench/protocol.py; hyperparameters "
+        f"({result['hyperparameters_source']}): `{json.dumps(result['hyperparameters'])}`.  ",
+        f"Load average while it ran: {result.get('load', '?')}.",
+        "",
+        "Top-1 score on the held-out candidates (mean over units, tasks and seeds):",
+        "",
+        "| method | seeds | " + " | ".join(f"budget {b}" for b in protocol.BUDGETS) + " |",
+        "|---|---|" + "---|" * len(protocol.BUDGETS),
+    ]
+    methods = list(dict.fromkeys(m for r in result["per_task_top1"].values() for m in r))
+    for m in methods:
+        cells = []
+        for b in protocol.BUDGETS:
+            got = seed_mean(result, m, b)
+            cells.append(
+                "" if got is None else f"{np.mean(np.concatenate(list(got.values()))):.3f}"
+            )
+        lines.append(f"| {m} | {len(seeds_of(result, m))} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "SiMoE minus each baseline: per-task top-1 (averaged over the seeds), mean and 95 % "
+        "paired bootstrap interval over the units' tasks:",
+        "",
+        "| baseline | budget | difference | 95% interval | interval above 0 |",
+        "|---|---|---|---|---|",
+    ]
+    for m in methods:
+        if m == "simoe":
+            continue
+        for b in protocol.BUDGETS:
+            ours, theirs = seed_mean(result, "simoe", b), seed_mean(result, m, b)
+            if ours is None or theirs is None:
+                continue
+            mean, lo, hi = paired_interval(ours, theirs)
+            lines.append(
+                f"| {m} | {b} | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] | "
+                f"{'yes' if lo > 0 else 'no'} |"
+            )
+    if result["fidelity"]:
+        lines += probes_matter(result)
+    lines += gates_markdown(result.get("gates", {}))
+    lines += grid_table(result.get("grid_scores", {}))
+    return "\n".join(lines) + "\n"
+
+
+def probes_matter(result: dict) -> list[str]:
+    ablations = list(result["fidelity"][next(iter(result["fidelity"]))])  # simoe-hybrid first
+    fid = {
+        label: {
+            u: np.mean([result["fidelity"][s][label][u] for s in result["fidelity"]])
+            for u in result["fidelity"][next(iter(result["fidelity"]))][label]
+        }
+        for label in ablations
+    }
+    lines = [
+        "",
+        "Ablations at budget 0: hybrid against both one-sided hardware representations "
+        "(SiMoE minus the variant, per-task paired bootstrap):",
+        "",
+        "| variant | top-1 | fidelity (mean over units) | hybrid minus variant | 95% interval |",
+        "|---|---|---|---|---|",
+    ]
+    hybrid = seed_mean(result, "simoe-hybrid", 0)
+    for label in ablations:
+        got = seed_mean(result, label, 0)
+        mean, lo, hi = paired_interval(hybrid, got)
+        lines.append(
+            f"| {label} | {np.mean(np.concatenate(list(got.values()))):.3f} | "
+            f"{np.mean(list(fid[label].values())):.3f} | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] |"
+        )
+    lines += [
+        "",
+        "Probes matter: units of one model (same spec sheet, different unit state). "
+        "Fidelity = Spearman over the training units between cos(z) to the unit and the "
+        "measured rank agreement with it; top-1 at budget 0; seeds averaged.",
+        "",
+        "| unit | fidelity hybrid | fidelity analytical-only | top-1 hybrid "
+        "| top-1 analytical-only |",
+        "|---|---|---|---|---|",
+    ]
+    an = seed_mean(result, "simoe-analytical-only", 0)
+    for a, b in same_model_pairs(result["units"]):
+        for u in (a, b):
+            lines.append(
+                f"| {u.removeprefix('sim:')} | {fid['simoe-hybrid'][u]:.3f} | "
+                f"{fid['simoe-analytical-only'][u]:.3f} | {hybrid[u].mean():.3f} | "
+                f"{an[u].mean():.3f} |"
+            )
+    return lines
+
+
+def side_by_side(validation: dict, test: dict) -> str:
+    """Top-1 per method and budget on the validation and the test split, next to each other."""
+    lines = [
+        "# Offline transfer: validation and test columns (SIMULATED units)",
+        "",
+        f"Validation: `{validation['command']}`  ",
+        f"Test: `{test['command']}`  ",
+        f"Seeds: validation {validation['seeds']}, test {test['seeds']}. Mean top-1 over "
+        "units, tasks and seeds. Full reports: protocol_transfer_validation.md, "
+        "protocol_transfer_test.md.",
+        "",
+        "| method | " + " | ".join(f"{b} val | {b} test" for b in protocol.BUDGETS) + " |",
+        "|---|" + "---|---|" * len(protocol.BUDGETS),
+    ]
+    methods = list(dict.fromkeys(m for r in test["per_task_top1"].values() for m in r))
+    for m in methods:
+        cells = []
+        for b in protocol.BUDGETS:
+            for result in (validation, test):
+                got = seed_mean(result, m, b)
+                cells.append(
+                    "" if got is None else f"{np.mean(np.concatenate(list(got.values()))):.3f}"
+                )
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
