@@ -497,7 +497,10 @@ def demo(
         "a10-ecc-on", "--new-gpu", help="the newcomer: a simulated GPU none of them is"
     ),
     network: str = typer.Option(
-        "tiny_mlp", "--network", help="what the fleet's nodes tune (their experts' data)"
+        "bert_layer", "--network", help="what the fleet's nodes tune (their experts' data)"
+    ),
+    fleet_largest_tasks: int = typer.Option(
+        2, "--fleet-largest-tasks", help="the fleet tunes that network's N largest tasks (0: all)"
     ),
     new_network: str = typer.Option(
         "bert_layer", "--new-network", help="the network of the suite the newcomer tunes"
@@ -509,6 +512,7 @@ def demo(
     budget: int = typer.Option(8, "--budget", help="trials per task, zero-shot and baseline"),
     full_budget: int = typer.Option(32, "--full-budget", help="the baseline's larger budget"),
     epochs: int = typer.Option(2, "--epochs", help="local epochs per round"),
+    seed: int = typer.Option(0, "--seed", help="seed of the newcomer's three searches"),
     as_json: Json = False,
     verbose: Verbose = False,
 ) -> None:
@@ -521,12 +525,14 @@ def demo(
         cpu=cpu,
         new_gpu=new_gpu,
         network=network,
+        fleet_largest_tasks=fleet_largest_tasks or None,
         new_network=new_network,
         flops_share=flops_share,
         fleet_trials=fleet_trials,
         budget=budget,
         full_budget=full_budget,
         epochs=epochs,
+        seed=seed,
     )
     report = run_demo_with_progress(out.resolve(), plan, console, err_console, quiet=as_json)
     if as_json:

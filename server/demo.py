@@ -25,17 +25,19 @@ would take on the real GPU, both also shown apart.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
 import shutil
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from schemas import BadInputError, RunFailure
-from server.demo_report import DemoNode, DemoReport, DemoRow, network_latency
+from server.demo_report import DemoNode, DemoReport, DemoRow, failed_tasks, network_latency
 from server.processes import Background, cli, free_port, wait_until
 
 JOBS_POLL_S = 20.0  # each poll starts a `simoe-agent status` per node still tuning
@@ -57,14 +59,18 @@ class DemoPlan:
     gpus: list[str]
     cpu: bool = True
     new_gpu: str = "a10-ecc-on"
-    network: str = "tiny_mlp"  # what the fleet tunes (its experts' training data)
+    # What the fleet tunes (its experts' training data): the network a newcomer will tune,
+    # as a real fleet would have tuned it on its own GPUs; SiMoE's transfer is across
+    # hardware. Its 2 largest tasks: 2 x 16 trials cost about what tiny_mlp's did.
+    network: str = "bert_layer"
+    fleet_largest_tasks: int | None = 2  # None: every task of `network`
     # What the newcomer tunes: a BERT encoder layer, whose three dense layers are 97% of
-    # its FLOPs, the operator the fleet's experts learned on tiny_mlp (dense layers too).
-    # 0.3: its largest task alone (32% of the FLOPs, run 4 times a layer); all three took
-    # the newcomer's three tunes (8, 8 and 32 trials/task) past the 10-minute budget.
+    # its FLOPs. 0.3: its largest task alone (32% of the FLOPs, run 4 times a layer); all
+    # three took the newcomer's three tunes (8, 8 and 32 trials/task) past 10 minutes.
     new_network: str = "bert_layer"
     flops_share: float = 0.3  # its largest tasks covering this share of its FLOPs
     fleet_trials: int = 16  # trials per task each fleet node tunes (its training data)
+    seed: int = 0  # of the newcomer's three searches
     budget: int = 8
     full_budget: int = 32
     epochs: int = 2
@@ -84,6 +90,10 @@ class DemoPlan:
         for value, option in ((self.budget, "--budget"), (self.fleet_trials, "--fleet-trials")):
             if value < 1:
                 raise BadInputError(f"{option} must be at least 1, got {value}")
+        if self.fleet_largest_tasks is not None and self.fleet_largest_tasks < 1:
+            raise BadInputError(
+                f"--fleet-largest-tasks must be at least 1, got {self.fleet_largest_tasks}"
+            )
         if not 0 < self.flops_share <= 1:
             raise BadInputError(f"--flops-share must be in (0, 1], got {self.flops_share}")
         if self.full_budget <= self.budget:
@@ -207,9 +217,11 @@ class Demo:
         for name, device in fleet:
             self.nodes.append(_Node(name, device, self.out / "nodes" / name, free_port()))
         self.ui.status(f"enrolling {len(self.nodes)} nodes (key, hardware profile, registration)")
+        largest = self.plan.fleet_largest_tasks
+        tasks = f"its {largest} largest tasks, " if largest else ""
         self.ui.event(
             f"{len(self.nodes)} nodes: simoe-agent enroll, submit {self.plan.network} "
-            f"({self.plan.fleet_trials} trials/task, MetaSchedule on its own device), run"
+            f"({tasks}{self.plan.fleet_trials} trials/task, MetaSchedule on its own device), run"
         )
         with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
             for future in [pool.submit(self.bring_up, node) for node in self.nodes]:
@@ -229,11 +241,13 @@ class Demo:
             node.name,
             timeout=900,
         )  # fmt: skip
+        largest = self.plan.fleet_largest_tasks
         self.agent(
             [
                 "submit", self.plan.network,
                 "--trials", str(self.plan.fleet_trials),
                 "--cost-model", "xgb",
+                *(["--largest-tasks", str(largest)] if largest else []),
                 "--state-dir", str(node.state_dir),
             ],
             node.name,
@@ -359,44 +373,13 @@ class Demo:
 
     def tune_newcomer(self, state_dir: Path, device: str) -> tuple[list[DemoRow], dict[str, Any]]:
         """The three tunes of the newcomer's network; the rows and which tasks were tuned."""
-        plans = [
-            ("SiMoE zero-shot", "simoe", self.plan.budget, state_dir),
-            ("MetaSchedule, same budget", "xgb", self.plan.budget, None),
-            ("MetaSchedule, larger budget", "xgb", self.plan.full_budget, None),
-        ]
-        rows = []
-        selection: dict[str, Any] = {}
-        for label, cost_model, trials, directory in plans:
-            directory = directory or self.out / "baselines" / f"{cost_model}-{trials}"
-            self.ui.status(f"{device}: {label}, {trials} trials/task of {self.plan.new_network}")
-            result = self.agent(
-                [
-                    "tune",
-                    "--model", self.plan.new_network,
-                    "--flops-share", str(self.plan.flops_share),
-                    "--device", device,
-                    "--trials", str(trials),
-                    "--cost-model", cost_model,
-                    "--no-baseline",
-                    "--state-dir", str(directory),
-                ],
-                "tune",
-                timeout=3600,
-            )  # fmt: skip
-            row = DemoRow(
-                method=label,
-                cost_model=cost_model,
-                trials_per_task=trials,
-                search_wall_s=float(result["search_wall_s"]),
-                modelled_measure_s=result.get("modelled_measure_s"),
-                network_latency_s=network_latency(result),
-                simulated=bool(result["simulated"]),
-            )
-            latency = row.network_latency_s
-            self.ui.event(f"{label}: {latency * 1e6:.2f} us" if latency else f"{label}: no latency")
-            rows.append(row)
-            selection = result.get("selection") or {}
-        return rows, selection
+
+        def run_tune(args: list[str]) -> dict[str, Any]:
+            return self.agent(args, "tune", timeout=3600)
+
+        return newcomer_tunes(
+            self.plan, state_dir, device, self.out / "baselines", run_tune, self.ui
+        )
 
     def monitoring(self) -> Path | None:
         """The server's own monitoring commands, as a user runs them."""
@@ -416,6 +399,58 @@ class Demo:
     def records(self, node: _Node) -> int:
         status = self.agent(["status", "--state-dir", str(node.state_dir)], node.name)
         return int((status.get("store") or {}).get("records") or 0)
+
+
+def newcomer_tunes(
+    plan: DemoPlan,
+    state_dir: Path,
+    device: str,
+    baselines: Path,
+    run_tune: Callable[[list[str]], dict[str, Any]],
+    ui: DemoUI,
+) -> tuple[list[DemoRow], dict[str, Any]]:
+    """The newcomer's network three ways, at `plan.seed`: SiMoE zero-shot with the
+    newcomer's state (`state_dir`: its federated model), MetaSchedule at the same budget
+    and at the larger one (fresh state dirs under `baselines`). The rows, and which tasks
+    were tuned. `run_tune(args)` runs `simoe-agent tune ... --json` and returns its result.
+    """
+    plans = [
+        ("SiMoE zero-shot", "simoe", plan.budget, state_dir),
+        ("MetaSchedule, same budget", "xgb", plan.budget, None),
+        ("MetaSchedule, larger budget", "xgb", plan.full_budget, None),
+    ]
+    rows = []
+    selection: dict[str, Any] = {}
+    for label, cost_model, trials, directory in plans:
+        directory = directory or baselines / f"{cost_model}-{trials}"
+        ui.status(f"{device}: {label}, {trials} trials/task of {plan.new_network}")
+        result = run_tune(
+            [
+                "tune",
+                "--model", plan.new_network,
+                "--flops-share", str(plan.flops_share),
+                "--device", device,
+                "--trials", str(trials),
+                "--cost-model", cost_model,
+                "--seed", str(plan.seed),
+                "--no-baseline",
+                "--state-dir", str(directory),
+            ]
+        )  # fmt: skip
+        row = DemoRow(
+            method=label,
+            cost_model=cost_model,
+            trials_per_task=trials,
+            search_wall_s=float(result["search_wall_s"]),
+            modelled_measure_s=result.get("modelled_measure_s"),
+            network_latency_s=network_latency(result),
+            failed_tasks=failed_tasks(result),
+            simulated=bool(result["simulated"]),
+        )
+        ui.event(f"{label}: {row.latency_text()}")
+        rows.append(row)
+        selection = result.get("selection") or {}
+    return rows, selection
 
 
 def run_demo(out: Path, plan: DemoPlan, ui: DemoUI) -> DemoReport:
@@ -452,6 +487,7 @@ def run_demo(out: Path, plan: DemoPlan, ui: DemoUI) -> DemoReport:
         nodes=nodes,
         network=plan.new_network,
         fleet_network=plan.network,
+        plan=dataclasses.asdict(plan),
         tuned_tasks=list(selection.get("tuned") or []),
         total_tasks=int(selection.get("total_tasks") or 0),
         flops_share=selection.get("flops_share"),

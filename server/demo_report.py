@@ -21,7 +21,15 @@ class DemoRow(BaseModel):
     search_wall_s: float
     modelled_measure_s: float | None = None  # what the measurements would cost on the GPU
     network_latency_s: float | None
+    failed_tasks: list[str] = []  # tuned tasks without one successful candidate (no latency)
     simulated: bool
+
+    def latency_text(self) -> str:
+        """The latency, or which tasks had no successful candidate (why there is none)."""
+        if self.network_latency_s is not None:
+            return f"{self.network_latency_s * 1e6:.2f} us"
+        named = ", ".join(self.failed_tasks) or "unknown"
+        return f"no latency: no successful candidate for {named}"
 
     @property
     def compile_s(self) -> float:
@@ -50,6 +58,7 @@ class DemoReport(BaseModel):
     nodes: list[DemoNode]
     network: str  # what the newcomer tuned
     fleet_network: str = "tiny_mlp"  # what the fleet tuned
+    plan: dict[str, Any] = {}  # the DemoPlan it ran (bench.demo_newcomer reruns its newcomer)
     tuned_tasks: list[str] = []  # the newcomer's network: the tasks tuned (its largest)
     total_tasks: int = 0
     flops_share: float | None = None  # their share of the network's FLOPs
@@ -74,6 +83,11 @@ def network_latency(result: dict[str, Any]) -> float | None:
             return None
         total += float(task["weight"]) * float(task["best_latency_s"])
     return total
+
+
+def failed_tasks(result: dict[str, Any]) -> list[str]:
+    """The tuned tasks of a `tune --json` result that had no successful candidate."""
+    return [str(t["task_name"]) for t in result["tasks"] if t.get("best_latency_s") is None]
 
 
 def _tasks_note(report: DemoReport) -> str:
@@ -102,7 +116,7 @@ def print_report(report: DemoReport, console: Any) -> None:
             f"{r.search_wall_s:.1f}",
             "n/a" if r.modelled_measure_s is None else f"{r.modelled_measure_s:.1f}",
             f"{r.compile_s:.1f}",
-            f"{r.network_latency_s * 1e6:.2f}" if r.network_latency_s else "n/a",
+            "none" if r.network_latency_s is None else f"{r.network_latency_s * 1e6:.2f}",
         )
     console.print(table)
     console.print(
@@ -110,6 +124,9 @@ def print_report(report: DemoReport, console: Any) -> None:
         "time the measurements would take on the real GPU; compile s: their sum; latency: "
         "the modelled latency of the tuned tasks (sum of weight x best)"
     )
+    for r in report.rows:
+        if r.network_latency_s is None:
+            console.print(f"{r.method}: {r.latency_text()}")
     simoe, same, larger = (r.network_latency_s for r in report.rows)
     if simoe and same and larger:
         verdict = "beats" if simoe < same else "does NOT beat"

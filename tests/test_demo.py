@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from schemas import RunFailure
 from server.cli import app
 from server.demo import DemoPlan
-from server.demo_report import network_latency
+from server.demo_report import DemoRow, failed_tasks, network_latency
 from server.processes import Background, cli
 
 runner = CliRunner()
@@ -24,6 +24,7 @@ runner = CliRunner()
         (["--budget", "0"], "--budget"),
         (["--budget", "8", "--full-budget", "8"], "larger than --budget"),
         (["--gpus", "", "--no-cpu"], "fleet is empty"),
+        (["--fleet-largest-tasks", "-1"], "--fleet-largest-tasks"),
     ],
 )
 def test_bad_plans_are_refused_before_anything_starts(
@@ -49,6 +50,21 @@ def test_network_latency_is_the_weighted_sum() -> None:
     tasks = [{"weight": 2, "best_latency_s": 1e-6}, {"weight": 1, "best_latency_s": 3e-6}]
     assert network_latency({"tasks": tasks}) == pytest.approx(5e-6)
     assert network_latency({"tasks": [*tasks, {"weight": 1, "best_latency_s": None}]}) is None
+
+
+def test_a_row_without_latency_names_the_tasks_that_had_no_candidate() -> None:
+    tasks = [
+        {"task_name": "fused_matmul_add", "weight": 4, "best_latency_s": 2e-6},
+        {"task_name": "fused_matmul3_add2", "weight": 1, "best_latency_s": None},
+    ]
+    row = DemoRow(
+        method="MetaSchedule, same budget", cost_model="xgb", trials_per_task=8,
+        search_wall_s=1.0, network_latency_s=network_latency({"tasks": tasks}),
+        failed_tasks=failed_tasks({"tasks": tasks}), simulated=True,
+    )  # fmt: skip
+    assert row.latency_text() == "no latency: no successful candidate for fused_matmul3_add2"
+    ok = row.model_copy(update={"network_latency_s": 8e-6, "failed_tasks": []})
+    assert ok.latency_text() == "8.00 us"
 
 
 def test_cli_failure_is_one_line(tmp_path: Path) -> None:
