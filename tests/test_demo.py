@@ -84,3 +84,46 @@ def test_background_process_group_is_stopped(tmp_path: Path) -> None:
     assert not process.alive()
     with pytest.raises(RunFailure, match="sleeper exited"):
         process.check()
+
+
+def _row(method: str, latency: float | None) -> DemoRow:
+    return DemoRow(
+        method=method, cost_model="xgb", trials_per_task=8, search_wall_s=1.0,
+        network_latency_s=latency, failed_tasks=[] if latency else ["fused_dense"],
+        simulated=True,
+    )  # fmt: skip
+
+
+def test_the_newcomer_bench_reports_each_seed_and_the_geometric_mean() -> None:
+    from bench.demo_newcomer import NewcomerReport, SeedRun, geomean_interval, markdown, ratios
+
+    runs = [
+        SeedRun(
+            seed=s,
+            rows=[_row("s", a), _row("m8", b), _row("m32", c)],
+            model_used="fed",
+            cpu_s=1.0,
+            wall_s=1.0,
+        )  # fmt: skip
+        for s, (a, b, c) in enumerate([(1e-4, 2e-4, 1e-4), (2e-4, 1e-4, 1e-4), (1e-4, None, 5e-5)])
+    ]
+    report = NewcomerReport(
+        command="c", demo={}, network="bert_layer", tuned_tasks=["t"], new_gpu="a10",
+        budget=8, full_budget=32, seeds=[0, 1, 2], runs=runs, total_wall_s=1.0,
+        load_average_start=[1.0], load_average_end=[1.0],
+    )  # fmt: skip
+    assert ratios(report, 1) == [2.0, 0.5]  # the seed without a latency is left out
+    mean, low, high = geomean_interval([2.0, 0.5])
+    assert mean == pytest.approx(1.0) and low < 1.0 < high
+    text = markdown(report)
+    assert "SiMoE faster in 1 of 2 seeds" in text
+    assert "seed 2, m8: no latency: no successful candidate for fused_dense" in text
+
+
+@pytest.mark.parametrize("args", [["--seeds", "0,1,2"], ["--data", ".", "--seeds", "0,1,2"]])
+def test_the_newcomer_bench_refuses_a_directory_that_is_no_demo(args: list[str]) -> None:
+    from bench.demo_newcomer import main
+    from schemas import BadInputError
+
+    with pytest.raises(BadInputError, match="--data"):
+        main(args)
