@@ -197,6 +197,24 @@ def markdown(report: NewcomerReport) -> str:
     return "\n".join(lines)
 
 
+def plan_of(demo: DemoReport) -> DemoPlan:
+    """The plan a demo ran; for a report older than `DemoReport.plan`, what its report
+    says: the newcomer's network, GPU and budgets, and the FLOPs share its tuned tasks
+    covered (the selection rule picks the same tasks again)."""
+    if demo.plan:
+        known = {f.name for f in dataclasses.fields(DemoPlan)}
+        return DemoPlan(**{k: v for k, v in demo.plan.items() if k in known})
+    if len(demo.rows) != 3 or demo.flops_share is None:
+        raise BadInputError("demo.json: neither a plan nor the newcomer's three rows and tasks")
+    return DemoPlan(
+        gpus=[n.name for n in demo.nodes if n.device.startswith("sim:")],
+        new_gpu=demo.new_gpu, network=demo.fleet_network, fleet_largest_tasks=None,
+        new_network=demo.network, flops_share=demo.flops_share,
+        fleet_trials=demo.fleet_trials, budget=demo.rows[0].trials_per_task,
+        full_budget=demo.rows[2].trials_per_task,
+    )  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.demo_newcomer", description=__doc__)
     parser.add_argument("--data", type=Path, help="a `simoe-server demo --out` directory")
@@ -219,10 +237,7 @@ def main(argv: list[str] | None = None) -> None:
     if len(seeds) < 3 or len(set(seeds)) != len(seeds):
         raise BadInputError(f"--seeds {args.seeds!r}: at least 3 different seeds")
     demo = DemoReport.model_validate_json((args.data / "demo.json").read_text())
-    if not demo.plan:
-        raise BadInputError(f"{args.data}/demo.json has no plan (made before this benchmark)")
-    known = {f.name for f in dataclasses.fields(DemoPlan)}
-    base = DemoPlan(**{k: v for k, v in demo.plan.items() if k in known})
+    base = plan_of(demo)
     newcomer_dir = args.data / "nodes" / f"new-{base.new_gpu}"
     if not (newcomer_dir / "agent.json").is_file():
         raise BadInputError(f"{newcomer_dir}: not the newcomer's state directory")
