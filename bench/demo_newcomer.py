@@ -87,7 +87,9 @@ def run_seed(plan: DemoPlan, newcomer_dir: Path, device: str, work: Path) -> See
     seed_dir = work / f"seed-{plan.seed}"
     shutil.rmtree(seed_dir, ignore_errors=True)
     state = seed_dir / "newcomer"
-    shutil.copytree(newcomer_dir, state, ignore=shutil.ignore_patterns("logs"))
+    # not its store: the demo's own SiMoE tune wrote its records there after enrolment
+    # (the newcomer enrolled with none), and MetaSchedule would start from them
+    shutil.copytree(newcomer_dir, state, ignore=shutil.ignore_patterns("logs", "store.sqlite*"))
     results: list[dict[str, Any]] = []
 
     def run_tune(args: list[str]) -> dict[str, Any]:
