@@ -165,6 +165,7 @@ def run_tasks(
     callbacks: Sequence[Any] = (),
     num_threads: int | str = "physical",
     task_scheduler: str | None = None,
+    trials_global: int | None = None,
 ) -> float:
     """Tune `tasks` on `device` for `trials_per_task` measurements each; the wall seconds.
 
@@ -172,8 +173,10 @@ def run_tasks(
     ones). `strategies`: one search strategy per task. `file_logs`: MetaSchedule's full
     logs under `work_dir`/logs (a temporary directory when None), with console output at
     `log_level`; otherwise warnings only, nothing written. `task_scheduler`: MetaSchedule's
-    gradient scheduler for a network, round-robin for one task, unless given. Errors of
-    TVM come out as one-line `RunFailure`s."""
+    gradient scheduler for a network, round-robin for one task, unless given.
+    `trials_global`: measurements for the whole network, shared out by the task scheduler
+    (MetaSchedule's own budget, as `tune_relax` takes it); `trials_per_task` then caps a
+    task. Errors of TVM come out as one-line `RunFailure`s."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
@@ -202,7 +205,7 @@ def run_tasks(
                 tasks=contexts,
                 task_weights=[t.weight for t in tasks],
                 work_dir=logs,
-                max_trials_global=trials_per_task * len(tasks),
+                max_trials_global=trials_global or trials_per_task * len(tasks),
                 max_trials_per_task=trials_per_task,
                 num_trials_per_iter=min(trials_per_iter, trials_per_task),
                 builder=_builder(device),
