@@ -84,6 +84,7 @@ def model_picks(
     seed: int = 0,
     num_threads: int | str = "physical",
     score: Score | None = None,
+    seeds: Sequence[Any] = (),
 ) -> ms.search_strategy.SearchStrategy:
     """Fast mode's strategy for one task: `rounds` chained model-only searches of `per_round`
     (default: min(64, trials)), then the device measures the model's top `trials` (a
@@ -104,7 +105,7 @@ def model_picks(
         genetic_iters=genetic_iters,
         init_min_unmeasured=min(50, population) if init_min_unmeasured is None
         else init_min_unmeasured,
-        seed=seed, task_name=task.name, num_threads=num_threads,
+        seed=seed, task_name=task.name, num_threads=num_threads, seeds=seeds,
     )  # fmt: skip
     return ProposedCandidates(found[:trials])
 

@@ -51,6 +51,11 @@ def _cost(row: MethodRow) -> RunCost:
     )
 
 
+def peers_at(k: int) -> tuple[str, ...]:
+    """SiMoE fast's peers at the same k measurements per task (issue 12's 1.25x claim)."""
+    return (f"ms-xgb-{k}", f"ms-mlp-pretrained-{k}", "mlp-fast", "schedule-transfer")
+
+
 def summarize(
     rows: list[MethodRow], tlm_budget: int, full_method: str = "ms-xgb-full"
 ) -> list[PairSummary]:
@@ -79,7 +84,7 @@ def summarize(
             entry.ms_full_cost = _cost(full)
             entry.simoe_fast_cost = _cost(fast) if fast else None
         if fast and fast.network_latency_s:
-            for peer in (f"ms-xgb-{tlm_budget}", f"ms-mlp-pretrained-{tlm_budget}", "mlp-fast"):
+            for peer in peers_at(tlm_budget):
                 r = by.get(peer)
                 if r and r.network_latency_s:
                     entry.speedup_vs[peer] = r.network_latency_s / fast.network_latency_s
@@ -103,7 +108,7 @@ class Claims:
         )
         # SiMoE fast against each peer at the same k measurements per task (those it has)
         self.peers = [
-            p for p in (f"ms-xgb-{k}", f"ms-mlp-pretrained-{k}", "mlp-fast")
+            p for p in peers_at(k)
             if any(e.speedup_vs.get(p) for e in summary)
         ]  # fmt: skip
         self.vs_peer = {p: gm([e.speedup_vs.get(p) for e in summary]) for p in self.peers}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -380,6 +380,34 @@ class Prepared:
     simoe: Any  # SiMoE trained on the training GPUs
     mlp: Any  # MetaSchedule's MLP trainer pre-trained on them
     hv: dict[str, np.ndarray]  # gpu -> hardware vector
+    sampled: dict[str, list[Sampled]] = field(default_factory=dict)  # network -> per task
+    train_gpus: list[str] = field(default_factory=list)
+
+
+def transfer_k() -> int:
+    """Fleet schedule transfer's k most similar units, as chosen on validation."""
+    chosen = json.loads(Path(__file__).with_name("protocol_choices.json").read_text())["chosen"]
+    return int(chosen["schedule-transfer"]["k"])
+
+
+def fleet_best(data: Prepared, network: str, gpu: str, n: int) -> list[list[Any]]:
+    """Per task of `network`: the traces of the `n` fleet records with the best mean log
+    latency over the k training GPUs most similar to `gpu` by hardware vector (fleet
+    schedule transfer, TopHub-style; never `gpu`'s own latencies)."""
+    from bench.baselines import ScheduleTransfer
+    from simoe_model.task_data import DeviceDataset
+
+    stub = [DeviceDataset(device=g, hardware_vector=data.hv[g], tasks=[]) for g in data.train_gpus]
+    neighbours = ScheduleTransfer(stub, transfer_k()).neighbours_by_profile(data.hv[gpu])
+    out = []
+    for part in data.sampled[network]:
+        secs = np.stack([part.latency[data.train_gpus[j]] for j in neighbours], axis=1)
+        ok = np.isfinite(secs) & (secs > 0)
+        logs = np.where(ok, np.log(np.where(ok, secs, 1.0)), 0.0).sum(1) / np.maximum(ok.sum(1), 1)
+        logs = np.where(ok.any(1), logs, np.inf)  # failed on every neighbour: never picked
+        order = [int(i) for i in np.argsort(logs, kind="stable") if np.isfinite(logs[i])]
+        out.append([part.traces[i] for i in order[:n]])
+    return out
 
 
 def prepare(settings: CompileSettings, work_dir: Path, say: Say, max_tasks: int | None) -> Prepared:
@@ -402,6 +430,7 @@ def prepare(settings: CompileSettings, work_dir: Path, say: Say, max_tasks: int 
     prep_seconds = {"profiles": time.perf_counter() - t0}
     target = get_device(f"sim:{settings.unseen_gpus[0]}").target()
     net_tasks: dict[str, list[TuneTask]] = {}
+    net_sampled: dict[str, list[Sampled]] = {}
     sampled: list[Sampled] = []
     for network in settings.networks:
         t0 = time.perf_counter()
@@ -427,6 +456,7 @@ def prepare(settings: CompileSettings, work_dir: Path, say: Say, max_tasks: int 
                 part = merged(part, tuned)
             mine.append(part)
         sampled += mine
+        net_sampled[network] = mine
         net_tasks[network] = tasks
         networks[network] = NetworkInfo(
             tasks_total=total_tasks,
@@ -448,4 +478,6 @@ def prepare(settings: CompileSettings, work_dir: Path, say: Say, max_tasks: int 
     mlp = pretrained_mlp_trainer(train, settings.mlp_epochs, settings.seed)
     prep_seconds["simoe_train_offline"] = t1 - t0
     prep_seconds["mlp_pretrain_offline"] = time.perf_counter() - t1
-    return Prepared(networks, prep_seconds, net_tasks, simoe, mlp, hv)
+    return Prepared(
+        networks, prep_seconds, net_tasks, simoe, mlp, hv, net_sampled, list(settings.train_gpus)
+    )

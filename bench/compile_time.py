@@ -265,6 +265,7 @@ def simoe_fast(
     settings: CompileSettings,
     network: str,
     method: str = "simoe-fast",
+    seeds: list[list[Any]] | None = None,
 ) -> tuple[MethodRow, Any]:
     """SiMoE fast mode, as `simoe-agent tune --model-rounds` runs it: per task, a chained
     model-only search (simoe_model.model_search), then the top `tlm_budget` candidates by
@@ -282,6 +283,7 @@ def simoe_fast(
             genetic_iters=settings.simoe_fast_genetic_iters,
             init_min_unmeasured=settings.init_min(settings.simoe_fast_population),
             seed=settings.seed + i, num_threads=2,  # score=None: the model, frozen and cached
+            seeds=seeds[i] if seeds else (),
         )  # fmt: skip
 
     [row], database = _tune(
@@ -424,6 +426,61 @@ def _run_mlp_fast(
     on_row(section)
 
 
+def schedule_transfer(
+    tasks: list[TuneTask], gpu: str, best: list[list[Any]], settings: CompileSettings,
+    network: str,
+) -> MethodRow:
+    """Fleet schedule transfer: each task's given known-good traces measured, best first."""
+    from tvm import s_tir
+
+    from simoe_model.model_search import ProposedCandidates, Scored
+
+    def strategy(i: int, task: TuneTask, _target: Any) -> Any:
+        picks = []
+        for order, trace in enumerate(best[i][: settings.tlm_budget]):
+            sch = s_tir.Schedule(task.mod)
+            trace.apply_to_schedule(sch, remove_postproc=False)
+            picks.append(Scored(sch.mod, trace, float(order), order))
+        return ProposedCandidates(picks)
+
+    [row], _db = _tune(
+        tasks, gpu, "schedule-transfer", "random", strategy, trials=settings.tlm_budget,
+        seed=settings.seed, network=network, work_dir=None,
+        trials_per_iter=settings.trials_per_iter,
+    )  # fmt: skip
+    return row
+
+
+def _run_fleet_methods(
+    data: Any, network: str, gpu: str, settings: CompileSettings, section: CompileSection,
+    say: Say, on_row: OnRow, have: set[tuple[str, str, str]],
+) -> None:
+    """Fleet schedule transfer (a peer: at least its performance is the target) and SiMoE
+    fast with the fleet schedule warm start (the same schedules seed its first search)."""
+    from bench.compile_data import fleet_best
+
+    tasks = data.tasks[network]
+    best = fleet_best(data, network, gpu, settings.tlm_budget)
+    runs = {
+        "schedule-transfer": lambda: schedule_transfer(tasks, gpu, best, settings, network),
+        "simoe-fast-warm": lambda: simoe_fast(
+            tasks, gpu, lambda: _simoe_model(data.simoe, data.hv[gpu], False), settings,
+            network, method="simoe-fast-warm", seeds=best,
+        )[0],
+    }  # fmt: skip
+    for method, run in runs.items():
+        if (network, gpu, method) in have:
+            continue
+        say(f"{network} on sim:{gpu}: {method}")
+        try:
+            row = run()
+        except Exception as exc:  # noqa: BLE001 - one failed method must not lose the rest
+            _failed(section, network, gpu, method, exc, on_row)
+            continue
+        section.rows.append(row)
+        on_row(section)
+
+
 def _failed(
     section: CompileSection, network: str, gpu: str, method: str, exc: Exception, on_row: OnRow
 ) -> None:
@@ -479,6 +536,7 @@ def run_section(
                            section, say, on_row, full=settings)  # fmt: skip
             if (network, gpu, "mlp-fast") not in have:  # the same search, the MLP's scores
                 _run_mlp_fast(tasks, network, gpu, data.mlp, settings, section, say, on_row)
+            _run_fleet_methods(data, network, gpu, settings, section, say, on_row, have)
             todo = [p for p in plans if (network, gpu, p[0]) not in have]
             _run_plans(todo, tasks, network, gpu, settings, work_dir, section, say, on_row)
     section.summary = summarize(section.rows, settings.tlm_budget)

@@ -86,6 +86,17 @@ def compile_md(c: CompileSection, repeats: list[Repeat]) -> list[str]:
             else ""
         )
         + (
+            "schedule-transfer (fleet schedule transfer, TopHub-style, no model): the "
+            f"{st.tlm_budget} schedules of the task's fleet records with the best mean log "
+            "latency over the k most similar training GPUs (cosine of the normalised hardware "
+            "vectors; k from bench/protocol_choices.json), measured. simoe-fast-warm: SiMoE "
+            "fast with the fleet schedule warm start: those same schedules seed its first "
+            "model-only search (what a node that opts in shares: its best schedules' traces "
+            "per workload, no latency, feature or hardware data). "
+            if any(r.method in ("schedule-transfer", "simoe-fast-warm") for r in c.rows)
+            else ""
+        )
+        + (
             "Never worse than the default (as `tune` does it): every method first measures "
             "each task's default schedule (DLight's GPU rules) once, in its compile time, and "
             "a task keeps it unless a tuned schedule beats it. "
@@ -263,10 +274,12 @@ def claims_table(summary: list[PairSummary], k: int) -> list[str]:
         )
     for peer in peers:
         value = claims.vs_peer.get(peer)
+        # the issue asks 1.25x of the cost-model peers and "at least that of" the transfer
+        target = 1.0 if peer == "schedule-transfer" else TARGET_TLM_SPEEDUP
+        met = sum(1 for e in summary if e.speedup_vs.get(peer, 0) >= target)
         lines.append(
             f"- At {k} measurements per task, SiMoE fast's networks are {fmt(value, '.3f')}x as "
-            f"fast as {peer}'s (target >= {TARGET_TLM_SPEEDUP}x: "
-            f"{verdict(value, TARGET_TLM_SPEEDUP)}; met on {claims.pairs_met.get(peer, 0)} of "
+            f"fast as {peer}'s (target >= {target}x: {verdict(value, target)}; met on {met} of "
             f"{n} pair(s))."
         )
     return [*lines, ""]

@@ -113,7 +113,9 @@ class Report:
 def section_compile(report: Report, args: argparse.Namespace, say: Callable[[str], None]) -> None:
     from bench import compile_data, compile_time
 
-    settings = compile_data.FULL if args.full else compile_data.QUICK
+    settings = (compile_data.FULL if args.full else compile_data.QUICK).model_copy(
+        update={"seed": args.seed}
+    )
 
     def on_row(partial: CompileSection) -> None:
         partial.summary = summarize(partial.rows, settings.tlm_budget)
@@ -136,7 +138,9 @@ def section_budget(report: Report, args: argparse.Namespace, say: Callable[[str]
     """One task, MetaSchedule at a realistic budget (1,000 trials) against SiMoE fast's 32."""
     from bench import compile_data, compile_time
 
-    settings = compile_data.FULL if args.full else compile_data.QUICK_BUDGET
+    settings = (compile_data.FULL if args.full else compile_data.QUICK_BUDGET).model_copy(
+        update={"seed": args.seed}
+    )
     full_method = f"ms-xgb-{settings.long_budget}"
 
     def on_row(partial: CompileSection) -> None:
@@ -314,6 +318,13 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         default=Path(".simoe") / "bench-work",
         help="scratch directory (fleet stores, cached profiles, MetaSchedule logs)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="the compile and budget sections' seed (sampling, training, search); a run at "
+        "another seed merged with --merge joins as a repeat",
     )
     parser.add_argument(
         "--render-only",

@@ -163,6 +163,37 @@ def test_simoe_fast_then_full_continues_its_measurements(tmp_path: Any) -> None:
     assert full.curve[: len(fast.curve)] == fast.curve
     times = [t for t, _ in full.curve]
     assert times == sorted(times)
+    # the fleet methods: schedule transfer measures the given schedules; the warm start
+    # seeds SiMoE fast's search with them
+    traces = [r.trace for r in database.get_all_tuning_records()]
+    moved = compile_time.schedule_transfer([task], "a100-40gb", [traces[:3]], settings, "net")
+    assert moved.method == "schedule-transfer" and moved.measured == 3
+    assert moved.network_latency_s is not None
+    warm, _db = compile_time.simoe_fast(
+        [task], "a100-40gb", lambda: compile_time._simoe_model(torch_model, hv, False),
+        settings, "net", method="simoe-fast-warm", seeds=[traces],
+    )  # fmt: skip
+    assert warm.method == "simoe-fast-warm" and warm.measured == 4
+
+
+def test_fleet_best_ranks_by_the_most_similar_training_gpus(monkeypatch: Any) -> None:
+    monkeypatch.setattr(compile_data, "transfer_k", lambda: 1)
+    hv = {"near": np.array([1.0, 0.0]), "far": np.array([0.0, 1.0]),
+          "x": np.array([0.5, 0.5]), "target": np.array([0.9, -0.2])}  # fmt: skip
+    part = compile_data.Sampled(
+        task=None,  # type: ignore[arg-type]
+        traces=["a", "b", "c", "d"],
+        features=[],
+        latency={"near": np.array([3.0, 1.0, np.inf, 2.0]), "far": np.array([1.0, 2.0, 3.0, 4.0]),
+                 "x": np.ones(4)},  # fmt: skip
+    )
+    data = compile_data.Prepared(
+        networks={}, prep_seconds={}, tasks={}, simoe=None, mlp=None, hv=hv,
+        sampled={"net": [part]}, train_gpus=["near", "far", "x"],
+    )  # fmt: skip
+    # ranked by "near"'s latencies; "c" failed there, so it is never picked
+    assert compile_data.fleet_best(data, "net", "target", 3) == [["b", "d", "a"]]
+    assert compile_data.fleet_best(data, "net", "target", 1) == [["b"]]
 
 
 def test_a_task_whose_tuned_schedule_loses_keeps_the_default() -> None:
