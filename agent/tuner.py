@@ -131,6 +131,7 @@ def _run_search(
     log_level: int,
     population: int | None = None,
     model_rounds: int = 0,
+    warm_start: Path | None = None,
 ) -> tuple[ms.database.Database, list[int], float, float | None, ModelUsed]:
     """Run MetaSchedule over `tasks`.
 
@@ -138,11 +139,13 @@ def _run_search(
     (simoe_model.model_search), then the device measures only the model's top
     `trials_per_task`. Returns the database, trials per task, search wall seconds, and
     (simulated devices only) the modelled seconds those measurements would have taken on
-    the real GPU.
+    the real GPU. `warm_start`: the fleet schedule warm start (fast mode only; see
+    `warm_start_seeds`).
     """
     import tvm
 
     population = search_population(trials_per_task, population)
+    seeds = warm_start_seeds(tasks, warm_start, trials_per_task) if warm_start else None
     for task in tasks:
         store.add_workload(
             workload_key_of(task.mod), task.name, tvm.ir.save_json(task.mod), task.spec
@@ -159,7 +162,8 @@ def _run_search(
     try:
         strategies = (
             [model_picks(t, target, model, trials_per_task, rounds=model_rounds,
-                         population=population, seed=seed or 0) for t in tasks]
+                         population=population, seed=seed or 0,
+                         seeds=seeds[i] if seeds else ()) for i, t in enumerate(tasks)]
             if model_rounds > 0
             else [evolutionary(population) for _ in tasks]
         )  # fmt: skip
@@ -180,6 +184,35 @@ def _run_search(
     if modelled_before is not None:
         modelled = float(device.modelled_measure_seconds) - float(modelled_before)
     return database, counts, wall, modelled, model_used_by(model)
+
+
+def warm_start_seeds(tasks: list[TuneTask], path: Path, k: int) -> list[list[Any]]:
+    """The fleet schedule warm start: per task, the traces of the `k` fastest records of the
+    same workload (structurally equal) in a MetaSchedule JSON database directory `path`,
+    e.g. the best schedules other units tuned. Opt-in; only schedule traces are read from
+    it (its latencies only rank them), and nothing of this node is written to it."""
+    from tvm.s_tir import meta_schedule as ms
+
+    files = [path / "database_workload.json", path / "database_tuning_record.json"]
+    if not all(f.is_file() for f in files):
+        raise BadInputError(
+            f"--warm-start {path}: not a MetaSchedule JSON database directory (needs "
+            "database_workload.json and database_tuning_record.json)"
+        )
+    try:
+        db = ms.database.JSONDatabase(*map(str, files), allow_missing=False)
+    except Exception as exc:  # noqa: BLE001 - TVM's parse errors: one line
+        raise BadInputError(f"--warm-start {path}: unreadable: {one_line_of(exc)}") from exc
+    import tvm_ffi
+
+    index = {tvm_ffi.structural_hash(t.mod): i for i, t in enumerate(tasks)}
+    found: list[list[tuple[float, Any]]] = [[] for _ in tasks]
+    for rec in db.get_all_tuning_records():
+        i = index.get(tvm_ffi.structural_hash(rec.workload.mod))
+        secs = [float(x) for x in rec.run_secs or []]
+        if i is not None and secs and not failed_run(secs):
+            found[i].append((sum(secs) / len(secs), rec.trace))
+    return [[trace for _, trace in sorted(f, key=lambda x: x[0])[:k]] for f in found]
 
 
 def _task_result(
@@ -283,6 +316,7 @@ def tune_workload(
     log_level: int = logging.WARNING,
     population: int | None = None,
     model_rounds: int = 0,
+    warm_start: Path | None = None,
 ) -> TuneResult:
     """Tune one operator for `trials` candidates; every measurement goes to `store`.
 
@@ -300,6 +334,7 @@ def tune_workload(
         [task], device, store, trials_per_task=trials, cost_model=cost_model,
         node=node, progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
         log_level=log_level, population=population, model_rounds=model_rounds,
+        warm_start=warm_start,
     )  # fmt: skip
     result = _task_result(task, database, device, counts[0], baseline=baseline, repeat=repeat)
     return TuneResult(
@@ -336,6 +371,7 @@ def tune_network(
     population: int | None = None,
     model_rounds: int = 0,
     choice: TaskChoice | None = None,
+    warm_start: Path | None = None,
 ) -> TuneResult:
     """Tune a network's tasks, compile it from the store's best schedules and check it.
 
@@ -366,6 +402,7 @@ def tune_network(
         tasks, device, store, trials_per_task=trials_per_task, cost_model=cost_model,
         node=node, progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
         log_level=log_level, population=population, model_rounds=model_rounds,
+        warm_start=warm_start,
     )  # fmt: skip
     stage(f"{network.name}: measuring the best and the untuned schedules")
     results = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import typer
 from rich.progress import (
@@ -144,6 +145,14 @@ def tune(
         help="fast mode: this many chained model-only searches per task first, then measure "
         "only the model's top --trials (e.g. --cost-model simoe --trials 32 --model-rounds 5)",
     ),
+    warm_start: Path | None = typer.Option(
+        None,
+        "--warm-start",
+        help="fast mode, opt-in: seed each task's first model-only search with the fastest "
+        "schedules of the same workload in this MetaSchedule JSON database directory (e.g. "
+        "the most similar units' best schedules); only their traces are used, nothing of "
+        "this node is written there",
+    ),
     largest_tasks: int | None = typer.Option(
         None,
         "--largest-tasks",
@@ -193,6 +202,8 @@ def tune(
     search_population(trials, population)  # a bad --population fails before any work
     if model_rounds < 0:
         raise BadInputError(f"--model-rounds must be 0 or more, got {model_rounds}")
+    if warm_start is not None and model_rounds == 0:
+        raise BadInputError("--warm-start seeds fast mode's search: give --model-rounds too")
     device = get_device(device_name or config.device)
     if parsed is not None:
         check_fits(parsed, device)
@@ -225,6 +236,7 @@ def tune(
                 parsed, device, store, trials=trials, cost_model=cost_model, node=node,
                 progress=bars, seed=seed, baseline=baseline, profile_id=profile_id,
                 log_level=log_level, population=population, model_rounds=model_rounds,
+                warm_start=warm_start,
             )  # fmt: skip
         else:
             assert network is not None
@@ -234,6 +246,7 @@ def tune(
                 node=node, progress=bars, seed=seed, baseline=baseline, profile_id=profile_id,
                 log_level=log_level, population=population, model_rounds=model_rounds,
                 choice=choice, on_stage=lambda text: progress.update(status, description=text),
+                warm_start=warm_start,
             )  # fmt: skip
             progress.update(status, visible=False)
     if json_out:
