@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from bench.report_compile_md import budget_md, compile_md, fmt, mlp_why, pct, verdict
 from bench.report_model import BenchReport, CpuSection, FederationSection, OfflineSection
+from bench.report_refs import missed_md, references_md
 
 QUICK_TARGET_MIN = 15.0
 
@@ -23,6 +24,7 @@ def markdown(report: BenchReport) -> str:
         "",
         f"Mode: **{report.mode}**. Started {report.started_utc} UTC; "
         f"this run took **{minutes:.1f} min** of wall time"
+        + (f" and {report.cpu_s:.0f} CPU s" if report.cpu_s else "")
         + (
             f" (target for --quick: under {QUICK_TARGET_MIN} min on 2 cores: "
             f"{verdict(minutes, QUICK_TARGET_MIN, higher_is_better=False)}"
@@ -63,6 +65,8 @@ def markdown(report: BenchReport) -> str:
         lines += cpu_md(s.cpu)
     if s.budget:
         lines += budget_md(s.budget, report.budget_repeats)
+    lines += references_md(report.references)
+    lines += missed_md(report)
     lines += [
         "## Section timings",
         "",

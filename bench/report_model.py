@@ -250,6 +250,28 @@ class OtherRun(_Row):
     load_average_at_start: list[float]
 
 
+class ReferenceSummary(_Row):
+    """One MetaSchedule-20K reference's progress (bench/reference.py's summary.json)."""
+
+    network: str
+    unit: str
+    trials: int
+    target_trials: int
+    in_database: int
+    tasks: int
+    tasks_with_records: int
+    network_latency_s: float | None
+    cpu_s_total: float
+    modelled_measure_s_total: float
+    cpu_s_per_trial: float | None
+    projected_cpu_h_to_finish: float | None
+    metaschedule_defaults: bool
+    pieces: int
+    last_command: str
+    last_load: list[float]
+    last_wall_s: float | None
+
+
 class BenchReport(_Row):
     """bench/reports/report.json."""
 
@@ -264,3 +286,5 @@ class BenchReport(_Row):
     other_runs: list[OtherRun] = Field(default_factory=list)
     compile_repeats: list[Repeat] = Field(default_factory=list)
     budget_repeats: list[Repeat] = Field(default_factory=list)
+    cpu_s: float | None = None  # CPU seconds of this run (process and children)
+    references: list[ReferenceSummary] = Field(default_factory=list)

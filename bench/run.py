@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import time
@@ -47,6 +48,7 @@ from bench.report_model import (
     Repeat,
     Sections,
 )
+from bench.report_refs import attach
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = Path("bench") / "reports"
@@ -73,6 +75,13 @@ def machine_info() -> Machine:
         system=platform.system(),
         load_average_at_start=[round(x, 2) for x in load],
     )
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its finished children (section subprocesses)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 # -- report ------------------------------------------------------------------------------------
@@ -104,6 +113,8 @@ class Report:
 
     def save(self) -> None:
         self.data.elapsed_s = time.perf_counter() - self.started
+        self.data.cpu_s = _cpu_s()
+        attach(self.data)
         self.data.machine.load_average_now = [round(x, 2) for x in os.getloadavg()]
         write_report(self.data, self.out / "report.json")
         self.markdown_path.write_text(markdown(self.data))
@@ -271,6 +282,7 @@ def render_only(out: Path, markdown_path: Path) -> int:
     c = data.sections.compile
     if c:
         c.summary = summarize(c.rows, c.settings.tlm_budget)
+    attach(data)
     plot_curves(data, out)
     write_report(data, out / "report.json")
     markdown_path.write_text(markdown(data))

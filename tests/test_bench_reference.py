@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.reference import main
+from bench.report_refs import load_references, references_md
 
 TINY = ["--population", "16", "--genetic-iters", "1", "--per-iter", "8"]
 
@@ -37,6 +38,12 @@ def test_a_reference_resumes_from_its_committed_snapshot(tmp_path: Path) -> None
     assert second["network_latency_s"] is not None and second["finished"]
     # the best record per task can only improve on the records it resumed from
     assert second["network_latency_with_default_s"] <= first["network_latency_with_default_s"]
+    # BENCHMARKS.md's section 6 reads the committed summaries
+    [ref] = load_references(tmp_path / "rep")
+    assert (ref.trials, ref.pieces, ref.metaschedule_defaults) == (second["trials"], 2, False)
+    table = "\n".join(references_md([ref]))
+    assert f"| tiny_mlp | a30-u1 | {ref.trials} / {ref.target_trials} |" in table
+    assert "CPU hours" not in table  # no projection from a search that is not the protocol's
 
 
 def test_a_unit_outside_the_protocol_is_a_one_line_error(capsys: pytest.CaptureFixture) -> None:
