@@ -8,6 +8,9 @@ committed and, restarted, finishes its job.
 
 Slow: every round starts a ClientApp process per node (944 s measured with
 `pytest tests/test_real_loop.py` on the shared 2-core machine at load average 20-40).
+So the fleet tunes tiny_mlp at 2 trials a task, the killed job tunes 2 of tiny_cnn's 5
+tasks (`submit --largest-tasks 2`, which this checks too), and the two daemons the kill
+does not concern are stopped once the newcomer is served (rounds then cost one ClientApp).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from agent.client_app import NodeState
+from agent.daemon import Queue
 from agent.store import Store
 from server.demo import Demo, DemoPlan
 from server.processes import Background
@@ -52,7 +56,8 @@ def candidate_ids(store_path: Path) -> set[str]:
 def test_real_loop(tmp_path: Path) -> None:
     plan = DemoPlan(
         gpus=["k80-u1", "t4-cool", "a100-pcie-250w"], cpu=False, new_gpu="a10-ecc-on",
-        network="tiny_mlp", fleet_trials=2, epochs=1, k_experts=2, timeout_s=900,
+        network="tiny_mlp", fleet_largest_tasks=None, fleet_trials=2, epochs=1, k_experts=2,
+        timeout_s=900,
     )  # fmt: skip
     demo = Demo(tmp_path, plan, Quiet())
     try:
@@ -72,11 +77,15 @@ def test_real_loop(tmp_path: Path) -> None:
 
         # SIGKILL a daemon in the middle of tuning; restarted, it loses nothing committed
         node = demo.nodes[1]
+        for other in (demo.nodes[0], demo.nodes[2]):  # not needed from here on
+            assert other.daemon is not None
+            other.daemon.stop()
+            other.daemon = None
         store_path = node.state_dir / "store.sqlite"
         before_job = candidate_ids(store_path)
         demo.agent(
             ["submit", "tiny_cnn", "--trials", "3", "--cost-model", "xgb",
-             "--state-dir", str(node.state_dir)],
+             "--largest-tasks", "2", "--state-dir", str(node.state_dir)],
             node.name,
         )  # fmt: skip
         deadline = time.monotonic() + 600
@@ -108,5 +117,9 @@ def test_real_loop(tmp_path: Path) -> None:
         assert committed <= after  # nothing committed before the kill was lost
         assert not list((queue / "running").glob("*.json"))
         assert not list((queue / "pending").glob("*.json"))
+        [resumed] = [j for j in Queue(queue).jobs("done") if j.subject == "tiny_cnn"]
+        assert resumed.result is not None  # the submitted selection is what the job tuned
+        assert len(resumed.result["selection"]["tuned"]) == 2
+        assert resumed.result["selection"]["total_tasks"] == 5
     finally:
         demo.stop_all()
