@@ -95,12 +95,17 @@ def search_population(trials_per_task: int, population: int | None = None) -> in
 
 
 def _default_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
-    """The untuned baseline: as is on a CPU; DLight's default GPU rules on a GPU target."""
+    """The untuned baseline: as is on a CPU; DLight's default GPU rules on a GPU target.
+
+    On a copy: DLight's pass schedules a module it alone holds IN PLACE (copy-on-write), so
+    the task's own module came back scheduled and every later search of that task searched
+    the DLight schedule's one trivial design space instead of the task's."""
     if target.kind.name != "cuda":
         return mod
     import tvm
     from tvm.s_tir import dlight as dl
 
+    mod = tvm.ir.load_json(tvm.ir.save_json(mod))
     rules = dl.ApplyDefaultSchedule(
         dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
         dl.gpu.Fallback(),

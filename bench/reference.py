@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import logging
 import math
 import os
 import resource
@@ -275,7 +276,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         run_tasks(
             tasks, device, database, model, strategies, trials_per_task=left,
-            trials_global=left, trials_per_iter=args.per_iter, seed=args.seed, file_logs=False,
+            trials_global=left, trials_per_iter=args.per_iter, seed=args.seed,
+            file_logs=args.logs, work_dir=work / "logs", log_level=logging.INFO,
             callbacks=[Checkpoint()], num_threads=args.cores, task_scheduler="gradient",
         )  # fmt: skip
     except RunFailure:
@@ -301,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--population", type=int, default=512, help=argparse.SUPPRESS)
     p.add_argument("--genetic-iters", type=int, default=4, help=argparse.SUPPRESS)
     p.add_argument("--per-iter", type=int, default=64, help=argparse.SUPPRESS)
+    p.add_argument("--logs", action="store_true", help="MetaSchedule's logs in the work dir")
     p.add_argument("--work", type=Path, default=WORK)
     p.add_argument("--reports", type=Path, default=REPORTS)
     args = p.parse_args(argv)

@@ -34,3 +34,19 @@ def test_seeds_are_the_fastest_schedules_of_the_same_workload(tmp_path: Path) ->
 def test_a_directory_without_a_database_is_a_one_line_error(tmp_path: Path) -> None:
     with pytest.raises(BadInputError, match="not a MetaSchedule JSON database"):
         warm_start_seeds([_task("matmul:64,64,64")], tmp_path, 4)
+
+
+def test_the_default_schedule_leaves_the_tasks_module_unscheduled() -> None:
+    """DLight schedules a module in place when it alone holds it: the task's module must stay
+    the unscheduled one every search starts from."""
+    import tvm_ffi
+
+    from agent.devices import get_device
+    from agent.tuner import _default_schedule
+
+    mod = _task("matmul:256,256,256").mod
+    before = tvm_ffi.structural_hash(mod)
+    scheduled = _default_schedule(mod, get_device("sim:a30-u1").target())
+    assert tvm_ffi.structural_hash(mod) == before
+    assert not mod["main"].attrs.get("tirx.is_scheduled")
+    assert scheduled["main"].attrs.get("tirx.is_scheduled")
