@@ -135,6 +135,11 @@ def print_report(report: DemoReport, console: Any) -> None:
             f"({same / simoe:.3f}x its latency); against the larger budget: "
             f"{larger / simoe:.3f}x (>1: SiMoE faster)"
         )
+        console.print(
+            f"one search per method: at {report.rows[0].trials_per_task} trials/task a result "
+            "varies widely between runs; `python -m bench.demo_newcomer --data "
+            f"{report.out_dir}` reruns the three over several seeds"
+        )
     if report.tuned_tasks:
         console.print(f"tasks tuned: {', '.join(report.tuned_tasks)}")
     fleet = ", ".join(f"{n.name} ({n.device}, {n.records} records)" for n in report.nodes)
