@@ -327,21 +327,12 @@ def write_fleet_stores(sampled: list[Sampled], gpus: list[str], profiles: dict, 
 
 
 # -- cost models -------------------------------------------------------------------------------
-def add_training_groups(state: Any, train: list[DeviceDataset]) -> None:
-    """Every training GPU's tasks into an MLP trainer's state, one group per GPU and task."""
-    for ds in train:
-        for task in ds.tasks:
-            state.add_to_group(
-                list(task.features),
-                task.latencies.astype("float64"),
-                f"{ds.device}/{task.task_name}",
-            )
-
-
 def pretrained_mlp_trainer(train: list[DeviceDataset], epochs: int, seed: int) -> Any:
     """MetaSchedule's SegmentSumMLP trainer pre-trained on the training GPUs (164 features)."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.cost_model import mlp_model as mm
+
+    from bench.offline_transfer import add_training_groups
 
     state = mm.State(
         model_config=mm.SegmentSumMLPConfig(input_dim=164),

@@ -41,7 +41,6 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.compile_data import add_training_groups  # noqa: E402
 from bench.offline_transfer_report import merge, write_report  # noqa: E402
 from simoe_model import synthetic  # noqa: E402
 from simoe_model.metrics import task_metrics, top_k_score  # noqa: E402
@@ -237,6 +236,20 @@ def xgb_evaluate(split: Split, budget: int, seed: int) -> dict:
     ys = np.concatenate([t.latencies.min() / t.latencies for t in few.tasks]).astype("float32")
     model._train(xs=xs, ys=ys)  # noqa: SLF001 - the model's own training on given features
     return scores_table(lambda f: model._predict(xs=list(f)), split)  # noqa: SLF001
+
+
+def add_training_groups(state: object, train: list[DeviceDataset]) -> None:
+    """Every training GPU's tasks into an MLP trainer's state, one group per GPU and task.
+
+    (Here, not in bench/compile_data.py: that module reads the protocol's validated
+    choices when imported, and the protocol's selection must run before they exist.)"""
+    for ds in train:
+        for task in ds.tasks:
+            state.add_to_group(  # type: ignore[attr-defined]
+                list(task.features),
+                task.latencies.astype("float64"),
+                f"{ds.device}/{task.task_name}",
+            )
 
 
 def _FlatSegmentSumMLP(base: type, config: object) -> object:  # noqa: N802

@@ -51,6 +51,7 @@ CHOICES = Path(__file__).with_name("protocol_choices.json")
 # The grid --select searches, per method (small: 2 shared cores).
 GRID: dict[str, list[dict[str, int]]] = {
     "simoe": [
+        {"expert_epochs": 8, "shared_epochs": 12, "adapt_epochs": 10},
         {"expert_epochs": 15, "shared_epochs": 12, "adapt_epochs": 10},
         {"expert_epochs": 40, "shared_epochs": 12, "adapt_epochs": 30},
     ],
@@ -274,7 +275,10 @@ def select(
     scored once. Returns the validation result of every method at its chosen point (the
     report's validation columns); the choices go to CHOICES (merged with methods not
     selected in this run)."""
+    fleet = protocol.fleet_hashes(labels.data_dir)["digest"]
     previous = json.loads(CHOICES.read_text()) if CHOICES.exists() else {}
+    if previous.get("fleet") != fleet:
+        previous = {}  # choices made on another fleet are never kept
     chosen: dict[str, dict[str, int]] = dict(previous.get("chosen", {}))
     scores: dict[str, list] = dict(previous.get("grid_scores", {}))
     wanted = [m for m in METHODS if methods is None or m in methods]
@@ -304,6 +308,7 @@ def select(
         json.dumps(
             {
                 "chosen_on": "validation",
+                "fleet": fleet,
                 "seeds": seeds,
                 "train_per_task": train_per_task,
                 "rule": "the grid point with the best mean top-1 over seeds, budgets "
@@ -322,7 +327,7 @@ def select(
         }
         validation["gates"] = kept.get("simoe", {}).get("gates", {})
         validation["seconds"] = {k: v for r in kept.values() for k, v in r["seconds"].items()}
-        validation["grid_scores"] = scores
+        validation["grid_scores"] = {m: v for m, v in scores.items() if m in kept}
     return validation
 
 
@@ -397,7 +402,10 @@ def main() -> None:
         (args.out / f"{stem}.md").write_text(markdown(result))
         print(markdown(result))
         return
-    chosen = json.loads(CHOICES.read_text())["chosen"] if CHOICES.exists() else {}
+    choices = json.loads(CHOICES.read_text()) if CHOICES.exists() else {}
+    if args.split == "test" and choices.get("fleet") != protocol.fleet_hashes(args.data)["digest"]:
+        parser.exit(2, f"error: {CHOICES.name} was chosen on another fleet: run --select\n")
+    chosen = choices.get("chosen", {})
     overridden = json.loads(args.override) if args.override else {}
     chosen = {**chosen, **overridden}
     if "simoe" in overridden:
@@ -458,6 +466,15 @@ def merge(paths: list[Path]) -> dict:
     merged["seconds"] = {k: v for r in runs for k, v in r["seconds"].items()}
     merged["load"] = " / ".join(r["load"] for r in runs)
     merged["label_reads"] = sorted({x for r in runs for x in r["label_reads"]})
+    merged["hyperparameters"] = {k: v for r in runs for k, v in r["hyperparameters"].items()}
+    merged["grid_scores"] = {  # a run's grid counts only for the methods it ran
+        k: v
+        for r in runs
+        for k, v in r.get("grid_scores", {}).items()
+        if any(k in by_method for by_method in r["per_task_top1"].values())
+    }
+    merged["gates"] = {str(k): v for r in runs for k, v in r.get("gates", {}).items()}
+    merged["total_seconds"] = sum(r.get("total_seconds", 0.0) for r in runs)
     return merged
 
 

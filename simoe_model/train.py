@@ -161,8 +161,11 @@ def train_experts(
         return {"loss": float("nan"), "num-examples": 0.0, "train-seconds": 0.0}
     if train_encoder and not _normalizer_fitted(model):
         fit_feature_normalizer(model, [t for _, t in work])
-    params = [p for name in {n for n, _ in work} for p in model.expert(name).parameters()]
-    hardware_of = {n: model.expert(n).hardware for n in {n for n, _ in work}}
+    # in first-seen order, not a set's: a set of strings iterates in PYTHONHASHSEED's order,
+    # and the optimizer's parameter order changed the trained model from process to process
+    names = list(dict.fromkeys(n for n, _ in work))
+    params = [p for name in names for p in model.expert(name).parameters()]
+    hardware_of = {n: model.expert(n).hardware for n in names}
     if train_encoder:
         params += list(model.program_encoder.parameters())
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
@@ -264,7 +267,7 @@ def _agreements(datasets: Sequence[DeviceDataset]) -> tuple[torch.Tensor, torch.
             if len(common) < 10:
                 continue
             by_task: dict[str, list[tuple[float, float]]] = {}
-            for key in common:
+            for key in sorted(common):  # a set's order is PYTHONHASHSEED's: sum in one order
                 by_task.setdefault(key[0], []).append((index[i][key], index[j][key]))
             rhos = [
                 rank_agreement(np.array([a for a, _ in v]), np.array([b for _, b in v]))
