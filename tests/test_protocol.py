@@ -136,3 +136,19 @@ def test_the_fleet_hash_says_what_was_built(tiny_fleet: Path, tmp_path: Path) ->
         )
     assert protocol.unit_task_hashes(again, names[0])[task] != built[names[0]][task]
     assert protocol.unit_task_hashes(again, names[1]) == fresh[names[1]]
+
+
+@pytest.mark.slow
+def test_unit_pairs_report_how_alike_two_units_of_one_model_rank(
+    tiny_fleet: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench import protocol_pairs
+
+    for name, value in TINY.items():
+        monkeypatch.setattr(protocol, name, value)
+    labels = protocol.UnitLabels(tiny_fleet)
+    rows = {(r["a"], r["b"]): r for r in protocol_pairs.pair_rows(labels)}
+    assert ("t4-cool", "t4-hot") in rows and ("a100-sxm4-400w", "a100-pcie-250w") in rows
+    t4 = rows[("t4-cool", "t4-hot")]
+    assert 0.5 < t4["agreement"] <= 1.0 and t4["latency_ratio"] > 1.0  # the hot T4 is slower
+    assert ("t4-cool", "select") in labels.reads  # validation labels read for selection only
