@@ -35,7 +35,8 @@ def test_a_reference_resumes_from_its_committed_snapshot(tmp_path: Path) -> None
     assert [r["trials_before"] for r in second["runs"]] == [0, first["trials"]]
     assert second["runs"][1]["retrained_on"] == first["in_database"]
     assert second["cpu_s_total"] > first["cpu_s_total"]
-    assert second["network_latency_s"] is not None and second["finished"]
+    # a tiny search may find no valid schedule of a task (its default stands in for it)
+    assert second["finished"] and second["network_latency_with_default_s"] is not None
     # the best record per task can only improve on the records it resumed from
     assert second["network_latency_with_default_s"] <= first["network_latency_with_default_s"]
     # BENCHMARKS.md's section 6 reads the committed summaries
