@@ -184,6 +184,8 @@ def train(message: Message, context: Context) -> Message:
             with_bank=bool(delivered),
             epochs=instruction.epochs,
             seed=instruction.seed,
+            local_batch=instruction.local_batch,
+            prox_mu=instruction.prox_mu,
         )
         metrics.update(result.metrics)
         metrics[WEIGHT_METRIC] = float(dataset.num_candidates)

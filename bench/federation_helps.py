@@ -48,11 +48,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from bench import reporting
+from bench.federation_report import (  # noqa: F401 (the report's names, as they were here)
+    GOAL_NEWCOMER_GAP,
+    FederationHelpsReport,
+    FederationHelpsSeeds,
+    NewcomerRow,
+    NodeRow,
+    markdown,
+    markdown_seeds,
+)
 from bench.fleet import FleetGPU, load_gpus, protocol_gpus, split_tasks, synthetic_gpus, write_node
-from bench.reporting import load_average, load_text
+from bench.reporting import load_average
 from schemas import BadInputError  # noqa: E402
 from simoe_model.task_data import DeviceDataset, TaskData  # noqa: E402
 
@@ -65,64 +73,8 @@ DEFAULT_NODES = (
 # the held-out GPUs of docs/results/offline_transfer.md: never nodes here
 DEFAULT_NEWCOMERS = "k80,titanxp,2080ti,a30,4090,h100-pcie,xavier"
 OFFLINE_REPORT = Path(__file__).resolve().parent.parent / "docs/results/offline_transfer.json"
-GOAL_NEWCOMER_GAP = 0.03
 
 Say = Callable[[str], None]
-
-
-class NodeRow(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    gpu: str
-    train_tasks: int
-    held_out_tasks: int
-    train_candidates: int
-    held_out_candidates: int
-    experts: list[str]  # what the server sent it in the last round
-    own_only_top1: float
-    federated_top1: float
-
-    @property
-    def difference(self) -> float:
-        return self.federated_top1 - self.own_only_top1
-
-
-class NewcomerRow(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    gpu: str
-    experts: list[str]
-    test_tasks: int
-    zero_shot_top1: float  # on the offline benchmark's test split
-    zero_shot_top1_all: float  # on every candidate of every task
-    offline_top1: float | None  # bench/offline_transfer.py's SiMoE zero-shot, same GPU
-    central_top1: float | None = None  # SiMoE trained in one process on the nodes' train data
-
-
-class FederationHelpsReport(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    simulated: bool = True
-    command: str
-    data: str
-    grid: str = "in-process Grid: ServerApp round loop + SiMoEStrategy + registry, agent ClientApp"
-    nodes: list[NodeRow]
-    newcomers: list[NewcomerRow]
-    rounds: int
-    epochs: int
-    k_experts: int
-    seed: int
-    split: str
-    held_out_fraction: float
-    offline_zero_shot_top1: float | None  # the offline mean over the same newcomers
-    central_epochs: int = 0  # 0: no central reference was trained
-    bytes_per_node_last_round: dict[str, dict[str, int]]
-    federation_wall_s: float
-    own_only_wall_s: float
-    total_wall_s: float
-    load_average_start: list[float]
-    load_average_end: list[float]
-    threads: int
 
 
 # -- scoring ----------------------------------------------------------------------------------
@@ -135,8 +87,11 @@ def top1(model, tasks: Sequence[TaskData], hardware_vector: np.ndarray) -> float
     return task_metrics(pairs)["top1"]
 
 
-def own_only_model(gpu: FleetGPU, tasks: list[TaskData], rounds: int, epochs: int, seed: int):  # noqa: ANN201
-    """The node's model without federation: what its ClientApp trains, round after round."""
+def own_only_model(  # noqa: ANN201
+    gpu: FleetGPU, tasks: list[TaskData], rounds: int, epochs: int, seed: int, local_batch: int = 8
+):
+    """The node's model without federation: what its ClientApp trains, round after round
+    (the same tasks per step)."""
     from server.similarity import initial_shared_arrays
     from simoe_model.model import SiMoE, load_shared_arrays
     from simoe_model.train import train_expert
@@ -145,7 +100,10 @@ def own_only_model(gpu: FleetGPU, tasks: list[TaskData], rounds: int, epochs: in
     load_shared_arrays(model, initial_shared_arrays(seed))  # the federation's start, too
     dataset = DeviceDataset(gpu.device, gpu.dataset.hardware_vector, tasks)
     for server_round in range(1, rounds + 1):  # the strategy's seed is seed + round
-        train_expert(model, gpu.name, dataset, epochs=max(epochs, 1), seed=seed + server_round)
+        train_expert(
+            model, gpu.name, dataset, epochs=max(epochs, 1), seed=seed + server_round,
+            tasks_per_step=local_batch,
+        )  # fmt: skip
     return model
 
 
@@ -157,10 +115,13 @@ def central_model(
 ):  # noqa: ANN201
     """The reference without federation: one SiMoE trained in one process on the same data
     (every node's train tasks), as bench/offline_transfer.py trains it."""
+    import torch
+
     from simoe_model.model import SiMoE
     from simoe_model.train import train_experts, train_shared
 
     data = [DeviceDataset(g.device, g.dataset.hardware_vector, splits[g.name][0]) for g in nodes]
+    torch.manual_seed(seed)  # its initial weights: the seed's, not the process's history
     model = SiMoE()
     train_experts(model, [(d.device, d) for d in data], epochs=epochs, seed=seed)
     train_shared(model, data, epochs=epochs, seed=seed)
@@ -213,6 +174,8 @@ def run_federation_helps(
     seed: int = 0,
     offline: dict[str, float] | None = None,
     central_epochs: int = 0,
+    local_batch: int = 8,
+    prox_mu: float = 0.0,
     command: str = "",
     data: str = "",
     threads: int = 1,
@@ -251,8 +214,9 @@ def run_federation_helps(
 
     registry = Registry(work_dir / "server" / "registry.sqlite")
     strategy = SiMoEStrategy(
-        registry, model_similarity, k_experts=k_experts, epochs=epochs, seed=seed
-    )
+        registry, model_similarity, k_experts=k_experts, epochs=epochs, seed=seed,
+        local_batch=local_batch, prox_mu=prox_mu,
+    )  # fmt: skip
     fed_started = time.perf_counter()
 
     def report_round(outcome) -> None:  # noqa: ANN001
@@ -283,7 +247,7 @@ def run_federation_helps(
         train, held = splits[gpu.name]
         node = NodeState(work_dir / "nodes" / gpu.name)
         federated = top1(node.load_model(), held, gpu.dataset.hardware_vector)
-        alone = own_only_model(gpu, train, rounds, epochs, seed)
+        alone = own_only_model(gpu, train, rounds, epochs, seed, local_batch)
         own = top1(alone, held, gpu.dataset.hardware_vector)
         row = NodeRow(
             gpu=gpu.name,
@@ -345,6 +309,8 @@ def run_federation_helps(
             else None
         ),
         central_epochs=central_epochs if central is not None else 0,
+        local_batch=local_batch,
+        prox_mu=prox_mu,
         bytes_per_node_last_round=traffic,
         federation_wall_s=federation_wall,
         own_only_wall_s=own_wall,
@@ -353,117 +319,6 @@ def run_federation_helps(
         load_average_end=load_average(),
         threads=threads,
     )
-
-
-# -- the report -----------------------------------------------------------------------------------
-def markdown(report: FederationHelpsReport) -> str:
-    nodes = report.nodes
-    better = sum(r.difference > 0 for r in nodes)
-    mean_own = float(np.mean([r.own_only_top1 for r in nodes]))
-    mean_fed = float(np.mean([r.federated_top1 for r in nodes]))
-    lines = [
-        "# Federation helps (SIMULATED GPUs)",
-        "",
-        f"Command: `{report.command}`  ",
-        f"Data: {report.data}. All latencies are SIMULATED (analytical GPU model).  ",
-        f"Federation: {report.grid}; {len(nodes)} nodes, {report.rounds} rounds, "
-        f"{report.epochs} epochs per round, k = {report.k_experts} experts sent per node, "
-        f"seed {report.seed}; held-out tasks: {report.held_out_fraction:.0%} of each node's "
-        f"tasks, split {report.split}.  ",
-        f"Wall time: {report.total_wall_s:.0f} s (federation {report.federation_wall_s:.0f} s, "
-        f"own-only models and scoring {report.own_only_wall_s:.0f} s), {report.threads} torch "
-        f"thread(s); load average at start {load_text(report.load_average_start)}, "
-        f"at end {load_text(report.load_average_end)}.",
-        "",
-        "## Each node's held-out tasks: top-1 score (SIMULATED)",
-        "",
-        "federated = the node's model after the rounds (global shared parts, the experts the "
-        "server sent it, its own expert); own-only = same architecture, epochs and seeds, "
-        "trained on the node's own train tasks alone.",
-        "",
-        _split_note(report.split),
-        "",
-        "| node (simulated GPU) | train tasks | held-out tasks | experts sent | own-only top-1 "
-        "| federated top-1 | difference |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in nodes:
-        lines.append(
-            f"| {r.gpu} | {r.train_tasks} | {r.held_out_tasks} | {', '.join(r.experts)} | "
-            f"{r.own_only_top1:.3f} | {r.federated_top1:.3f} | {r.difference:+.3f} |"
-        )
-    lines += [
-        f"| **mean** | | | | {mean_own:.3f} | {mean_fed:.3f} | {mean_fed - mean_own:+.3f} |",
-        "",
-        f"Federated better on {better} of {len(nodes)} nodes.",
-        "",
-        "## Newcomers: zero-shot top-1 (SIMULATED)",
-        "",
-        "GPUs that are none of the nodes join at the last round with no measurements; the "
-        "server sends them the global model and their nearest experts. Scored on the test "
-        "split of bench/offline_transfer.py (same seed), next to that benchmark's SiMoE "
-        "zero-shot figure for the same GPU (trained offline on 22 GPUs' full data).",
-        "",
-        "| newcomer (simulated GPU) | experts sent | zero-shot top-1 (test split) "
-        "| all candidates | central, same data | offline SiMoE top-1 |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in report.newcomers:
-        lines.append(
-            f"| {r.gpu} | {', '.join(r.experts)} | {r.zero_shot_top1:.3f} | "
-            f"{r.zero_shot_top1_all:.3f} | {_num(r.central_top1)} | {_num(r.offline_top1)} |"
-        )
-    if report.newcomers:
-        mean_new = float(np.mean([r.zero_shot_top1 for r in report.newcomers]))
-        centrals = [r.central_top1 for r in report.newcomers if r.central_top1 is not None]
-        mean_central = float(np.mean(centrals)) if centrals else None
-        lines.append(
-            f"| **mean** | | {mean_new:.3f} | | {_num(mean_central)} | "
-            f"{_num(report.offline_zero_shot_top1)} |"
-        )
-        lines.append("")
-        if report.central_epochs:
-            lines.append(
-                f"central, same data = one SiMoE trained in one process ({report.central_epochs} "
-                "epochs, as bench/offline_transfer.py trains it) on exactly the nodes' train "
-                "tasks: what the same data gives without federation."
-            )
-            lines.append("")
-        if report.offline_zero_shot_top1 is not None:
-            gap = report.offline_zero_shot_top1 - mean_new
-            verdict = "met" if gap <= GOAL_NEWCOMER_GAP else "MISSED"
-            lines.append(
-                f"Goal (within {GOAL_NEWCOMER_GAP} of the offline figure): {verdict} "
-                f"(offline - federated = {gap:+.3f})."
-            )
-    lines += [
-        "",
-        "## Bytes per node in the last round (payload, from the registry)",
-        "",
-        "| node | down | up |",
-        "|---|---|---|",
-    ]
-    for name, row in sorted(report.bytes_per_node_last_round.items()):
-        lines.append(f"| {name} | {row['down']:,} | {row['up']:,} |")
-    return "\n".join(lines) + "\n"
-
-
-def _split_note(split: str) -> str:
-    if split == "per node":
-        return (
-            "Split per node: each node holds out its own random third of its tasks, so other "
-            "nodes may have trained on a node's held-out tasks (on their hardware), as in a "
-            "fleet whose GPUs tune different workloads; that knowledge is what the "
-            "federation can pass on. `--same-split` holds out the same tasks on every node."
-        )
-    return (
-        "Same split on every node: no node trained on the held-out tasks; the federation "
-        "can only help through what the fleet's other tasks teach."
-    )
-
-
-def _num(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
 
 
 def write_report(report: FederationHelpsReport, out: Path, stem: str = "federation_helps") -> None:
@@ -491,12 +346,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--same-split", action="store_true", help="hold out the same tasks everywhere"
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seeds",
+        help="comma-separated seeds, one federation each (default: the protocol's with "
+        "--protocol, else 0)",
+    )
     parser.add_argument(
         "--central-epochs",
         type=int,
         default=12,
         help="also train one SiMoE centrally on the nodes' train data (0: skip)",
+    )
+    parser.add_argument(
+        "--local-batch", type=int, default=8, help="tasks per optimizer step on each node"
+    )
+    parser.add_argument(
+        "--prox-mu", type=float, default=0.0, help="FedProx term on the shared encoder (0: off)"
     )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--work", type=Path, help="keep the nodes' state dirs here")
@@ -510,6 +375,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     if args.render:
+        if "runs" in json.loads(args.render.read_text()):
+            over_seeds = reporting.read_report(args.render, FederationHelpsSeeds)
+            args.render.with_suffix(".md").write_text(markdown_seeds(over_seeds))
+            return
         report = reporting.read_report(args.render, FederationHelpsReport)
         if args.refresh_offline:
             report = with_offline_figures(report, offline_figures())
@@ -523,9 +392,9 @@ def main(argv: list[str] | None = None) -> None:
     node_names = [g for g in args.nodes.split(",") if g]
     newcomer_names = [g for g in args.newcomers.split(",") if g]
     held_out_tasks = None
-    if args.protocol:
-        from bench import protocol
+    from bench import protocol
 
+    if args.protocol:
         nodes, newcomers = protocol_gpus(args.protocol)
         fleet = {g.name: g for g in [*nodes, *newcomers]}
         node_names, newcomer_names = [g.name for g in nodes], [g.name for g in newcomers]
@@ -541,38 +410,48 @@ def main(argv: list[str] | None = None) -> None:
         offline = offline_figures()
     else:
         parser.error("give --data DIR or --synthetic")
+    if args.seeds:
+        seeds = [int(v) for v in args.seeds.split(",") if v.strip()]
+    else:
+        seeds = list(protocol.SEEDS) if args.protocol else [0]
+    command = reporting.public_command("federation_helps", sys.argv[1:] if argv is None else argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="federation_helps-"))
     if args.work and work.exists():
         shutil.rmtree(work)
+    runs = []
     try:
-        report = run_federation_helps(
-            [fleet[g] for g in node_names],
-            [fleet[g] for g in newcomer_names],
-            work,
-            rounds=args.rounds,
-            epochs=args.epochs,
-            k_experts=args.k_experts,
-            held_out_fraction=args.held_out_fraction,
-            same_split=args.same_split,
-            held_out_tasks=held_out_tasks,
-            seed=args.seed,
-            offline=offline,
-            central_epochs=args.central_epochs,
-            command=reporting.public_command(
-                "federation_helps", sys.argv[1:] if argv is None else argv
-            ),
-            data=data,
-            threads=args.threads,
-            say=lambda text: print(text, flush=True),
-        )
+        for seed in seeds:
+            runs.append(
+                run_federation_helps(
+                    [fleet[g] for g in node_names],
+                    [fleet[g] for g in newcomer_names],
+                    work / f"seed{seed}",
+                    rounds=args.rounds,
+                    epochs=args.epochs,
+                    k_experts=args.k_experts,
+                    held_out_fraction=args.held_out_fraction,
+                    same_split=args.same_split,
+                    held_out_tasks=held_out_tasks,
+                    seed=seed,
+                    offline=offline,
+                    central_epochs=args.central_epochs,
+                    local_batch=args.local_batch,
+                    prox_mu=args.prox_mu,
+                    command=command,
+                    data=data,
+                    threads=args.threads,
+                    say=lambda text: print(text, flush=True),
+                )
+            )
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     stem = "federation_helps_synthetic" if args.synthetic else "federation_helps"
     stem = f"federation_helps_{args.protocol}" if args.protocol else stem
     stem += f"_{args.tag}" if args.tag else ""
-    write_report(report, args.out, stem)
-    print(markdown(report))
+    over_seeds = FederationHelpsSeeds(command=command, runs=runs)
+    reporting.write_report(over_seeds, markdown_seeds, args.out, stem)
+    print(markdown_seeds(over_seeds))
 
 
 if __name__ == "__main__":

@@ -117,6 +117,8 @@ class TrainInstruction(BaseModel):
     experts: list[str] = Field(default_factory=list, description="expert names delivered")
     epochs: int = Field(default=2, ge=0)
     seed: int = 0
+    local_batch: int = Field(default=8, ge=1, description="tasks per optimizer step, locally")
+    prox_mu: float = Field(default=0.0, ge=0, description="FedProx term on the shared encoder")
     train: bool = Field(default=True, description="False: only deliver the model")
     protocol: int = Field(default=PROTOCOL_VERSION, description="the payload's layout version")
 

@@ -225,6 +225,8 @@ def main(grid: Grid, context: Context) -> None:
             min_available_nodes=int(cfg.get("min-nodes", 1)),
             epochs=int(cfg.get("epochs", 2)),
             seed=int(cfg.get("seed", 0)),
+            local_batch=int(cfg.get("local-batch", 8)),
+            prox_mu=float(cfg.get("prox-mu", 0.0)),
         )
         run_rounds(
             grid,

@@ -190,6 +190,8 @@ class SiMoEStrategy:
         min_available_nodes: int = 1,
         epochs: int = 2,
         seed: int = 0,
+        local_batch: int = 8,
+        prox_mu: float = 0.0,
     ) -> None:
         self.registry = registry
         self.similarity = similarity
@@ -201,6 +203,9 @@ class SiMoEStrategy:
         self.min_available_nodes = min_available_nodes
         self.epochs = epochs
         self.seed = seed
+        # how each node trains its round (TrainInstruction): tasks per step, FedProx's mu
+        self.local_batch = local_batch
+        self.prox_mu = prox_mu
         self.roster = Roster()
 
     # -- aggregation: the hooks robust strategies override -----------------------------
@@ -335,6 +340,8 @@ class SiMoEStrategy:
                 experts=experts,
                 epochs=self.epochs,
                 seed=self.seed + server_round,
+                local_batch=self.local_batch,
+                prox_mu=self.prox_mu,
             )
             content = RecordDict({REC_SHARED: arrays})
             content[REC_CONFIG] = ConfigRecord({"instruction": instruction.model_dump_json()})

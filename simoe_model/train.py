@@ -140,12 +140,15 @@ def train_experts(
     weight_decay: float = 1e-5,
     replay: Sequence[tuple[str, TaskData]] = (),
     through_mixture: bool = False,
+    prox_mu: float = 0.0,
 ) -> dict[str, float]:
     """Train each named expert on its own device's tasks (one joint loop).
 
     With `through_mixture` the loss is on the gate's mixture for the expert's device
     (the expert learns to correct what the other experts get wrong there); only the
-    named experts are trained.
+    named experts are trained. `prox_mu` > 0 adds FedProx's proximal term
+    mu/2 * ||w - w_start||^2 on the program encoder (w_start: its weights at the call,
+    the global ones in a node's round), so local steps cannot drift it far.
     """
     rng = _generator(seed)
     started = time.perf_counter()
@@ -166,8 +169,11 @@ def train_experts(
     names = list(dict.fromkeys(n for n, _ in work))
     params = [p for name in names for p in model.expert(name).parameters()]
     hardware_of = {n: model.expert(n).hardware for n in names}
+    anchor: list[tuple[torch.Tensor, torch.Tensor]] = []
     if train_encoder:
         params += list(model.program_encoder.parameters())
+        if prox_mu > 0:
+            anchor = [(p, p.detach().clone()) for p in model.program_encoder.parameters()]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     steps_per_epoch = max(1, math.ceil(len(work) / tasks_per_step))
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs * steps_per_epoch)
@@ -202,12 +208,14 @@ def train_experts(
                 loss = loss + ranking_loss(scores, task.latencies[idx])
                 start += size
             loss = loss / len(batch)
+            total += loss.item()  # the ranking loss, without the proximal term
+            if anchor:
+                loss = loss + prox_mu / 2 * sum(((p - p0) ** 2).sum() for p, p0 in anchor)
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
             scheduler.step()
-            total += loss.item()
         last = total / steps_per_epoch
     model.zero_grad(set_to_none=True)  # a mixture loss also reached the frozen parts
     model.eval()
@@ -420,6 +428,8 @@ def local_round(
     with_bank: bool,
     epochs: int,
     seed: int,
+    local_batch: int = 8,
+    prox_mu: float = 0.0,
 ) -> LocalRound:
     """One node's round on its own data, on a model holding the global shared parts.
 
@@ -433,6 +443,11 @@ def local_round(
     tasks only, a local encoder forgets what the fleet taught it, so the node tunes with
     the global one. Without a bank (the first round, a node alone) encoder and expert
     are trained together and both are sent.
+
+    `local_batch`: tasks per optimizer step. A node holds a handful of tasks, so at the
+    central default (8) an epoch is ONE step and a round a few: FedAvg then averages
+    updates of a few steps each, far fewer than a central model takes over the same
+    epochs. `prox_mu`: FedProx's proximal term on the program encoder (see train_experts).
     """
     metrics: dict[str, float] = {}
     if with_bank and epochs > 0:
@@ -443,18 +458,20 @@ def local_round(
             seed=seed,
             frozen_experts=True,
             expert_of={dataset.device: name},
+            tasks_per_step=local_batch,
         )
         metrics["shared-loss"] = float(shared.get("loss", float("nan")))
     model.ensure_expert(name, dataset.hardware_vector)
     epochs = max(epochs, 1)
+    step = {"epochs": epochs, "seed": seed, "tasks_per_step": local_batch}
     if with_bank:
         contribution = copy.deepcopy(model)
-        train_expert(contribution, name, dataset, epochs=epochs, seed=seed)
+        train_expert(contribution, name, dataset, prox_mu=prox_mu, **step)
         shared_update = shared_arrays(contribution)
-        own = train_expert(model, name, dataset, epochs=epochs, seed=seed, train_encoder=False)
+        own = train_expert(model, name, dataset, train_encoder=False, **step)
         load_shared_arrays(model, global_shared)
     else:
-        own = train_expert(model, name, dataset, epochs=epochs, seed=seed)
+        own = train_expert(model, name, dataset, prox_mu=prox_mu, **step)
         shared_update = shared_arrays(model)
     metrics["expert-loss"] = float(own.get("loss", float("nan")))
     return LocalRound(shared_update, expert_arrays(model, name), metrics)

@@ -127,3 +127,34 @@ def test_bad_settings_are_bad_input(fleet, tmp_path: Path) -> None:
         fh.run_federation_helps(gpus[:2], gpus[1:2], tmp_path, rounds=2)
     with pytest.raises(BadInputError, match="at least 2"):
         fh.run_federation_helps(gpus[:2], [], tmp_path, rounds=1)
+
+
+def test_seeds_summary_pairs_units_and_judges_the_gap(run) -> None:
+    """Over seeds: each unit's seed mean, the paired difference and the 0.03 gap goal."""
+    from bench.federation_report import FederationHelpsSeeds, markdown_seeds, summary
+
+    report, _ = run
+
+    def shifted(seed: int, node_gain: float, gap: float) -> fh.FederationHelpsReport:
+        nodes = [
+            r.model_copy(update={"federated_top1": r.own_only_top1 + node_gain})
+            for r in report.nodes
+        ]
+        newcomers = [
+            r.model_copy(update={"central_top1": r.zero_shot_top1 + gap}) for r in report.newcomers
+        ]
+        return report.model_copy(update={"seed": seed, "nodes": nodes, "newcomers": newcomers})
+
+    seeds = FederationHelpsSeeds(command="c", runs=[shifted(0, 0.01, 0.02), shifted(1, 0.03, 0.06)])
+    s = summary(seeds)
+    assert s["seeds"] == [0, 1] and s["nodes"] == 3 and s["nodes_better"] == 3
+    mean, low, high = s["node_difference"]
+    assert (
+        mean == pytest.approx(0.02) and low == pytest.approx(0.02) and high == pytest.approx(0.02)
+    )
+    assert s["node_difference_per_seed"] == pytest.approx([0.01, 0.03])
+    assert s["newcomer_gap"][0] == pytest.approx(0.04) and s["goal_met"] is False
+    assert s["newcomer_gap_per_seed"] == pytest.approx([0.02, 0.06])
+    text = markdown_seeds(seeds)
+    assert "MISSED" in text and "SIMULATED" in text and "seeds [0, 1]" in text
+    assert summary(FederationHelpsSeeds(command="c", runs=[shifted(0, 0.0, 0.01)]))["goal_met"]

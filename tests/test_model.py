@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import numpy as np
@@ -248,3 +249,29 @@ def test_training_is_a_function_of_the_seed_not_of_the_process() -> None:
         return done.stdout.strip()
 
     assert run("1") == run("3")  # these two differed before the fix
+
+
+def test_local_round_proximal_term_keeps_the_encoder_near_the_global(
+    fleet: list[DeviceDataset],
+) -> None:
+    """FedProx (prox_mu) bounds how far a node's round moves the shared encoder; a smaller
+    local batch takes more steps over the same epochs (and so moves it further)."""
+    from simoe_model.model import shared_arrays
+    from simoe_model.train import local_round
+
+    start = SiMoE(SMALL)
+    train_expert(start, fleet[1].device, fleet[1], epochs=2, seed=0)  # a bank to round with
+    global_shared = shared_arrays(start)
+
+    def moved(**options: float) -> float:
+        model = copy.deepcopy(start)  # the global parts and the delivered expert
+        result = local_round(
+            model, "me", fleet[0], global_shared, with_bank=True, epochs=3, seed=0, **options
+        )
+        update = result.shared_update
+        keys = [k for k in update if k.startswith("program_encoder.") and ".norm." not in k]
+        return float(sum(np.sum((update[k] - global_shared[k]) ** 2) for k in keys))
+
+    plain = moved(local_batch=8)
+    assert moved(local_batch=8, prox_mu=1000.0) < 0.5 * plain
+    assert moved(local_batch=1) > plain
