@@ -2,8 +2,8 @@
 
     python -m bench.federation_diagnose --seed 0 [--rounds 3 --epochs 4 --central-epochs 12]
 
-VALIDATION units only (bench/protocol.py's validation split as newcomers; this script
-refuses the test split). One federation as bench/federation_helps.py runs it, then each
+VALIDATION units only (bench/protocol.py's validation split as newcomers; there is no
+option for the test split). One federation as bench/federation_helps.py runs it, then each
 newcomer is scored zero-shot (offline_transfer's test split, the same as federation_helps)
 by models that differ from the one it got in ONE respect:
 
