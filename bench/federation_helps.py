@@ -176,6 +176,7 @@ def run_federation_helps(
     central_epochs: int = 0,
     local_batch: int = 8,
     prox_mu: float = 0.0,
+    server_lr: float = 1.0,
     command: str = "",
     data: str = "",
     threads: int = 1,
@@ -215,7 +216,7 @@ def run_federation_helps(
     registry = Registry(work_dir / "server" / "registry.sqlite")
     strategy = SiMoEStrategy(
         registry, model_similarity, k_experts=k_experts, epochs=epochs, seed=seed,
-        local_batch=local_batch, prox_mu=prox_mu,
+        local_batch=local_batch, prox_mu=prox_mu, server_lr=server_lr,
     )  # fmt: skip
     fed_started = time.perf_counter()
 
@@ -311,6 +312,7 @@ def run_federation_helps(
         central_epochs=central_epochs if central is not None else 0,
         local_batch=local_batch,
         prox_mu=prox_mu,
+        server_lr=server_lr,
         bytes_per_node_last_round=traffic,
         federation_wall_s=federation_wall,
         own_only_wall_s=own_wall,
@@ -362,6 +364,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--prox-mu", type=float, default=0.0, help="FedProx term on the shared encoder (0: off)"
+    )
+    parser.add_argument(
+        "--server-lr", type=float, default=1.0, help="server learning rate (1: FedAvg)"
     )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--work", type=Path, help="keep the nodes' state dirs here")
@@ -437,6 +442,7 @@ def main(argv: list[str] | None = None) -> None:
                     central_epochs=args.central_epochs,
                     local_batch=args.local_batch,
                     prox_mu=args.prox_mu,
+                    server_lr=args.server_lr,
                     command=command,
                     data=data,
                     threads=args.threads,

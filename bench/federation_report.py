@@ -63,6 +63,7 @@ class FederationHelpsReport(BaseModel):
     # the federation's training variant (TrainInstruction / SiMoEStrategy settings)
     local_batch: int = 8  # tasks per optimizer step in a node's local round
     prox_mu: float = 0.0  # FedProx proximal term on the shared parts (0: plain FedAvg)
+    server_lr: float = 1.0  # server learning rate on the averaged change (1: FedAvg)
     bytes_per_node_last_round: dict[str, dict[str, int]]
     federation_wall_s: float
     own_only_wall_s: float
@@ -250,7 +251,10 @@ def summary(report: FederationHelpsSeeds) -> dict[str, object]:
 
 def _variant_text(report: FederationHelpsReport) -> str:
     """The local-training and aggregation settings the run used (the deployment's own)."""
-    return f"local batch {report.local_batch} tasks per step, proximal term mu = {report.prox_mu:g}"
+    return (
+        f"local batch {report.local_batch} tasks per step, proximal term mu = "
+        f"{report.prox_mu:g}, server learning rate {report.server_lr:g}"
+    )
 
 
 def _ci(values: tuple[float, float, float]) -> str:

@@ -45,3 +45,9 @@ def apply_change(current: Mapping[str, np.ndarray], change: Mapping[str, np.ndar
         key: (base.astype(np.float64) + change[key]).astype(base.dtype)
         for key, base in current.items()
     }
+
+
+def is_statistic(key: str) -> bool:
+    """A normalizer's fitted mean or std (`*.norm.mean`, `*.norm.std`): data statistics the
+    nodes fit, which a server learning rate must not extrapolate."""
+    return key.endswith((".norm.mean", ".norm.std"))

@@ -227,6 +227,7 @@ def main(grid: Grid, context: Context) -> None:
             seed=int(cfg.get("seed", 0)),
             local_batch=int(cfg.get("local-batch", 8)),
             prox_mu=float(cfg.get("prox-mu", 0.0)),
+            server_lr=float(cfg.get("server-lr", 1.0)),
         )
         run_rounds(
             grid,

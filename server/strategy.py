@@ -56,7 +56,7 @@ from schemas.messages import (
     key_fingerprint,
 )
 from schemas.protocol import Arrays, arrays_to_record, payload_bytes, record_to_arrays
-from server.averaging import apply_change, clip_delta, delta, weighted_average
+from server.averaging import apply_change, clip_delta, delta, is_statistic, weighted_average
 from server.registry import NameTakenError, Registry
 
 log = logging.getLogger("simoe.server")
@@ -192,6 +192,7 @@ class SiMoEStrategy:
         seed: int = 0,
         local_batch: int = 8,
         prox_mu: float = 0.0,
+        server_lr: float = 1.0,
     ) -> None:
         self.registry = registry
         self.similarity = similarity
@@ -206,6 +207,9 @@ class SiMoEStrategy:
         # how each node trains its round (TrainInstruction): tasks per step, FedProx's mu
         self.local_batch = local_batch
         self.prox_mu = prox_mu
+        if not server_lr > 0:
+            raise ValueError(f"server_lr must be positive, got {server_lr}")
+        self.server_lr = server_lr
         self.roster = Roster()
 
     # -- aggregation: the hooks robust strategies override -----------------------------
@@ -215,13 +219,20 @@ class SiMoEStrategy:
     ) -> tuple[Arrays, list[int]]:
         """The new global shared arrays, and the indices of the updates left out.
 
-        current + combine(the selected updates' (clipped) changes).
+        current + server_lr * combine(the selected updates' (clipped) changes). A server
+        learning rate above 1 (FedOpt's server SGD, Flower's FedAvgM without momentum) takes
+        a longer step along the nodes' average change: a round of few local steps moves the
+        shared parts little. Normalizer statistics are averages, never stepped past.
         """
         changes = [delta(update, current) for update in updates]
         if self.clip_norm is not None:
             changes = [clip_delta(change, self.clip_norm) for change in changes]
         kept = self.select(changes, weights)
         combined = self.combine([changes[i] for i in kept], [weights[i] for i in kept])
+        if self.server_lr != 1.0:
+            combined = {
+                k: v if is_statistic(k) else v * self.server_lr for k, v in combined.items()
+            }
         left_out = [i for i in range(len(changes)) if i not in set(kept)]
         return apply_change(current, combined), left_out
 

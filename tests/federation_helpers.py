@@ -80,6 +80,7 @@ class ToyNode:
     refused: list[str] = field(default_factory=list)
     got_global: list[dict[str, np.ndarray]] = field(default_factory=list)
     refutes: list[str] = field(default_factory=list)  # experts its "records" refute
+    instructions: list[TrainInstruction] = field(default_factory=list)
     device_kind: str = "sim"
 
     @property
@@ -124,6 +125,7 @@ class ToyNode:
             ]
             assert sorted(delivered) == sorted(instruction.experts)
             node.received_experts.append(instruction.experts)
+            node.instructions.append(instruction)
             shared = {k: np.full(s, node.value, dtype=np.float32) for k, s in SHARED_SHAPES.items()}
             if node.corrupt is not None:
                 shared = node.corrupt(shared)

@@ -305,3 +305,25 @@ def test_a_round_left_open_by_a_killed_server_is_marked_interrupted(tmp_path: Pa
         (2, "interrupted"),
         (3, "done"),
     ]
+
+
+def test_server_learning_rate_steps_params_but_not_normalizer_statistics(tmp_path: Path) -> None:
+    """server_lr scales the average change of learned arrays; fitted statistics are averaged."""
+    registry = Registry(tmp_path / "registry.sqlite")
+    strategy = SiMoEStrategy(registry, toy_similarity, server_lr=3.0)
+    current = {"enc.w": np.ones(2, np.float32), "enc.norm.mean": np.ones(2, np.float32)}
+    updates = [{k: v + 1 for k, v in current.items()}, {k: v + 3 for k, v in current.items()}]
+    new, left_out = strategy.aggregate_shared(updates, [1.0, 1.0], current)
+    assert left_out == []
+    np.testing.assert_allclose(new["enc.w"], 1 + 3.0 * 2)  # current + 3 x the mean change
+    np.testing.assert_allclose(new["enc.norm.mean"], 1 + 2)  # the plain average
+    with pytest.raises(ValueError, match="server_lr"):
+        SiMoEStrategy(registry, toy_similarity, server_lr=0.0)
+
+
+def test_local_training_settings_travel_in_the_instruction(tmp_path: Path) -> None:
+    node = ToyNode("a", 1000)
+    grid, strategy, _ = make_fleet(tmp_path, [node], local_batch=2, prox_mu=0.5, epochs=3)
+    run(grid, strategy)
+    [instruction] = node.instructions
+    assert (instruction.local_batch, instruction.prox_mu, instruction.epochs) == (2, 0.5, 3)
