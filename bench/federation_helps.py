@@ -177,6 +177,7 @@ def run_federation_helps(
     local_batch: int = 8,
     prox_mu: float = 0.0,
     server_lr: float = 1.0,
+    server_optimizer: str = "sgd",
     command: str = "",
     data: str = "",
     threads: int = 1,
@@ -217,6 +218,7 @@ def run_federation_helps(
     strategy = SiMoEStrategy(
         registry, model_similarity, k_experts=k_experts, epochs=epochs, seed=seed,
         local_batch=local_batch, prox_mu=prox_mu, server_lr=server_lr,
+        server_optimizer=server_optimizer,
     )  # fmt: skip
     fed_started = time.perf_counter()
 
@@ -313,6 +315,7 @@ def run_federation_helps(
         local_batch=local_batch,
         prox_mu=prox_mu,
         server_lr=server_lr,
+        server_optimizer=server_optimizer,
         bytes_per_node_last_round=traffic,
         federation_wall_s=federation_wall,
         own_only_wall_s=own_wall,
@@ -367,6 +370,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--server-lr", type=float, default=1.0, help="server learning rate (1: FedAvg)"
+    )
+    parser.add_argument(
+        "--server-optimizer", choices=["sgd", "adam"], default="sgd", help="adam: FedAdam"
     )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--work", type=Path, help="keep the nodes' state dirs here")
@@ -443,6 +449,7 @@ def main(argv: list[str] | None = None) -> None:
                     local_batch=args.local_batch,
                     prox_mu=args.prox_mu,
                     server_lr=args.server_lr,
+                    server_optimizer=args.server_optimizer,
                     command=command,
                     data=data,
                     threads=args.threads,

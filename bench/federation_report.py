@@ -64,6 +64,7 @@ class FederationHelpsReport(BaseModel):
     local_batch: int = 8  # tasks per optimizer step in a node's local round
     prox_mu: float = 0.0  # FedProx proximal term on the shared parts (0: plain FedAvg)
     server_lr: float = 1.0  # server learning rate on the averaged change (1: FedAvg)
+    server_optimizer: str = "sgd"  # sgd: FedAvg(M without momentum); adam: FedAdam
     bytes_per_node_last_round: dict[str, dict[str, int]]
     federation_wall_s: float
     own_only_wall_s: float
@@ -253,7 +254,8 @@ def _variant_text(report: FederationHelpsReport) -> str:
     """The local-training and aggregation settings the run used (the deployment's own)."""
     return (
         f"local batch {report.local_batch} tasks per step, proximal term mu = "
-        f"{report.prox_mu:g}, server learning rate {report.server_lr:g}"
+        f"{report.prox_mu:g}, server optimizer {report.server_optimizer} at learning rate "
+        f"{report.server_lr:g}"
     )
 
 

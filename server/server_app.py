@@ -228,6 +228,7 @@ def main(grid: Grid, context: Context) -> None:
             local_batch=int(cfg.get("local-batch", 8)),
             prox_mu=float(cfg.get("prox-mu", 0.0)),
             server_lr=float(cfg.get("server-lr", 1.0)),
+            server_optimizer=str(cfg.get("server-optimizer", "sgd")),
         )
         run_rounds(
             grid,

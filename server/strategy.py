@@ -56,7 +56,14 @@ from schemas.messages import (
     key_fingerprint,
 )
 from schemas.protocol import Arrays, arrays_to_record, payload_bytes, record_to_arrays
-from server.averaging import apply_change, clip_delta, delta, is_statistic, weighted_average
+from server.averaging import (
+    ServerAdam,
+    apply_change,
+    clip_delta,
+    delta,
+    is_statistic,
+    weighted_average,
+)
 from server.registry import NameTakenError, Registry
 
 log = logging.getLogger("simoe.server")
@@ -193,6 +200,7 @@ class SiMoEStrategy:
         local_batch: int = 8,
         prox_mu: float = 0.0,
         server_lr: float = 1.0,
+        server_optimizer: str = "sgd",
     ) -> None:
         self.registry = registry
         self.similarity = similarity
@@ -210,6 +218,10 @@ class SiMoEStrategy:
         if not server_lr > 0:
             raise ValueError(f"server_lr must be positive, got {server_lr}")
         self.server_lr = server_lr
+        if server_optimizer not in {"sgd", "adam"}:
+            raise ValueError(f"server_optimizer must be sgd or adam, got {server_optimizer!r}")
+        self.server_optimizer = server_optimizer
+        self.server_adam = ServerAdam(server_lr) if server_optimizer == "adam" else None
         self.roster = Roster()
 
     # -- aggregation: the hooks robust strategies override -----------------------------
@@ -222,14 +234,17 @@ class SiMoEStrategy:
         current + server_lr * combine(the selected updates' (clipped) changes). A server
         learning rate above 1 (FedOpt's server SGD, Flower's FedAvgM without momentum) takes
         a longer step along the nodes' average change: a round of few local steps moves the
-        shared parts little. Normalizer statistics are averages, never stepped past.
+        shared parts little. With `server_optimizer="adam"` the combined change goes through
+        `ServerAdam` (FedAdam) instead. Normalizer statistics are averages, never stepped.
         """
         changes = [delta(update, current) for update in updates]
         if self.clip_norm is not None:
             changes = [clip_delta(change, self.clip_norm) for change in changes]
         kept = self.select(changes, weights)
         combined = self.combine([changes[i] for i in kept], [weights[i] for i in kept])
-        if self.server_lr != 1.0:
+        if self.server_adam is not None:
+            combined = self.server_adam.step(combined)
+        elif self.server_lr != 1.0:
             combined = {
                 k: v if is_statistic(k) else v * self.server_lr for k, v in combined.items()
             }

@@ -327,3 +327,27 @@ def test_local_training_settings_travel_in_the_instruction(tmp_path: Path) -> No
     run(grid, strategy)
     [instruction] = node.instructions
     assert (instruction.local_batch, instruction.prox_mu, instruction.epochs) == (2, 0.5, 3)
+
+
+def test_server_adam_first_step_is_a_sign_step_and_statistics_pass() -> None:
+    """FedAdam with bias correction: the first round moves each learned value by lr in the
+    direction of the average change, however small that change is; statistics pass as is."""
+    from server.averaging import ServerAdam
+
+    adam = ServerAdam(lr=0.05)
+    change = {"enc.w": np.array([1e-4, -3.0, 0.0]), "enc.norm.std": np.array([0.5, -0.5, 0.0])}
+    first = adam.step(change)
+    np.testing.assert_allclose(first["enc.w"], [0.05, -0.05, 0.0], atol=1e-6)
+    np.testing.assert_array_equal(first["enc.norm.std"], change["enc.norm.std"])
+    second = adam.step({k: -v for k, v in change.items()})  # the momentum damps a reversal
+    assert abs(second["enc.w"][1]) < 0.05
+
+
+def test_strategy_with_server_adam_steps_through_it(tmp_path: Path) -> None:
+    registry = Registry(tmp_path / "registry.sqlite")
+    strategy = SiMoEStrategy(registry, toy_similarity, server_optimizer="adam", server_lr=0.1)
+    current = {"enc.w": np.zeros(2, np.float32)}
+    new, _ = strategy.aggregate_shared([{"enc.w": np.full(2, 1e-3, np.float32)}], [1.0], current)
+    np.testing.assert_allclose(new["enc.w"], 0.1, rtol=1e-5)
+    with pytest.raises(ValueError, match="server_optimizer"):
+        SiMoEStrategy(registry, toy_similarity, server_optimizer="yogi")
