@@ -185,6 +185,35 @@ class BertLayer(nn.Module):
         return self.norm2(x + self.ffn_out(nn.functional.gelu(self.ffn_in(x))))
 
 
+class Gpt2Block(nn.Module):
+    """One GPT-2-style decoder block (pre-LayerNorm, causal self-attention, tanh-GELU MLP).
+
+    Sized like GPT-2 medium's width (1024, 16 heads) at sequence 96, so none of its
+    operators has the shape of a BERT-base or a convolutional network's: the compile
+    section holds it out of every model's training data (an unseen operator mix)."""
+
+    def __init__(self, hidden: int = 1024, heads: int = 16, seq: int = 96) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, hidden // heads
+        self.norm1, self.norm2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.proj = nn.Linear(hidden, hidden)
+        self.fc_in, self.fc_out = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
+        # the causal mask is a constant of the graph, as in GPT-2's own "bias" buffer
+        mask = torch.triu(torch.full((seq, seq), float("-inf")), diagonal=1)
+        self.register_buffer("mask", mask, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, hidden = x.shape
+        qkv = self.qkv(self.norm1(x)).reshape(batch, seq, 3, self.heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim) + self.mask
+        context = torch.matmul(torch.softmax(scores, dim=-1), v)
+        x = x + self.proj(context.permute(0, 2, 1, 3).reshape(batch, seq, hidden))
+        h = nn.functional.gelu(self.fc_in(self.norm2(x)), approximate="tanh")
+        return x + self.fc_out(h)
+
+
 @dataclass(frozen=True)
 class SuiteEntry:
     build: Callable[[], nn.Module]
@@ -196,6 +225,9 @@ NETWORK_SUITE: dict[str, SuiteEntry] = {
     "resnet50": SuiteEntry(ResNet50, (1, 3, 224, 224), "ResNet-50, 224x224"),
     "mobilenet_v2": SuiteEntry(MobileNetV2, (1, 3, 224, 224), "MobileNetV2 1.0, 224x224"),
     "bert_layer": SuiteEntry(BertLayer, (1, 128, 768), "one BERT-base encoder layer, seq 128"),
+    "gpt2_block": SuiteEntry(
+        Gpt2Block, (1, 96, 1024), "one GPT-2-style causal decoder block, width 1024, seq 96"
+    ),
     "tiny_cnn": SuiteEntry(TinyCNN, (1, 3, 16, 16), "2 convs + classifier, 16x16 (tests)"),
     "tiny_mlp": SuiteEntry(TinyMLP, (4, 32), "2 dense layers (tests)"),
 }

@@ -459,6 +459,8 @@ def _run_fleet_methods(
     fast with the fleet schedule warm start (the same schedules seed its first search)."""
     from bench.compile_data import fleet_best
 
+    if network in settings.held_out_networks:
+        return  # no fleet record of its operators: nothing to transfer or to seed with
     tasks = data.tasks[network]
     best = fleet_best(data, network, gpu, settings.tlm_budget)
     runs = {
@@ -469,7 +471,7 @@ def _run_fleet_methods(
         )[0],
     }  # fmt: skip
     for method, run in runs.items():
-        if (network, gpu, method) in have:
+        if (network, gpu, method) in have or not settings.runs(method):
             continue
         say(f"{network} on sim:{gpu}: {method}")
         try:
@@ -502,7 +504,7 @@ def run_section(
     `done`: rows of an interrupted run with the same settings, kept and not run again (a
     simoe-fast row without its simoe-full is run again: full mode continues fast's search)."""
     data = prepare(settings, work_dir, say, settings.max_tasks)
-    kept = _resumable(done or [])
+    kept = _resumable(done or [], settings)
     section = CompileSection(
         settings=settings, networks=data.networks, prep_seconds=data.prep_seconds, rows=kept
     )
@@ -515,10 +517,14 @@ def run_section(
     xgb_snaps = {
         f"ms-xgb-{b}": b for b in sorted({k, *settings.small_budgets}) if b % per_iter == 0
     }
-    plans: list[Plan] = [
-        ("ms-xgb-full", xgb, settings.full_budget, settings.population,
-         settings.genetic_iters, xgb_snaps),
-    ]  # fmt: skip
+    plans: list[Plan] = []
+    if settings.runs("ms-xgb-full"):
+        plans.append(
+            ("ms-xgb-full", xgb, settings.full_budget, settings.population,
+             settings.genetic_iters, xgb_snaps)
+        )  # fmt: skip
+    else:  # no full run to take snapshots of: each small budget is its own run
+        xgb_snaps = {}
     for budget in sorted({k, *settings.small_budgets} - set(xgb_snaps.values())):
         plans.append(
             (f"ms-xgb-{budget}", xgb, budget, settings.population, settings.genetic_iters, {})
@@ -527,14 +533,17 @@ def run_section(
         (f"ms-mlp-pretrained-{k}", lambda: _mlp_model(data.mlp), k, settings.population,
          settings.genetic_iters, {})
     )  # fmt: skip
+    plans = [p for p in plans if settings.runs(p[0])]
     plans.sort(key=lambda p: (p[2], p[0]))  # cheap runs first: a timeout keeps the comparison
     for gpu in settings.unseen_gpus:
         for network, tasks in data.tasks.items():
             # SiMoE first, then the peers
-            if (network, gpu, "simoe-full") not in have:
+            full = settings if settings.runs("simoe-full") else None
+            if (network, gpu, "simoe-full" if full else "simoe-fast") not in have:
                 _run_simoe(tasks, network, gpu, data.simoe, data.hv[gpu], settings, work_dir,
-                           section, say, on_row, full=settings)  # fmt: skip
-            if (network, gpu, "mlp-fast") not in have:  # the same search, the MLP's scores
+                           section, say, on_row, full=full)  # fmt: skip
+            # the same search, the MLP's scores
+            if (network, gpu, "mlp-fast") not in have and settings.runs("mlp-fast"):
                 _run_mlp_fast(tasks, network, gpu, data.mlp, settings, section, say, on_row)
             _run_fleet_methods(data, network, gpu, settings, section, say, on_row, have)
             todo = [p for p in plans if (network, gpu, p[0]) not in have]
@@ -543,15 +552,17 @@ def run_section(
     return section
 
 
-def _resumable(rows: list[MethodRow]) -> list[MethodRow]:
+def _resumable(rows: list[MethodRow], settings: CompileSettings) -> list[MethodRow]:
     """Rows of an earlier run worth keeping: all but a simoe-fast without its simoe-full, and
     a snapshot (ms-xgb-k) without the run it was taken from."""
     have = {(r.network, r.gpu, r.method) for r in rows}
 
     def keep(r: MethodRow) -> bool:
+        if r.method == "simoe-fast" and not settings.runs("simoe-full"):
+            return True
         if r.method == "simoe-fast":
             return (r.network, r.gpu, "simoe-full") in have
-        if r.method.startswith("ms-xgb-") and r.method != "ms-xgb-full":
+        if r.method.startswith("ms-xgb-") and settings.runs("ms-xgb-full"):
             return (r.network, r.gpu, "ms-xgb-full") in have
         return True
 

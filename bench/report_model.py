@@ -51,6 +51,17 @@ class CompileSettings(_Row):
     # default population of 512; scaled with the population when True (the same share)
     scale_init_min: bool = False
     seed: int = 0
+    # the methods run (None: every one of bench/compile_time.py); --quick runs a subset
+    methods: list[str] | None = None
+    # networks no model trains on and no fleet record exists for (unseen operators)
+    held_out_networks: list[str] = Field(default_factory=list)
+    # per network, the fewest top tasks covering this share of its FLOPs (capped by
+    # max_tasks); None: max_tasks alone decides
+    flops_share: float | None = None
+
+    def runs(self, method: str) -> bool:
+        """Whether this run includes `method` (every method when `methods` is None)."""
+        return self.methods is None or method in self.methods
 
     def init_min(self, population: int) -> int:
         """Random valid schedules a search samples first: 50 (MetaSchedule's), or scaled."""
@@ -270,6 +281,8 @@ class ReferenceSummary(_Row):
     last_command: str
     last_load: list[float]
     last_wall_s: float | None
+    # each task's best latency so far (the curves compare the tuned tasks with it)
+    task_best_s: dict[str, float | None] = Field(default_factory=dict)
 
 
 class BenchReport(_Row):

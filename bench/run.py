@@ -127,6 +127,12 @@ def section_compile(report: Report, args: argparse.Namespace, say: Callable[[str
     settings = (compile_data.FULL if args.full else compile_data.QUICK).model_copy(
         update={"seed": args.seed}
     )
+    if args.units:
+        settings = settings.model_copy(update={"unseen_gpus": args.units})
+    if args.methods:
+        settings = settings.model_copy(
+            update={"methods": None if args.methods == ["all"] else args.methods}
+        )
 
     def on_row(partial: CompileSection) -> None:
         partial.summary = summarize(partial.rows, settings.tlm_budget)
@@ -306,9 +312,19 @@ def plot_curves(report: BenchReport, out: Path) -> None:
 
 
 # -- main --------------------------------------------------------------------------------------
+def _names(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one name")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from bench.compile_data import QUICK_METHODS, TEST_UNITS_COMPILE
+    from bench.protocol import units
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -339,6 +355,20 @@ def main(argv: list[str] | None = None) -> int:
         "another seed merged with --merge joins as a repeat",
     )
     parser.add_argument(
+        "--units",
+        type=_names,
+        default=None,
+        help="the compile section's test units, comma-separated (default: --quick's one, "
+        f"--full's {','.join(TEST_UNITS_COMPILE)}; bench/protocol.py's test split)",
+    )
+    parser.add_argument(
+        "--methods",
+        type=_names,
+        default=None,
+        help="the compile section's methods, comma-separated, or 'all' (default: --quick's "
+        f"{','.join(QUICK_METHODS)}; all in --full)",
+    )
+    parser.add_argument(
         "--render-only",
         action="store_true",
         help="only regenerate the markdown from an existing report.json (no benchmark runs)",
@@ -357,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
         "settings) and run only the rest: --full takes weeks on 2 cores",
     )
     args = parser.parse_args(argv)
+    if args.units and (bad := [u for u in args.units if u not in units("test")]):
+        parser.error(f"--units: {', '.join(bad)} not in the protocol's test split")
     if args.merge:
         merge_reports(ROOT / args.out, [ROOT / p for p in args.merge])
     if args.render_only or args.merge:

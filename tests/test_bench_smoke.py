@@ -210,9 +210,20 @@ def test_resume_keeps_finished_runs_but_not_orphans() -> None:
     """A simoe-fast without its simoe-full, or a snapshot without its run, is run again."""
     rows = [_row("simoe-fast", 1e-3, 1.0, []), _row("ms-xgb-32", 1e-3, 1.0, []),
             _row("ms-mlp-pretrained-32", 1e-3, 1.0, [])]  # fmt: skip
-    kept = compile_time._resumable(rows)
+    every = compile_data.QUICK.model_copy(update={"methods": None})
+    kept = compile_time._resumable(rows, every)
     assert [r.method for r in kept] == ["ms-mlp-pretrained-32"]
-    assert len(compile_time._resumable(ROWS)) == len(ROWS)
+    assert len(compile_time._resumable(ROWS, every)) == len(ROWS)
+    # --quick runs neither simoe-full nor ms-xgb-full: its fast and 32-trial rows stand alone
+    assert len(compile_time._resumable(rows, compile_data.QUICK)) == 3
+
+
+def test_units_outside_the_test_split_are_refused(capsys: Any) -> None:
+    """The compile section tunes on test units only: a training unit is one line, exit 2."""
+    with pytest.raises(SystemExit) as info:
+        run.main(["--sections", "compile", "--units", "a30-u1,k80-u1"])
+    assert info.value.code == 2
+    assert "k80-u1 not in the protocol's test split" in capsys.readouterr().err
 
 
 def test_budget_claims_are_also_read_against_metaschedules_best_run() -> None:
@@ -266,3 +277,41 @@ def test_an_old_report_is_refused_not_guessed_at(tmp_path: Path) -> None:
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError):
         run.load_report(path)
+
+
+def test_training_candidates_are_cached_and_a_damaged_entry_is_resampled(tmp_path: Any) -> None:
+    """The section's preparation keeps each task's labelled candidates: the second call reads
+    the same traces, features and latencies back; a damaged entry is sampled again."""
+    import tvm
+
+    from agent.tune_harness import TuneTask
+    from agent.workloads import parse_workload, prim_func
+
+    task = TuneTask(
+        "matmul", tvm.IRModule({"main": prim_func(parse_workload("matmul:64,64,64"))}), 1.0, 0.0
+    )
+    settings = compile_data.QUICK.model_copy(
+        update={"samples_per_task": 6, "fleet_rounds": 0, "train_gpus": ["t4"]}
+    )
+    gpus = ["t4", "a10"]
+    first = compile_data.training_candidates(task, gpus, settings, 0, tmp_path)
+    [entry] = tmp_path.glob("matmul-*.pkl")
+    again = compile_data.training_candidates(task, gpus, settings, 0, tmp_path)
+    assert [str(t) for t in again.traces] == [str(t) for t in first.traces]
+    assert all(np.array_equal(a, b) for a, b in zip(again.features, first.features, strict=True))
+    assert np.array_equal(again.latency["a10"], first.latency["a10"])
+    other = compile_data.training_candidates(task, gpus, settings, 1, tmp_path)  # another seed
+    assert len(list(tmp_path.glob("matmul-*.pkl"))) == 2 and other is not None
+    entry.write_bytes(b"damaged")
+    redone = compile_data.training_candidates(task, gpus, settings, 0, tmp_path)
+    assert [str(t) for t in redone.traces] == [str(t) for t in first.traces]
+
+
+def test_a_flops_share_keeps_the_fewest_top_tasks_covering_it() -> None:
+    from agent.devices import get_device
+
+    target = get_device("cpu").target()
+    tasks, total, share = compile_data.network_tasks("tiny_mlp", target, None, 0.5)
+    assert total == 2 and len(tasks) == 1 and share is not None and 0.5 <= share < 1.0
+    tasks, _total, share = compile_data.network_tasks("tiny_mlp", target, None, 0.99)
+    assert len(tasks) == 2 and share == pytest.approx(1.0)

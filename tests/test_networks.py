@@ -139,3 +139,39 @@ def test_suite_names_are_listed_in_the_error() -> None:
     with pytest.raises(BadInputError) as info:
         load_network("nope")
     assert all(name in str(info.value) for name in NETWORK_SUITE)
+
+
+@pytest.mark.slow
+def test_gpt2_block_is_causal_and_its_operators_are_new(tmp_path: Path) -> None:
+    """The suite's GPT-2-style block (issue 12): GPT-2 medium's block size, causal (a later
+    token never changes an earlier output), compiled by TVM with default schedules it matches
+    PyTorch, and none of its tuning tasks is one of BERT's."""
+    from agent.ms_database import workload_key_of
+
+    model = seeded_module("gpt2_block")
+    assert sum(p.numel() for p in model.parameters()) == 12_596_224  # one GPT-2 medium block
+    x = torch.randn(1, 96, 1024)
+    later = x.clone()
+    later[:, 60:] += 1.0
+    with torch.no_grad():
+        a, b = model(x), model(later)
+    assert torch.equal(a[:, :60], b[:, :60]) and not torch.allclose(a[:, 60:], b[:, 60:])
+    network = load_network("gpt2_block")
+    target = get_device("sim:a30-u1").target()
+    mine = extract_network_tasks(network, target)
+    names = " ".join(t.task_name for t in mine)
+    assert "softmax" in names and "layer_norm" in names and "tanh" in names
+    keys = {workload_key_of(t.dispatched[0]) for t in mine}
+    bert = extract_network_tasks(load_network("bert_layer"), target)  # the convnets: no matmul
+    assert not keys & {workload_key_of(t.dispatched[0]) for t in bert}
+    # compiled by TVM, a small instance of the same class (the full one runs ~13 s untuned)
+    factory = tmp_path / "small_gpt2.py"
+    factory.write_text(
+        "import torch\nfrom agent.networks import Gpt2Block\n\n\ndef build():\n"
+        "    torch.manual_seed(0)\n"
+        "    return Gpt2Block(hidden=64, heads=4, seq=8).eval(), (torch.randn(1, 8, 64),)\n"
+    )
+    small = load_network(f"{factory}:build")
+    with Store(tmp_path / "store.sqlite") as store:
+        check = verify_network(small, ms_database(store, device="cpu"), get_device("cpu"))
+    assert check.compiled and check.matches, check
