@@ -363,6 +363,14 @@ def write_fleet_stores(sampled: list[Sampled], gpus: list[str], profiles: dict, 
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "profiles").mkdir(exist_ok=True)
+    # what every GPU's store repeats: each task's key, arguments and traces, made once
+    shared = []
+    for s in sampled:
+        args = [
+            plain_json(a.as_json()) for a in ms.arg_info.ArgInfo.from_prim_func(s.task.mod["main"])
+        ]
+        traces = [plain_json(t.as_json()) for t in s.traces]
+        shared.append((workload_key_of(s.task.mod), tvm.ir.save_json(s.task.mod), args, traces))
     for gpu in gpus:
         (out / "profiles" / f"{gpu}.json").write_text(profiles[gpu].model_dump_json(indent=1))
         path = out / f"{gpu}.sqlite"
@@ -370,21 +378,16 @@ def write_fleet_stores(sampled: list[Sampled], gpus: list[str], profiles: dict, 
             path.unlink()
         gpu_target = plain_json(cuda_target(lookup(gpu)).export())
         with Store(path) as store:
-            for s in sampled:
-                wkey = workload_key_of(s.task.mod)
-                store.add_workload(wkey, s.task.name, tvm.ir.save_json(s.task.mod), None)
-                args = [
-                    plain_json(a.as_json())
-                    for a in ms.arg_info.ArgInfo.from_prim_func(s.task.mod["main"])
-                ]
+            for s, (wkey, mod_json, args, traces) in zip(sampled, shared, strict=True):
+                store.add_workload(wkey, s.task.name, mod_json, None)
                 records = []
-                for trace, lat in zip(s.traces, s.latency[gpu], strict=True):
+                for trace, lat in zip(traces, s.latency[gpu], strict=True):
                     ok = bool(np.isfinite(lat))
                     records.append(
                         TuningRecord(
                             workload_key=wkey,
                             task_name=s.task.name,
-                            trace=plain_json(trace.as_json()),
+                            trace=trace,
                             run_secs=[float(lat)] if ok else [FAILED_RUN_SECS],
                             target=gpu_target,
                             args_info=args,
@@ -471,15 +474,23 @@ def fleet_best(data: Prepared, network: str, gpu: str, n: int) -> list[list[Any]
     return out
 
 
-def prepare(settings: CompileSettings, work_dir: Path, say: Say, max_tasks: int | None) -> Prepared:
+def prepare(
+    settings: CompileSettings,
+    work_dir: Path,
+    say: Say,
+    max_tasks: int | None,
+    fleet_stores: bool = True,
+) -> Prepared:
     """Tasks of every network, their candidates labelled on the training GPUs, and the SiMoE
-    model and MLP peer trained once on all of them (the federation's other nodes' data)."""
+    model and MLP peer trained once on all of them (the federation's other nodes' data).
+    `fleet_stores`: also write them as one store per GPU (the offline section's data)."""
     import torch
 
     from agent.devices import get_device
     from simoe_model.hardware import hardware_vector
 
     torch.set_num_threads(2)
+    cpu0 = time.process_time()
     # every run labels the same GPUs (the sample's generic target depends on them), so a run
     # on one test unit and a run on three share their cached candidates
     labelled = [*TEST_UNITS_COMPILE, *settings.unseen_gpus]
@@ -532,9 +543,10 @@ def prepare(settings: CompileSettings, work_dir: Path, say: Say, max_tasks: int 
             candidates_per_task=[len(s.traces) for s in mine],
             seconds={"extract": t1 - t0, "sample_and_label": time.perf_counter() - t1},
         )
-    t0 = time.perf_counter()
-    write_fleet_stores(sampled, all_gpus, profiles, work_dir / "fleet" / "suite")
-    prep_seconds["write_fleet_stores"] = time.perf_counter() - t0
+    if fleet_stores:
+        t0 = time.perf_counter()
+        write_fleet_stores(sampled, all_gpus, profiles, work_dir / "fleet" / "suite")
+        prep_seconds["write_fleet_stores"] = time.perf_counter() - t0
     train = [device_dataset(g, hv[g], sampled) for g in settings.train_gpus]
     say(f"training SiMoE and the MLP peer on {len(train)} GPUs x {len(sampled)} tasks")
     t0 = time.perf_counter()
@@ -543,6 +555,7 @@ def prepare(settings: CompileSettings, work_dir: Path, say: Say, max_tasks: int 
     mlp = pretrained_mlp_trainer(train, settings.mlp_epochs, settings.seed)
     prep_seconds["simoe_train_offline"] = t1 - t0
     prep_seconds["mlp_pretrain_offline"] = time.perf_counter() - t1
+    prep_seconds["cpu_s"] = time.process_time() - cpu0  # all of the above, CPU
     return Prepared(
         networks, prep_seconds, net_tasks, simoe, mlp, hv, net_sampled, list(settings.train_gpus)
     )

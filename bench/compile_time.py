@@ -246,7 +246,7 @@ def _tune(
     if work_dir is not None:
         log_dir = work_dir / "logs" / f"{network}-{gpu}-{method}"
         log_dir.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
+    started, cpu0 = time.perf_counter(), time.process_time()
     strategies = [strategy(i, t, device.target()) for i, t in enumerate(tasks)]
     run_tasks(
         tasks, device, database, cost_model, strategies, trials_per_task=trials,
@@ -255,6 +255,8 @@ def _tune(
     )  # fmt: skip
     wall = time.perf_counter() - started
     rows = [row_now(method, trials, wall, float(device.modelled_measure_seconds)), *taken.values()]
+    # process CPU (all threads); a continued run (`start`) adds the earlier run's
+    rows[0].search_cpu_s = time.process_time() - cpu0 + ((before and before.search_cpu_s) or 0)
     return rows, database
 
 
@@ -498,12 +500,14 @@ def run_section(
     say: Say,
     on_row: OnRow,
     done: list[MethodRow] | None = None,
+    fleet_stores: bool = True,
 ) -> CompileSection:
     """Every network x unseen GPU x method; `on_row` gets the partial result after each run.
 
     `done`: rows of an interrupted run with the same settings, kept and not run again (a
-    simoe-fast row without its simoe-full is run again: full mode continues fast's search)."""
-    data = prepare(settings, work_dir, say, settings.max_tasks)
+    simoe-fast row without its simoe-full is run again: full mode continues fast's search).
+    `fleet_stores`: write the fleet stores the offline section reads (not needed without it)."""
+    data = prepare(settings, work_dir, say, settings.max_tasks, fleet_stores)
     kept = _resumable(done or [], settings)
     section = CompileSection(
         settings=settings, networks=data.networks, prep_seconds=data.prep_seconds, rows=kept

@@ -197,13 +197,22 @@ def compile_md(c: CompileSection, repeats: list[Repeat]) -> list[str]:
     lines += [""] if c.failed else []
     if c.rows:
         wall: dict[str, float] = {}
+        cpu: dict[str, float] = {}
         for r in c.rows:
             wall[r.method] = wall.get(r.method, 0.0) + r.search_wall_s
+            if r.search_cpu_s is not None:
+                cpu[r.method] = cpu.get(r.method, 0.0) + r.search_cpu_s
         lines += [
             "Search wall time per method, summed over the pairs (a snapshot counts its part of "
             "the run it comes from; simoe-full includes simoe-fast's): "
-            + ", ".join(f"{m} {wall[m]:.0f} s" for m in sorted(wall))
-            + ".",
+            + ", ".join(
+                f"{m} {wall[m]:.0f} s" + (f" ({cpu[m]:.0f} CPU s)" if m in cpu else "")
+                for m in sorted(wall)
+            )
+            + ". Preparation: "
+            + ", ".join(f"{k} {v:.0f} s" for k, v in prep.items() if k != "cpu_s")
+            + (f"; {prep['cpu_s']:.0f} CPU s in all" if "cpu_s" in prep else "")
+            + " (sampling and labelling: per network above).",
             "",
         ]
     lines += claims_table(c.summary, st.tlm_budget)

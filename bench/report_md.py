@@ -70,9 +70,12 @@ def markdown(report: BenchReport) -> str:
     lines += [
         "## Section timings",
         "",
-        "| section | wall s |",
-        "|---|---|",
-        *[f"| {k} | {fmt(v, '.0f')} |" for k, v in report.section_seconds.items()],
+        "| section | wall s | CPU s |",
+        "|---|---|---|",
+        *[
+            f"| {k} | {fmt(v, '.0f')} | {fmt(report.section_cpu_s.get(k), '.0f')} |"
+            for k, v in report.section_seconds.items()
+        ],
         "",
     ]
     return "\n".join(lines) + "\n"

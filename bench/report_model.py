@@ -87,6 +87,7 @@ class MethodRow(_Row):
     # default schedule is measured once, and the task keeps it unless a tuned one beat it
     task_default_s: dict[str, float | None] = Field(default_factory=dict)
     task_kept: dict[str, str | None] = Field(default_factory=dict)
+    search_cpu_s: float | None = None  # CPU seconds of the run (this process, its threads)
 
 
 class RunCost(_Row):
@@ -294,6 +295,7 @@ class BenchReport(_Row):
     started_utc: str
     sections: Sections = Field(default_factory=Sections)
     section_seconds: dict[str, float | None] = Field(default_factory=dict)
+    section_cpu_s: dict[str, float | None] = Field(default_factory=dict)
     errors: dict[str, str] = Field(default_factory=dict)
     elapsed_s: float = 0.0
     other_runs: list[OtherRun] = Field(default_factory=list)

@@ -147,7 +147,10 @@ def section_compile(report: Report, args: argparse.Namespace, say: Callable[[str
             say(f"resuming: {len(done)} finished run(s) of the compile section kept")
         else:
             say("--resume: the earlier compile section has other settings; starting afresh")
-    result = compile_time.run_section(settings, args.work, say=say, on_row=on_row, done=done)
+    result = compile_time.run_section(
+        settings, args.work, say=say, on_row=on_row, done=done,
+        fleet_stores="offline" in args.sections_run,
+    )  # fmt: skip
     report.data.sections.compile = result
 
 
@@ -248,11 +251,19 @@ RUNNERS = {
 
 
 # -- merging and rendering -----------------------------------------------------------------------
-def merge_reports(out: Path, others: list[Path]) -> None:
+def merge_reports(out: Path, others: list[Path], replace: list[str] | None = None) -> None:
     """Sections run by other invocations (e.g. in parallel) join the main report; a compile
-    or budget section this report already has joins as a repeat (the run-to-run spread)."""
+    or budget section this report already has joins as a repeat (the run-to-run spread).
+    `replace`: these sections (and their repeats) are dropped first, so the first of
+    `others` that has one supplies it and the rest join as its repeats."""
     path = out / "report.json"
     data = load_report(path)
+    for name in replace or []:
+        setattr(data.sections, name, None)
+        data.section_seconds.pop(name, None)
+        data.section_cpu_s.pop(name, None)
+        if name in ("compile", "budget"):
+            setattr(data, f"{name}_repeats", [])
     for other in others:
         extra = load_report(other)
         merged = []
@@ -271,6 +282,7 @@ def merge_reports(out: Path, others: list[Path]) -> None:
             merged.append(name)
             setattr(data.sections, name, section)
             data.section_seconds[name] = extra.section_seconds.get(name)
+            data.section_cpu_s[name] = extra.section_cpu_s.get(name)
             data.errors.pop(name, None)
             if name in extra.errors:
                 data.errors[name] = extra.errors[name]
@@ -381,6 +393,13 @@ def main(argv: list[str] | None = None) -> int:
         "report in --out, then regenerate the markdown",
     )
     parser.add_argument(
+        "--replace",
+        type=_names,
+        default=None,
+        help=f"with --merge: drop these sections of {','.join(SECTIONS)} (and their repeats) "
+        "from the report first, so the merged runs supply them",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="keep the compile section's finished runs from --out's report.json (same "
@@ -389,8 +408,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.units and (bad := [u for u in args.units if u not in units("test")]):
         parser.error(f"--units: {', '.join(bad)} not in the protocol's test split")
+    if args.replace and not args.merge:
+        parser.error("--replace goes with --merge")
     if args.merge:
-        merge_reports(ROOT / args.out, [ROOT / p for p in args.merge])
+        merge_reports(ROOT / args.out, [ROOT / p for p in args.merge], args.replace)
     if args.render_only or args.merge:
         return render_only(ROOT / args.out, ROOT / args.markdown)
     chosen = args.sections or ",".join(SECTIONS if args.full else QUICK_SECTIONS)
@@ -398,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [x for x in sections if x not in RUNNERS]
     if unknown:
         parser.error(f"unknown sections {unknown}; known: {', '.join(SECTIONS)}")
+    args.sections_run = sections
     os.chdir(ROOT)
 
     args.work.mkdir(parents=True, exist_ok=True)
@@ -424,13 +446,14 @@ def main(argv: list[str] | None = None) -> int:
             progress.update(bar, description=text[:60])
 
         for name in sections:
-            started = time.perf_counter()
+            started, cpu0 = time.perf_counter(), _cpu_s()
             try:
                 RUNNERS[name](report, args, say)
             except Exception as exc:  # noqa: BLE001 - one failed section must not lose the rest
                 report.data.errors[name] = f"{type(exc).__name__}: {str(exc)[:300]}"
                 console.print(traceback.format_exc(limit=5))
             report.data.section_seconds[name] = time.perf_counter() - started
+            report.data.section_cpu_s[name] = _cpu_s() - cpu0
             report.save()
             progress.advance(bar)
     plot_curves(report.data, report.out)

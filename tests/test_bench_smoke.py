@@ -315,3 +315,25 @@ def test_a_flops_share_keeps_the_fewest_top_tasks_covering_it() -> None:
     assert total == 2 and len(tasks) == 1 and share is not None and 0.5 <= share < 1.0
     tasks, _total, share = compile_data.network_tasks("tiny_mlp", target, None, 0.99)
     assert len(tasks) == 2 and share == pytest.approx(1.0)
+
+
+def test_merge_with_replace_takes_the_section_from_the_merged_runs(tmp_path: Path) -> None:
+    """--merge A B --replace compile: the report's own compile section and its repeats are
+    dropped; A's becomes the section and B's its repeat (two seeds of one section)."""
+    out, a, b = tmp_path / "out", tmp_path / "a", tmp_path / "b"
+    for d in (out, a, b):
+        d.mkdir()
+    old = CompileSection(settings=compile_data.QUICK, rows=ROWS[:1])
+    run.write_report(_report(compile=old), out / "report.json")
+    seed1 = compile_data.QUICK.model_copy(update={"seed": 1})
+    run.write_report(_report(compile=CompileSection(settings=compile_data.QUICK, rows=ROWS)),
+                     a / "report.json")  # fmt: skip
+    run.write_report(_report(compile=CompileSection(settings=seed1, rows=ROWS[:2])),
+                     b / "report.json")  # fmt: skip
+    run.merge_reports(out, [a / "report.json", b / "report.json"], ["compile"])
+    merged = run.load_report(out / "report.json")
+    assert len(merged.sections.compile.rows) == len(ROWS)
+    [repeat] = merged.compile_repeats
+    assert repeat.settings.seed == 1 and len(repeat.rows) == 2
+    with pytest.raises(SystemExit):
+        run.main(["--replace", "compile"])  # only with --merge
