@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bench.report_compile_md import budget_md, compile_md, fmt, mlp_why, pct, verdict
 from bench.report_model import BenchReport, CpuSection, FederationSection, OfflineSection
-from bench.report_refs import missed_md, references_md
+from bench.report_refs import missed_md, references_md, ten_g_md
 
 QUICK_TARGET_MIN = 15.0
 
@@ -56,6 +56,7 @@ def markdown(report: BenchReport) -> str:
         lines += [""]
     if s.compile:
         lines += compile_md(s.compile, report.compile_repeats)
+        lines += ten_g_md(report)
         lines += mlp_why(s.compile, s.offline)
     if s.offline:
         lines += offline_md(s.offline)

@@ -34,3 +34,31 @@ def test_reference_is_the_best_xgb_run_including_repeats_and_the_plot_is_written
     path = plot(report, tmp_path / "curves.png")
     assert path is not None and path.stat().st_size > 10_000
     assert plot({"sections": {}}, tmp_path / "none.png") is None
+
+
+def test_the_20k_reference_so_far_and_the_10g_point() -> None:
+    """A MetaSchedule-20K reference that has measured the panel's task is its reference when
+    it is the best; a one-task run's point after 10 measurements is read off its curve."""
+    from bench.report_refs import at_measurements
+
+    fast = _row("simoe-fast", 1.0, [[1.0, 4.0]] + [[1.0 + i, 3.0 - i / 16] for i in range(1, 33)])
+    fast.update(measured=32, task_best_s={"t": 0.5})
+    report = {
+        "sections": {
+            "compile": {
+                "rows": [_row("ms-xgb-32", 2.0, [[1.0, 2.0]]), fast],
+                "networks": {"net": {"tasks_tuned": [{"name": "t", "weight": 2.0}],
+                                     "flops_share_tuned": 0.3}},
+            }
+        },
+        "references": [{"network": "net", "unit": "a10", "trials": 900, "target_trials": 20000,
+                        "task_best_s": {"t": 0.6, "other": 1.0}}],
+    }  # fmt: skip
+    [panel] = panels(report)
+    assert panel["reference_s"] == 1.2  # 2.0 x 0.6, better than ms-xgb-32's 2.0
+    assert "MetaSchedule-20K so far (900 of 20000 trials)" in panel["reference"]
+    assert "30% of its FLOPs" in panel["title"]
+    assert at_measurements(fast, 10) == (11.0, 3.0 - 10 / 16)  # the default's point leads
+    assert at_measurements({**fast, "measured": 8}, 10) is None
+    report["references"][0]["task_best_s"] = {"other": 1.0}  # has not measured the task
+    assert panels(report)[0]["reference_s"] == 2.0
