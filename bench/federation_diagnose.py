@@ -36,6 +36,7 @@ from bench import federation_helps as fh
 def diagnose(  # noqa: PLR0913
     seed: int, rounds: int, epochs: int, central_epochs: int, k: int, work: Path,
     local_batch: int = 8, prox_mu: float = 0.0, server_lr: float = 1.0,
+    server_optimizer: str = "sgd",
 ) -> dict:  # fmt: skip
     from agent.node_state import NodeState
     from bench import protocol
@@ -51,7 +52,7 @@ def diagnose(  # noqa: PLR0913
     report = fh.run_federation_helps(
         nodes, newcomers, work, rounds=rounds, epochs=epochs, k_experts=k,
         held_out_tasks=held, seed=seed, central_epochs=0, local_batch=local_batch,
-        prox_mu=prox_mu, server_lr=server_lr,
+        prox_mu=prox_mu, server_lr=server_lr, server_optimizer=server_optimizer,
     )  # fmt: skip
     splits = {g.name: split_tasks(g, 1 / 3, seed, False, held) for g in nodes}
     central = fh.central_model(nodes, splits, central_epochs, seed)
@@ -107,6 +108,7 @@ def diagnose(  # noqa: PLR0913
         "local_batch": local_batch,
         "prox_mu": prox_mu,
         "server_lr": server_lr,
+        "server_optimizer": server_optimizer,
         "rows": rows,
         "means": {key: float(np.mean([r[key] for r in rows])) for key in keys},
         "load_average": fh.load_average(),
@@ -131,6 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--local-batch", type=int, default=8)
     parser.add_argument("--prox-mu", type=float, default=0.0)
     parser.add_argument("--server-lr", type=float, default=1.0)
+    parser.add_argument("--server-optimizer", choices=["sgd", "adam"], default="sgd")
     parser.add_argument("--out", type=Path, default=Path("runs/fed_diagnose"))
     args = parser.parse_args(argv)
     import torch
@@ -139,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="federation_diagnose-") as tmp:
         result = diagnose(
             args.seed, args.rounds, args.epochs, args.central_epochs, args.k_experts, Path(tmp),
-            args.local_batch, args.prox_mu, args.server_lr,
+            args.local_batch, args.prox_mu, args.server_lr, args.server_optimizer,
         )  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"federation_diagnose_s{args.seed}.json"

@@ -178,6 +178,7 @@ def run_federation_helps(
     prox_mu: float = 0.0,
     server_lr: float = 1.0,
     server_optimizer: str = "sgd",
+    matched_global: bool = False,
     command: str = "",
     data: str = "",
     threads: int = 1,
@@ -218,7 +219,7 @@ def run_federation_helps(
     strategy = SiMoEStrategy(
         registry, model_similarity, k_experts=k_experts, epochs=epochs, seed=seed,
         local_batch=local_batch, prox_mu=prox_mu, server_lr=server_lr,
-        server_optimizer=server_optimizer,
+        server_optimizer=server_optimizer, matched_global=matched_global,
     )  # fmt: skip
     fed_started = time.perf_counter()
 
@@ -316,6 +317,7 @@ def run_federation_helps(
         prox_mu=prox_mu,
         server_lr=server_lr,
         server_optimizer=server_optimizer,
+        matched_global=matched_global,
         bytes_per_node_last_round=traffic,
         federation_wall_s=federation_wall,
         own_only_wall_s=own_wall,
@@ -373,6 +375,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--server-optimizer", choices=["sgd", "adam"], default="sgd", help="adam: FedAdam"
+    )
+    parser.add_argument(
+        "--matched-global",
+        action="store_true",
+        help="serve a newcomer the global its delivered experts were trained on",
     )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--work", type=Path, help="keep the nodes' state dirs here")
@@ -450,6 +457,7 @@ def main(argv: list[str] | None = None) -> None:
                     prox_mu=args.prox_mu,
                     server_lr=args.server_lr,
                     server_optimizer=args.server_optimizer,
+                    matched_global=args.matched_global,
                     command=command,
                     data=data,
                     threads=args.threads,

@@ -65,6 +65,7 @@ class FederationHelpsReport(BaseModel):
     prox_mu: float = 0.0  # FedProx proximal term on the shared parts (0: plain FedAvg)
     server_lr: float = 1.0  # server learning rate on the averaged change (1: FedAvg)
     server_optimizer: str = "sgd"  # sgd: FedAvg(M without momentum); adam: FedAdam
+    matched_global: bool = False  # newcomers get the global their experts were trained on
     bytes_per_node_last_round: dict[str, dict[str, int]]
     federation_wall_s: float
     own_only_wall_s: float
@@ -255,7 +256,8 @@ def _variant_text(report: FederationHelpsReport) -> str:
     return (
         f"local batch {report.local_batch} tasks per step, proximal term mu = "
         f"{report.prox_mu:g}, server optimizer {report.server_optimizer} at learning rate "
-        f"{report.server_lr:g}"
+        f"{report.server_lr:g}; newcomers get "
+        + ("the global their experts were trained on" if report.matched_global else "the latest")
     )
 
 

@@ -473,6 +473,17 @@ class Registry:
             )
         return version
 
+    def global_sent_in(self, round_: int) -> tuple[int, dict[str, np.ndarray]] | None:
+        """The global model round `round_` was sent: the newest saved before that round."""
+        rows = list(
+            self.db["model_versions"].rows_where(
+                "round < ?", [round_], order_by="version desc", limit=1
+            )
+        )
+        if not rows:
+            return None
+        return rows[0]["version"], arrays_from_bytes(rows[0]["weights"])
+
     def latest_global(self) -> tuple[int, dict[str, np.ndarray]] | None:
         rows = list(self.db["model_versions"].rows_where(order_by="version desc", limit=1))
         if not rows:

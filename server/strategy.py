@@ -160,6 +160,8 @@ class RoundPlan:
     sampled: list[int]
     delivered: dict[str, list[str]]  # node key -> expert names sent to it
     bytes_down: dict[int, int]  # node_id -> payload bytes sent to it
+    # node_id -> the older global sent to it in place of the current (see matched_base)
+    bases: dict[int, Arrays] = field(default_factory=dict)
 
 
 @dataclass
@@ -201,6 +203,7 @@ class SiMoEStrategy:
         prox_mu: float = 0.0,
         server_lr: float = 1.0,
         server_optimizer: str = "sgd",
+        matched_global: bool = False,
     ) -> None:
         self.registry = registry
         self.similarity = similarity
@@ -222,6 +225,7 @@ class SiMoEStrategy:
             raise ValueError(f"server_optimizer must be sgd or adam, got {server_optimizer!r}")
         self.server_optimizer = server_optimizer
         self.server_adam = ServerAdam(server_lr) if server_optimizer == "adam" else None
+        self.matched_global = matched_global
         self.roster = Roster()
 
     # -- aggregation: the hooks robust strategies override -----------------------------
@@ -355,11 +359,17 @@ class SiMoEStrategy:
             rng = np.random.default_rng(self.seed + server_round)
             node_ids = sorted(rng.choice(node_ids, size=count, replace=False).tolist())
         plan = RoundPlan(messages=[], sampled=node_ids, delivered={}, bytes_down={})
-        arrays = arrays_to_record(inputs.arrays)
-        version = self.registry.global_version()
+        current = arrays_to_record(inputs.arrays)
+        latest = self.registry.global_version()
         for node_id in node_ids:
             node_key = self.roster.identity[node_id]
-            experts = self.nearest_experts(node_key, inputs.arrays, self.roster.can_check(node_id))
+            can_check = self.roster.can_check(node_id)
+            experts = self.nearest_experts(node_key, inputs.arrays, can_check)
+            version, arrays = latest, current
+            base = None if can_check else self.matched_base(experts, latest)
+            if base is not None:
+                version, plan.bases[node_id] = base
+                arrays = arrays_to_record(plan.bases[node_id])
             instruction = TrainInstruction(
                 server_round=server_round,
                 global_version=version,
@@ -383,6 +393,23 @@ class SiMoEStrategy:
                 )
             )
         return plan
+
+    def matched_base(self, experts: Sequence[str], latest: int) -> tuple[int, Arrays] | None:
+        """For a node with no expert of its own: the global its delivered experts were
+        trained on, where that is older than the latest (None: send the latest).
+
+        Each expert is trained on the global its node was sent, and the round's average
+        then moves the global on: the experts in the registry always match the global one
+        version back. A node with its own expert tunes mostly with that one (trained on the
+        global it gets); a newcomer tunes with the delivered experts alone, so with
+        `matched_global` it gets the encoder they were trained on. The bigger the server's
+        step (`server_optimizer="adam"`), the more that matters.
+        """
+        if not self.matched_global or not experts:
+            return None
+        rounds = [info.round for info in self.registry.experts() if info.name in set(experts)]
+        base = self.registry.global_sent_in(max(rounds)) if rounds else None
+        return base if base is not None and base[0] != latest else None
 
     def aggregate_train(
         self, inputs: RoundInputs, plan: RoundPlan, replies: Iterable[Message]
@@ -441,6 +468,8 @@ class SiMoEStrategy:
                 self.registry.put_expert(
                     node["name"], who, own, round_=server_round, num_examples=int(weight)
                 )
+            if node_id in plan.bases:  # trained from an older global: its change, on the current
+                update = apply_change(inputs.arrays, delta(update, plan.bases[node_id]))
             updates.append(update)
             weights.append(weight)
             outcome.accepted.append(who)

@@ -81,6 +81,7 @@ class ToyNode:
     got_global: list[dict[str, np.ndarray]] = field(default_factory=list)
     refutes: list[str] = field(default_factory=list)  # experts its "records" refute
     instructions: list[TrainInstruction] = field(default_factory=list)
+    trained_from: list[dict[str, np.ndarray]] = field(default_factory=list)  # globals sent
     device_kind: str = "sim"
 
     @property
@@ -126,6 +127,7 @@ class ToyNode:
             assert sorted(delivered) == sorted(instruction.experts)
             node.received_experts.append(instruction.experts)
             node.instructions.append(instruction)
+            node.trained_from.append(record_to_arrays(message.content.array_records[REC_SHARED]))
             shared = {k: np.full(s, node.value, dtype=np.float32) for k, s in SHARED_SHAPES.items()}
             if node.corrupt is not None:
                 shared = node.corrupt(shared)

@@ -351,3 +351,25 @@ def test_strategy_with_server_adam_steps_through_it(tmp_path: Path) -> None:
     np.testing.assert_allclose(new["enc.w"], 0.1, rtol=1e-5)
     with pytest.raises(ValueError, match="server_optimizer"):
         SiMoEStrategy(registry, toy_similarity, server_optimizer="yogi")
+
+
+def test_a_newcomer_gets_the_global_its_experts_were_trained_on(tmp_path: Path) -> None:
+    """matched_global: experts of round 2 were trained on v2, the global is v3 by then; a
+    node with no expert of its own is sent v2, and a change it sends is applied to v3."""
+    a, b = ToyNode("a", 1000, value=1.0), ToyNode("b", 2000, value=3.0)
+    grid, strategy, registry = make_fleet(tmp_path, [a, b], k_experts=2, matched_global=True)
+    run(grid, strategy)  # v2 = 2
+    a.value = 5.0
+    run(grid, strategy)  # trained on v2; v3 = 4
+    newcomer = ToyNode("n", 1500, value=7.0)
+    grid.add_node(1009, newcomer.app(), {"state-dir": str(tmp_path / "n")})
+    [outcome] = run(grid, strategy)
+    [instruction] = newcomer.instructions
+    assert instruction.global_version == 2 and sorted(instruction.experts) == ["a", "b"]
+    assert all(np.all(v == 2.0) for v in newcomer.trained_from[0].values())
+    assert all(np.all(v == 4.0) for v in a.trained_from[-1].values())  # members: the latest
+    version, arrays = registry.latest_global()
+    expected = 4.0 + ((5 - 4) + (3 - 4) + (7 - 2)) / 3  # its change rebased onto v3
+    assert version == outcome.global_version == 4
+    for value in arrays.values():
+        np.testing.assert_allclose(value, expected, rtol=1e-6)
