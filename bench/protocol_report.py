@@ -115,11 +115,43 @@ def markdown(result: dict) -> str:
                 f"| {m} | {b} | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] | "
                 f"{'yes' if lo > 0 else 'no'} |"
             )
+    lines += per_unit(result)
     if result["fidelity"]:
         lines += probes_matter(result)
     lines += gates_markdown(result.get("gates", {}))
     lines += grid_table(result.get("grid_scores", {}))
     return "\n".join(lines) + "\n"
+
+
+def per_unit(
+    result: dict, peers: tuple[str, ...] = ("nearest-expert", "schedule-transfer")
+) -> list[str]:
+    """Per target unit: SiMoE and its two closest peers at budgets 0 and 16 (seeds averaged):
+    where a mean difference comes from."""
+    budgets = [b for b in protocol.BUDGETS if b in (0, 16)]
+    got = {(m, b): seed_mean(result, m, b) for m in ("simoe", *peers) for b in budgets}
+    if any(v is None for v in got.values()):
+        return []
+    cols = [(m, b) for b in budgets for m in ("simoe", *peers)]
+    lines = [
+        "",
+        "Per unit (top-1, seeds averaged): SiMoE, " + ", ".join(peers) + " and SiMoE minus "
+        f"{peers[-1]}, at budgets {budgets}.",
+        "",
+        "| unit | "
+        + " | ".join(f"{m} {b}" for m, b in cols)
+        + " | "
+        + " | ".join(f"SiMoE - {peers[-1]} {b}" for b in budgets)
+        + " |",
+        "|---|" + "---|" * (len(cols) + len(budgets)),
+    ]
+    for u in result["units"]:
+        cells = [f"{got[c][u].mean():.3f}" for c in cols]
+        cells += [
+            f"{got[('simoe', b)][u].mean() - got[(peers[-1], b)][u].mean():+.3f}" for b in budgets
+        ]
+        lines.append(f"| {u.removeprefix('sim:')} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def probes_matter(result: dict) -> list[str]:

@@ -50,7 +50,9 @@ from simoe_model.train import predict  # noqa: E402
 CHOICES = Path(__file__).with_name("protocol_choices.json")
 # The grid --select searches, per method (small: 2 shared cores).
 GRID: dict[str, list[dict[str, int]]] = {
+    # s20: each grid widened at the edge its s19 choice sat on (SiMoE low; pooled, MLP high)
     "simoe": [
+        {"expert_epochs": 4, "shared_epochs": 12, "adapt_epochs": 10},
         {"expert_epochs": 8, "shared_epochs": 12, "adapt_epochs": 10},
         {"expert_epochs": 15, "shared_epochs": 12, "adapt_epochs": 10},
         {"expert_epochs": 40, "shared_epochs": 12, "adapt_epochs": 30},
@@ -58,8 +60,9 @@ GRID: dict[str, list[dict[str, int]]] = {
     "pooled": [
         {"expert_epochs": 15, "adapt_epochs": 10},
         {"expert_epochs": 40, "adapt_epochs": 30},
+        {"expert_epochs": 80, "adapt_epochs": 60},
     ],
-    "mlp-finetune": [{"mlp_epochs": 10}, {"mlp_epochs": 50}],
+    "mlp-finetune": [{"mlp_epochs": 10}, {"mlp_epochs": 50}, {"mlp_epochs": 100}],
     "schedule-transfer": [{"k": 1}, {"k": 3}, {"k": 5}],
 }
 METHODS = (

@@ -22,6 +22,7 @@ import argparse
 import itertools
 import json
 import math
+import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -185,9 +186,11 @@ def write_report(
     lines = [
         "# Simulated fleet vs TopHub (real AutoTVM best latencies)",
         "",
-        f"Command: `python -m bench.sim_vs_tophub --max-workloads {args['max_workloads']} "
-        f"--per-workload {args['per_workload']}`; {len(sim)} conv2d/depthwise workloads, "
-        f"simulated = best of the sampled MetaSchedule candidates under the model.",
+        f"Command: `python -m bench.sim_vs_tophub --log PATH/{args['log']} --max-workloads "
+        f"{args['max_workloads']} --per-workload {args['per_workload']}`; {len(sim)} "
+        "conv2d/depthwise workloads, simulated = best of the sampled MetaSchedule candidates "
+        "under the model (sampled in one thread per workload: a function of the seed).  ",
+        f"Ran {result['seconds']:.0f} s; load average {result['load']} (start / end).",
         "",
         "| GPU pair (latency a/b) | workloads | real geomean | simulated geomean | sim/real "
         "| within 1.5x | Spearman of per-workload ratios | real rank similarity "
@@ -232,14 +235,16 @@ def main() -> None:
     parser.add_argument("--cache", default=None, help="keep sampled candidates here for reruns")
     args = parser.parse_args()
     if not args.log.is_file():
-        raise SystemExit(f"{args.log}: no such log (pass --log)")
+        parser.exit(2, f"error: {args.log}: no such log (pass --log)\n")
     real = parse_log(args.log)
     workloads = choose_workloads(real, args.max_workloads)
     print(f"{len(workloads)} workloads, {args.per_workload} candidates each", flush=True)
     t0 = time.perf_counter()
+    load_start = " ".join(f"{x:.1f}" for x in os.getloadavg())
     sim = simulate_best(workloads, args.per_workload, args.workers, args.cache)
     result = compare(real, sim)
     result["seconds"] = time.perf_counter() - t0
+    result["load"] = load_start + " / " + " ".join(f"{x:.1f}" for x in os.getloadavg())
     write_report(real, sim, result, vars(args) | {"log": args.log.name, "cache": None})
     for p in result["pairs"]:
         print(

@@ -68,7 +68,7 @@ def test_training_and_selection_never_read_test_labels(
     tiny_fleet: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from bench import protocol_transfer as pt
-    from bench.protocol_report import grid_table
+    from bench.protocol_report import grid_table, per_unit
 
     for name, value in TINY.items():
         monkeypatch.setattr(protocol, name, value)
@@ -105,6 +105,8 @@ def test_training_and_selection_never_read_test_labels(
     # the validation report: every method and the ablations
     result = pt.evaluate("validation", chosen, [0], list(pt.METHODS), True, labels)
     assert set(result["per_task_top1"][0]) >= {*pt.METHODS, *pt.ABLATIONS}
+    rows = [r for r in per_unit(result) if r.startswith("| ") and not r.startswith("| unit")]
+    assert [r.split(" | ")[0][2:] for r in rows] == [u[4:] for u in result["units"]]
     assert read, "the instrument saw no label read at all"
     assert not test_devices & set(read), "a training or selection path read test labels"
     assert all(p in ("train", "select") for _, p in labels.reads)
