@@ -41,7 +41,7 @@ def _reference_20k(
     has measured every one of them)."""
     weights = {
         t["name"]: t["weight"]
-        for t in report.get("sections", {}).get("compile", {}).get("networks", {})
+        for t in (report.get("sections", {}).get("compile") or {}).get("networks", {})
         .get(key[0], {}).get("tasks_tuned", [])
     }  # fmt: skip
     tuned = {name for r in rows for name in r.get("task_best_s", {})}
@@ -66,7 +66,7 @@ def panels(report: dict[str, Any]) -> list[dict[str, Any]]:
         "budget": [row for run in report.get("budget_repeats", []) for row in run["rows"]],
     }
     for name in ("compile", "budget"):
-        rows = sections.get(name, {}).get("rows", [])
+        rows = (sections.get(name) or {}).get("rows", [])
         for key in sorted({(r["network"], r["gpu"]) for r in rows}):
             mine = [r for r in rows if (r["network"], r["gpu"]) == key and r.get("curve")]
             same = [r for r in repeats[name] if (r["network"], r["gpu"]) == key]
@@ -80,7 +80,7 @@ def panels(report: dict[str, Any]) -> list[dict[str, Any]]:
             if not mine or not refs:
                 continue
             ref, method, where = min(refs)
-            info = sections.get(name, {}).get("networks", {}).get(key[0], {})
+            info = (sections.get(name) or {}).get("networks", {}).get(key[0], {})
             share = info.get("flops_share_tuned")
             scope = (
                 f", {len(info.get('tasks_tuned', []))} task(s), {share:.0%} of its FLOPs"
