@@ -58,6 +58,7 @@ from bench.federation_report import (  # noqa: F401 (the report's names, as they
     NodeRow,
     markdown,
     markdown_seeds,
+    variants_markdown,
 )
 from bench.fleet import FleetGPU, load_gpus, protocol_gpus, split_tasks, synthetic_gpus, write_node
 from bench.reporting import load_average
@@ -387,11 +388,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tag", default="", help="suffix of the report files")
     reporting.add_render_option(parser)
     parser.add_argument(
+        "--compare",
+        type=Path,
+        nargs="+",
+        help="over-seeds reports (.json) to set side by side in OUT/federation_helps_variants"
+        "_TAG.md (TAG: --tag); runs nothing",
+    )
+    parser.add_argument(
         "--refresh-offline",
         action="store_true",
         help="with --render: take the offline figures from the current offline report",
     )
     args = parser.parse_args(argv)
+    if args.compare:
+        reports = {
+            path.stem.removeprefix("federation_helps_"): reporting.read_report(
+                path, FederationHelpsSeeds
+            )
+            for path in args.compare
+        }
+        args.out.mkdir(parents=True, exist_ok=True)
+        text = variants_markdown(reports)
+        (args.out / f"federation_helps_variants{'_' + args.tag if args.tag else ''}.md").write_text(
+            text
+        )
+        print(text)
+        return
     if args.render:
         if "runs" in json.loads(args.render.read_text()):
             over_seeds = reporting.read_report(args.render, FederationHelpsSeeds)

@@ -327,3 +327,34 @@ def markdown_seeds(report: FederationHelpsSeeds) -> str:
                 f"| {gap} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def variants_markdown(reports: dict[str, FederationHelpsSeeds]) -> str:
+    """One row per run (variant): its settings, the nodes' difference and the newcomer gap,
+    each with its interval: the table a variant is chosen from (on validation)."""
+    lines = [
+        "# Federation helps: variants side by side (SIMULATED GPUs)",
+        "",
+        "Each row is one `python -m bench.federation_helps` run over the same seeds (its "
+        "command in the row's report, `federation_helps_<split>_<tag>.md`); the central "
+        "reference gets rounds x epochs per round epochs (the same training effort). "
+        "Intervals: 95 % paired bootstrap over units of their seed means.",
+        "",
+        "| tag | split | rounds x epochs | local batch | prox mu | server | newcomers get | "
+        "nodes: federated - own-only | better | newcomer gap (central - federated) | "
+        "gap per seed | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for tag, report in reports.items():
+        first, s = report.runs[0], summary(report)
+        gap = _ci(s["newcomer_gap"]) if "newcomer_gap" in s else "n/a"
+        per_seed = ", ".join(f"{v:+.3f}" for v in s.get("newcomer_gap_per_seed", []))
+        split = "test" if "test split" in first.data else "validation"
+        matched = "experts' global" if first.matched_global else "latest"
+        lines.append(
+            f"| {tag} | {split} | {first.rounds} x {first.epochs} | {first.local_batch} | "
+            f"{first.prox_mu:g} | {first.server_optimizer} {first.server_lr:g} | {matched} | "
+            f"{_ci(s['node_difference'])} | {s['nodes_better']}/{s['nodes']} | {gap} | "
+            f"{per_seed} | {sum(r.total_wall_s for r in report.runs):.0f} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -321,7 +321,18 @@ def init_certs_command(
     console.print("give nodes the CA: simoe-agent enroll --ca " + str(certs.ca))
 
 
-def aggregation_options(aggregation: str, clip: float, trim: float, krum_f: int):  # noqa: ANN201
+OPTION_NAMES = {"aggregation": "--aggregation", "trim": "--trim", "krum_f": "--krum-f"}
+
+
+def aggregation_options(  # noqa: ANN201
+    aggregation: str,
+    clip: float,
+    trim: float,
+    krum_f: int,
+    server_optimizer: str = "sgd",
+    server_lr: float = 1.0,
+    matched_global: bool = False,
+):
     """AggregationConfig from the CLI options; a bad value is one line naming the option."""
     from pydantic import ValidationError
 
@@ -335,12 +346,14 @@ def aggregation_options(aggregation: str, clip: float, trim: float, krum_f: int)
             clip=clip or None,
             trim=trim,
             krum_f=krum_f,
+            server_optimizer=server_optimizer,  # type: ignore[arg-type]
+            server_lr=server_lr,
+            matched_global=matched_global,
         )
     except ValidationError as exc:
         error = exc.errors()[0]
-        option = {"aggregation": "--aggregation", "trim": "--trim", "krum_f": "--krum-f"}.get(
-            str(error["loc"][0]), str(error["loc"][0])
-        )
+        name = str(error["loc"][0])
+        option = OPTION_NAMES.get(name, "--" + name.replace("_", "-"))
         raise BadInputError(f"{option}: {error['msg']} (got {error.get('input')!r})") from None
 
 
@@ -365,6 +378,18 @@ def start(
     clip: float = typer.Option(0.0, "--clip", help="clip each update's L2 norm (0: off)"),
     trim: float = typer.Option(0.2, "--trim", help="trimmed: fraction cut at each end"),
     krum_f: int = typer.Option(2, "--krum-f", help="krum: nodes assumed malicious"),
+    server_optimizer: str = typer.Option(
+        "sgd",
+        "--server-optimizer",
+        help="the server's step on the nodes' average change: "
+        "sgd (FedAvg at --server-lr 1) or adam (FedAdam)",
+    ),
+    server_lr: float = typer.Option(1.0, "--server-lr", help="the server's step size"),
+    matched_global: bool = typer.Option(
+        False,
+        "--matched-global/--latest-global",
+        help="send a node without an expert of its own the global its experts were trained on",
+    ),
     state_dir: StateDir = None,
     verbose: Verbose = False,
 ) -> None:
@@ -375,7 +400,9 @@ def start(
 
     from server.superlink import Certs, SuperLink, check_certs, init_certs, submit_run
 
-    aggregation_config = aggregation_options(aggregation, clip, trim, krum_f)
+    aggregation_config = aggregation_options(
+        aggregation, clip, trim, krum_f, server_optimizer, server_lr, matched_global
+    )
     if round_interval < 0 or round_timeout <= 0:
         raise BadInputError("--round-interval must be >= 0 and --round-timeout > 0")
     directory = (state_dir or default_state_dir()).expanduser().resolve()

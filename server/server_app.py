@@ -227,9 +227,6 @@ def main(grid: Grid, context: Context) -> None:
             seed=int(cfg.get("seed", 0)),
             local_batch=int(cfg.get("local-batch", 8)),
             prox_mu=float(cfg.get("prox-mu", 0.0)),
-            server_lr=float(cfg.get("server-lr", 1.0)),
-            server_optimizer=str(cfg.get("server-optimizer", "sgd")),
-            matched_global=str(cfg.get("matched-global", "false")).lower() in {"1", "true"},
         )
         run_rounds(
             grid,

@@ -373,3 +373,18 @@ def test_a_newcomer_gets_the_global_its_experts_were_trained_on(tmp_path: Path) 
     assert version == outcome.global_version == 4
     for value in arrays.values():
         np.testing.assert_allclose(value, expected, rtol=1e-6)
+
+
+def test_server_step_settings_survive_the_run_config_and_reach_the_strategy(
+    tmp_path: Path,
+) -> None:
+    config = AggregationConfig(
+        aggregation="median", server_optimizer="adam", server_lr=0.01, matched_global=True
+    )
+    again = AggregationConfig.from_run_config(config.run_config())
+    assert again == config and "FedAdam" in again.describe()
+    with Registry(tmp_path / "registry.sqlite") as registry:
+        strategy = make_strategy(again, registry, toy_similarity)
+    assert strategy.aggregation == "median" and strategy.matched_global
+    assert strategy.server_adam is not None and strategy.server_adam.lr == 0.01
+    assert AggregationConfig.from_run_config({}).server_optimizer == "sgd"  # FedAvg

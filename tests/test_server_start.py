@@ -144,6 +144,8 @@ def test_bad_certificates_are_one_line_exit_2(tmp_path: Path, damage: str) -> No
         (["--aggregation", "trimmed", "--trim", "0.6"], "--trim"),
         (["--clip", "-3"], "--clip"),
         (["--aggregation", "krum", "--krum-f", "-1"], "--krum-f"),
+        (["--server-optimizer", "yogi"], "--server-optimizer"),
+        (["--server-lr", "0"], "--server-lr"),
     ],
 )
 def test_bad_aggregation_options_are_one_line_exit_2(
