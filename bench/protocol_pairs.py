@@ -14,6 +14,8 @@ tell apart in a top-1 ranking, whatever the representation.
 from __future__ import annotations
 
 import argparse
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -62,13 +64,14 @@ def pair_rows(labels: protocol.UnitLabels) -> list[dict]:
     return rows
 
 
-def markdown(rows: list[dict]) -> str:
+def markdown(rows: list[dict], run: str = "") -> str:
     lines = [
         "# Units of one model: how differently they rank candidates (SIMULATED)",
         "",
         "Command: `python -m bench.protocol_pairs`. Agreement = mean per-task Spearman of the "
         "two units' latencies over the candidates both measured; latency ratio = geometric "
-        "mean of b/a over them.",
+        "mean of b/a over them. No training, no seed: every unit's labels as built.  ",
+        run,
         "",
         "| split | unit a | unit b | rank agreement | latency ratio b/a | shared candidates |",
         "|---|---|---|---|---|---|",
@@ -86,7 +89,12 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=protocol.DATA_DIR)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    text = markdown(pair_rows(protocol.UnitLabels(args.data)))
+    started = time.perf_counter()
+    rows = pair_rows(protocol.UnitLabels(args.data))
+    digest = protocol.fleet_hashes(args.data)["digest"]
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    run = f"Fleet digest {digest[:12]}...; {time.perf_counter() - started:.0f} s; load {load}."
+    text = markdown(rows, run)
     args.out.write_text(text)
     print(text)
 
