@@ -123,6 +123,41 @@ def _top1_with(model, tasks, hv, names) -> float:  # noqa: ANN001
     return task_metrics(pairs)["top1"]
 
 
+COLUMNS = {
+    "fed_k": "federated newcomer (its k experts)",
+    "fed_all": "same global, all experts",
+    "fed_all_central_gate": "+ gate trained centrally",
+    "fed_encoder_central_experts": "federated encoder, experts trained centrally",
+    "central_k": "central, the newcomer's k experts",
+    "central_all": "central (all experts)",
+}
+
+
+def summary_markdown(results: list[dict]) -> str:
+    """One row per diagnostic run: its settings and each swap's mean top-1 over newcomers."""
+    lines = [
+        "# Why the federated newcomer trails the central model (SIMULATED, validation units)",
+        "",
+        "Each row: `python -m bench.federation_diagnose --seed S --rounds R --epochs E "
+        "[--local-batch B --prox-mu M --server-optimizer O --server-lr L]` (central: 12 "
+        "epochs); the validation units' mean zero-shot top-1 when ONE part of the newcomer's "
+        "model is swapped (bench/federation_diagnose.py's docstring says what each is).",
+        "",
+        "| seed | rounds x epochs | local batch | prox mu | server | "
+        + " | ".join(COLUMNS.values())
+        + " | load at end |",
+        "|---|---|---|---|---|" + "---|" * len(COLUMNS) + "---|",
+    ]
+    for r in results:
+        server = f"{r.get('server_optimizer', 'sgd')} {r.get('server_lr', 1.0):g}"
+        cells = " | ".join(f"{r['means'][k]:.3f}" for k in COLUMNS)
+        lines.append(
+            f"| {r['seed']} | {r['rounds']} x {r['epochs']} | {r.get('local_batch', 8)} | "
+            f"{r.get('prox_mu', 0.0):g} | {server} | {cells} | {r['load_average'][0]:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
@@ -135,7 +170,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--server-lr", type=float, default=1.0)
     parser.add_argument("--server-optimizer", choices=["sgd", "adam"], default="sgd")
     parser.add_argument("--out", type=Path, default=Path("runs/fed_diagnose"))
+    parser.add_argument(
+        "--summarize", type=Path, nargs="+", help="diagnostic .json files: one table, OUT/"
+        "federation_diagnose.md; runs nothing",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.summarize:
+        text = summary_markdown([json.loads(p.read_text()) for p in args.summarize])
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "federation_diagnose.md").write_text(text)
+        print(text)
+        return
     import torch
 
     torch.set_num_threads(1)
