@@ -13,6 +13,7 @@ offline-transfer section but never used to train anything here.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -269,8 +270,6 @@ CACHE_VERSION = "c1"  # bump when sampling, the fleet search or the latency mode
 def _cache_key(task: TuneTask, gpus: list[str], settings: CompileSettings, seed: int) -> str:
     """What a task's training candidates depend on: the task, the GPUs, the sampling and
     fleet-search settings, the seed and the simulator's code version (CACHE_VERSION)."""
-    import hashlib
-
     import tvm
 
     parts = {
@@ -400,8 +399,16 @@ def write_fleet_stores(sampled: list[Sampled], gpus: list[str], profiles: dict, 
 
 
 # -- cost models -------------------------------------------------------------------------------
-def pretrained_mlp_trainer(train: list[DeviceDataset], epochs: int, seed: int) -> Any:
-    """MetaSchedule's SegmentSumMLP trainer pre-trained on the training GPUs (164 features)."""
+def pretrained_mlp_trainer(
+    train: list[DeviceDataset], epochs: int, seed: int, cache: Path | None = None
+) -> Any:
+    """MetaSchedule's SegmentSumMLP trainer pre-trained on the training GPUs (164 features).
+
+    `cache`: a file for the trained weights; when it exists they are loaded instead of
+    training again (the same data, epochs and seed give the same model; the weights are
+    all `train_full` leaves behind that the tuning uses: `train_incremental` makes its own
+    optimizer). Its 50 validated epochs on 23 units are most of the section's preparation."""
+    import torch
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.cost_model import mlp_model as mm
 
@@ -415,9 +422,21 @@ def pretrained_mlp_trainer(train: list[DeviceDataset], epochs: int, seed: int) -
     config = mm.TrainerConfig(num_epoch_full=epochs, num_epoch_incremental=5)
     trainer = mm.SegmentSumMLPTrainer(train_config=config, state=state)
     mm.logger.setLevel("WARNING")
+    if cache is not None and cache.exists():
+        try:
+            state.model.load_state_dict(torch.load(cache, weights_only=True))
+            state.untrained_size = 0
+            return trainer
+        except Exception:  # noqa: BLE001 - a damaged entry: train again
+            cache.unlink(missing_ok=True)
     mm.random.seed(seed)
     with step_lr_accepts_verbose():
         trainer.train_full()
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(".tmp")
+        torch.save(state.model.state_dict(), tmp)
+        tmp.replace(cache)
     return trainer
 
 
@@ -507,6 +526,7 @@ def prepare(
     net_tasks: dict[str, list[TuneTask]] = {}
     net_sampled: dict[str, list[Sampled]] = {}
     sampled: list[Sampled] = []
+    data_keys: list[str] = []  # the training candidates' cache keys: what the models saw
     for network in settings.networks:
         t0 = time.perf_counter()
         say(f"{network}: extracting tasks")
@@ -531,6 +551,7 @@ def prepare(
             # every --seed: a seed changes the models' training and every method's search
             seed = SAMPLE_SEED + len(sampled) + i
             mine.append(training_candidates(t, all_gpus, settings, seed, work_dir / "samples"))
+            data_keys.append(_cache_key(t, all_gpus, settings, seed))
         sampled += mine
         net_sampled[network] = mine
         net_tasks[network] = tasks
@@ -552,7 +573,9 @@ def prepare(
     t0 = time.perf_counter()
     simoe = train_simoe(train, settings)
     t1 = time.perf_counter()
-    mlp = pretrained_mlp_trainer(train, settings.mlp_epochs, settings.seed)
+    mlp_key = json.dumps([CACHE_VERSION, data_keys, settings.mlp_epochs, settings.seed])
+    mlp_file = work_dir / "models" / f"mlp-{hashlib.sha256(mlp_key.encode()).hexdigest()[:16]}.pt"
+    mlp = pretrained_mlp_trainer(train, settings.mlp_epochs, settings.seed, mlp_file)
     prep_seconds["simoe_train_offline"] = t1 - t0
     prep_seconds["mlp_pretrain_offline"] = time.perf_counter() - t1
     prep_seconds["cpu_s"] = time.process_time() - cpu0  # all of the above, CPU

@@ -95,8 +95,9 @@ def test_verdict_when_never_reached() -> None:
     assert claims.verdict(70.0, 61.0) == "met"
 
 
-def test_mlp_peer_trains_with_fewer_than_ten_epochs() -> None:
-    """TVM's trainer sets StepLR(step_size=epochs // 10): 0 below 10 epochs (a crash)."""
+def test_mlp_peer_trains_with_fewer_than_ten_epochs(tmp_path: Path, monkeypatch: Any) -> None:
+    """TVM's trainer sets StepLR(step_size=epochs // 10): 0 below 10 epochs (a crash). The
+    trained weights are cached: a second call with the cache file predicts the same."""
 
     from simoe_model.task_data import DeviceDataset, TaskData
 
@@ -112,11 +113,20 @@ def test_mlp_peer_trains_with_fewer_than_ten_epochs() -> None:
     ]
     # TVM holds out whole groups (device x task) for validation: at least 5 groups needed
     train = [DeviceDataset(f"sim:{g}", np.zeros(8, np.float32), tasks) for g in "abcde"]
-    trainer = compile_data.pretrained_mlp_trainer(train, epochs=2, seed=0)
+    cache = tmp_path / "mlp.pt"
+    trainer = compile_data.pretrained_mlp_trainer(train, epochs=2, seed=0, cache=cache)
     assert trainer.scheduler.last_epoch == 2  # both epochs ran (the scheduler stepped twice)
     predicted = trainer.predict_incremental(list(tasks[0].features))
     assert predicted.shape == (40,) and np.all(np.isfinite(predicted))
     assert len(np.unique(predicted)) > 1  # a trained model tells the candidates apart
+    from tvm.s_tir.meta_schedule.cost_model import mlp_model
+
+    def no_training(_self: Any) -> None:
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(mlp_model.SegmentSumMLPTrainer, "train_full", no_training)
+    again = compile_data.pretrained_mlp_trainer(train, epochs=2, seed=0, cache=cache)
+    assert np.array_equal(again.predict_incremental(list(tasks[0].features)), predicted)
 
 
 @pytest.mark.slow
