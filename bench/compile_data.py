@@ -575,7 +575,15 @@ def prepare(
     t1 = time.perf_counter()
     mlp_key = json.dumps([CACHE_VERSION, data_keys, settings.mlp_epochs, settings.seed])
     mlp_file = work_dir / "models" / f"mlp-{hashlib.sha256(mlp_key.encode()).hexdigest()[:16]}.pt"
-    mlp = pretrained_mlp_trainer(train, settings.mlp_epochs, settings.seed, mlp_file)
+    # trained only when a method of the run uses it (e.g. not for `--methods simoe-fast`)
+    uses_mlp = settings.runs("mlp-fast") or settings.runs(
+        f"ms-mlp-pretrained-{settings.tlm_budget}"
+    )
+    mlp = (
+        pretrained_mlp_trainer(train, settings.mlp_epochs, settings.seed, mlp_file)
+        if uses_mlp
+        else None
+    )
     prep_seconds["simoe_train_offline"] = t1 - t0
     prep_seconds["mlp_pretrain_offline"] = time.perf_counter() - t1
     prep_seconds["cpu_s"] = time.process_time() - cpu0  # all of the above, CPU
