@@ -126,31 +126,51 @@ def markdown(result: dict) -> str:
 def per_unit(
     result: dict, peers: tuple[str, ...] = ("nearest-expert", "schedule-transfer")
 ) -> list[str]:
-    """Per target unit: SiMoE and its two closest peers at budgets 0 and 16 (seeds averaged):
-    where a mean difference comes from."""
+    """Per target unit: SiMoE and its two closest peers at budgets 0 and 16 (seeds averaged)
+    and the unit's measured twin agreement (gate table): where a mean difference comes from."""
     budgets = [b for b in protocol.BUDGETS if b in (0, 16)]
     got = {(m, b): seed_mean(result, m, b) for m in ("simoe", *peers) for b in budgets}
     if any(v is None for v in got.values()):
         return []
+    gates = result.get("gates", {})
+    twin = {
+        u: np.mean([g[u]["twin_agreement"] for g in gates.values() if u in g])
+        for u in result["units"]
+        if any(u in g for g in gates.values())
+    }
     cols = [(m, b) for b in budgets for m in ("simoe", *peers)]
     lines = [
         "",
         "Per unit (top-1, seeds averaged): SiMoE, " + ", ".join(peers) + " and SiMoE minus "
-        f"{peers[-1]}, at budgets {budgets}.",
+        f"{peers[-1]}, at budgets {budgets}; twin = the measured twin's agreement (gate table).",
         "",
         "| unit | "
         + " | ".join(f"{m} {b}" for m, b in cols)
         + " | "
         + " | ".join(f"SiMoE - {peers[-1]} {b}" for b in budgets)
-        + " |",
-        "|---|" + "---|" * (len(cols) + len(budgets)),
+        + " | twin |",
+        "|---|" + "---|" * (len(cols) + len(budgets) + 1),
     ]
     for u in result["units"]:
         cells = [f"{got[c][u].mean():.3f}" for c in cols]
         cells += [
             f"{got[('simoe', b)][u].mean() - got[(peers[-1], b)][u].mean():+.3f}" for b in budgets
         ]
+        cells.append(f"{twin[u]:.3f}" if u in twin else "")
         lines.append(f"| {u.removeprefix('sim:')} | " + " | ".join(cells) + " |")
+    units = result["units"]
+    ahead = ", ".join(
+        f"{sum(got[('simoe', b)][u].mean() > got[(peers[-1], b)][u].mean() for u in units)} of "
+        f"{len(units)} units at budget {b}"
+        for b in budgets
+    )
+    same = sum(np.allclose(got[("simoe", budgets[-1])][u], got[("simoe", 0)][u]) for u in units)
+    lines += [
+        "",
+        f"SiMoE is ahead of {peers[-1]} on {ahead}. Its per-task top-1 at budget "
+        f"{budgets[-1]} equals budget 0's on {same} of {len(units)} units (the few-shot "
+        "adaptation did not change its top choice there).",
+    ]
     return lines
 
 
