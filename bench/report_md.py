@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bench.report_compile_md import budget_md, compile_md, fmt, mlp_why, pct, verdict
 from bench.report_model import BenchReport, CpuSection, FederationSection, OfflineSection
-from bench.report_refs import missed_md, references_md, ten_g_md
+from bench.report_refs import missed_md, references_md, ten_g_md, trial_cost_md
 
 QUICK_TARGET_MIN = 15.0
 
@@ -67,6 +67,7 @@ def markdown(report: BenchReport) -> str:
     if s.budget:
         lines += budget_md(s.budget, report.budget_repeats)
     lines += references_md(report.references)
+    lines += trial_cost_md(report.reference_trial_cost)
     lines += missed_md(report)
     lines += [
         "## Section timings",

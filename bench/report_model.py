@@ -286,6 +286,24 @@ class ReferenceSummary(_Row):
     task_best_s: dict[str, float | None] = Field(default_factory=dict)
 
 
+class TrialCost(_Row):
+    """Where a reference trial's CPU goes (bench/reference_cost.py's trial_cost.json)."""
+
+    command: str
+    network: str
+    unit: str
+    task: str
+    trials: int
+    cpu_s: float
+    cpu_s_per_trial: float | None
+    wall_s: float
+    profiled_wall_s: float
+    share_of_profiled_wall: dict[str, float]
+    load_start: list[float]
+    load_end: list[float]
+    note: str = ""
+
+
 class BenchReport(_Row):
     """bench/reports/report.json."""
 
@@ -303,3 +321,4 @@ class BenchReport(_Row):
     budget_repeats: list[Repeat] = Field(default_factory=list)
     cpu_s: float | None = None  # CPU seconds of this run (process and children)
     references: list[ReferenceSummary] = Field(default_factory=list)
+    reference_trial_cost: TrialCost | None = None

@@ -10,7 +10,7 @@ from typing import Any
 
 from bench.claims import TARGET_COMPILE_SPEEDUP, TARGET_PERF_SHARE, Claims, peers_at
 from bench.report_compile_md import fmt
-from bench.report_model import BenchReport, ReferenceSummary
+from bench.report_model import BenchReport, ReferenceSummary, TrialCost
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCES = ROOT / "bench" / "reports" / "references"
@@ -42,6 +42,30 @@ def load_references(where: Path = REFERENCES) -> list[ReferenceSummary]:
             )
         )  # fmt: skip
     return out
+
+
+def trial_cost_md(cost: TrialCost | None) -> list[str]:
+    """Where a reference trial's CPU goes: MetaSchedule's own search, or something of ours."""
+    if cost is None:
+        return []
+    share = cost.share_of_profiled_wall
+    names = {
+        "metaschedule_cpp_search": "MetaSchedule's C++ evolutionary search (sampling, "
+        "mutation, postprocessors, features)",
+        "xgb": "XGB training and scoring",
+        "simulator": "the simulated GPU's latency model (ours)",
+        "tvm_import_once": "TVM's one-off import (once per process)",
+    }
+    return [
+        f"Where a trial's CPU goes (`{cost.command}`; {cost.task} of {cost.network} on "
+        f"sim:{cost.unit}, {cost.trials} trials, {cost.cpu_s:.0f} CPU s = "
+        f"{fmt(cost.cpu_s_per_trial, '.2f')} CPU s per trial, load {cost.load_start} -> "
+        f"{cost.load_end}; shares of the profiled wall time, under cProfile): "
+        + "; ".join(f"{names.get(k, k)} {v:.1%}" for k, v in share.items())
+        + ". MetaSchedule's own search dominates; nothing of ours (the simulator, the "
+        "snapshots) is worth cutting, and its default search settings stay as they are.",
+        "",
+    ]
 
 
 def references_md(refs: list[ReferenceSummary]) -> list[str]:
@@ -153,8 +177,13 @@ def missed_md(report: BenchReport) -> list[str]:
 
 
 def attach(report: BenchReport, where: Path = REFERENCES) -> Any:
-    """The references' summaries, into the report (its JSON renders BENCHMARKS.md)."""
+    """The references' summaries and the measured cost of a trial, into the report (its
+    JSON renders BENCHMARKS.md)."""
     report.references = load_references(where)
+    cost = where / "trial_cost.json"
+    report.reference_trial_cost = (
+        TrialCost.model_validate_json(cost.read_text()) if cost.exists() else None
+    )
     return report
 
 
