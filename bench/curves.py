@@ -101,6 +101,7 @@ def panels(report: dict[str, Any]) -> list[dict[str, Any]]:
 def plot(report: dict[str, Any], path: Path) -> Path | None:
     """All panels in one PNG at `path` (None when the report has no curves)."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -129,7 +130,10 @@ def plot(report: dict[str, Any], path: Path) -> Path | None:
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.axhline(0.95, color="grey", linewidth=0.8, linestyle=":")
         ax.set_xscale("log")
-        ax.set_ylim(0, max(1.6, *(panel["reference_s"] / r["curve"][-1][1] for r in panel["rows"])))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # no crowded labels
+        ax.margins(y=0.05)
+        top = max(panel["reference_s"] / y for r in panel["rows"] for _, y in r["curve"])
+        ax.set_ylim(0, max(1.6, top * 1.08))
         ax.set_title(f"{panel['title']}\nreference = {panel['reference']}", fontsize=8.5)
         ax.set_xlabel("compile time, s (log): search wall + modelled measurement", fontsize=8)
         ax.set_ylabel("performance / reference", fontsize=8)
@@ -142,7 +146,7 @@ def plot(report: dict[str, Any], path: Path) -> Path | None:
         "(SIMULATED GPUs; 1.0 = reference, dotted line = 95%; higher is better)",
         fontsize=10,
     )
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / fig.get_figheight()))  # room for the title
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
