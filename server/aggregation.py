@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from server.defaults import DEPLOYED_SERVER_LR, DEPLOYED_SERVER_OPTIMIZER
 from server.registry import Registry
 from server.strategy import SimilarityFn, SiMoEStrategy
 from server.strategy_krum import SiMoEKrum
@@ -21,6 +22,7 @@ from server.strategy_median import SiMoEMedian
 from server.strategy_trimmed import SiMoETrimmedAvg
 
 Aggregation = Literal["fedavg", "trimmed", "median", "krum"]
+
 STRATEGIES: dict[str, type[SiMoEStrategy]] = {
     cls.aggregation: cls for cls in (SiMoEStrategy, SiMoETrimmedAvg, SiMoEMedian, SiMoEKrum)
 }
@@ -50,8 +52,8 @@ class AggregationConfig(BaseModel):
             clip=clip or None,
             trim=float(cfg.get("trim", 0.2)),  # type: ignore[arg-type]
             krum_f=int(cfg.get("krum-f", 2)),  # type: ignore[arg-type]
-            server_optimizer=str(cfg.get("server-optimizer", "sgd")),  # type: ignore[arg-type]
-            server_lr=float(cfg.get("server-lr", 1.0)),  # type: ignore[arg-type]
+            server_optimizer=str(cfg.get("server-optimizer", DEPLOYED_SERVER_OPTIMIZER)),  # type: ignore[arg-type]
+            server_lr=float(cfg.get("server-lr", DEPLOYED_SERVER_LR)),  # type: ignore[arg-type]
             matched_global=str(cfg.get("matched-global", "false")).lower() in {"1", "true"},
         )
 

@@ -16,6 +16,7 @@ from schemas import BadInputError, RunFailure
 from schemas.cli import Json, Verbose, console, err_console, print_json, print_table, typer_app
 from schemas.errors import output_folder, run_cli
 from schemas.tables import Column, short_time
+from server.defaults import DEPLOYED_EPOCHS, DEPLOYED_SERVER_LR, DEPLOYED_SERVER_OPTIMIZER
 
 app = typer_app(
     "simoe-server",
@@ -366,7 +367,7 @@ def start(
     ),
     rounds: int = typer.Option(0, "--rounds", help="rounds to run; 0 = keep running"),
     k_experts: int = typer.Option(3, "--k-experts", help="experts sent to each node"),
-    epochs: int = typer.Option(2, "--epochs", help="local epochs per round"),
+    epochs: int = typer.Option(DEPLOYED_EPOCHS, "--epochs", help="local epochs per round"),
     min_nodes: int = typer.Option(1, "--min-nodes", help="nodes needed to start a round"),
     round_timeout: float = typer.Option(300.0, "--round-timeout", help="seconds per round"),
     round_interval: float = typer.Option(
@@ -379,12 +380,14 @@ def start(
     trim: float = typer.Option(0.2, "--trim", help="trimmed: fraction cut at each end"),
     krum_f: int = typer.Option(2, "--krum-f", help="krum: nodes assumed malicious"),
     server_optimizer: str = typer.Option(
-        "sgd",
+        DEPLOYED_SERVER_OPTIMIZER,
         "--server-optimizer",
         help="the server's step on the nodes' average change: "
         "sgd (FedAvg at --server-lr 1) or adam (FedAdam)",
     ),
-    server_lr: float = typer.Option(1.0, "--server-lr", help="the server's step size"),
+    server_lr: float = typer.Option(
+        DEPLOYED_SERVER_LR, "--server-lr", help="the server's step size"
+    ),
     matched_global: bool = typer.Option(
         False,
         "--matched-global/--latest-global",

@@ -187,6 +187,9 @@ class Demo:
                 "--port", str(self.port),
                 "--epochs", str(self.plan.epochs),
                 "--k-experts", str(self.plan.k_experts),
+                # the aggregation its recorded runs (README, docs/results/demo*) used; the
+                # deployment's default is FedAdam (server/defaults.py) since session 20
+                "--server-optimizer", "sgd", "--server-lr", "1",
                 "--round-timeout", "300",
                 "--round-interval", str(self.plan.round_interval),
                 "--min-nodes", str(len(self.plan.gpus) + int(self.plan.cpu)),  # all, at once

@@ -24,6 +24,7 @@ from schemas import RunFailure
 from schemas.messages import MSG_REFUSED, REC_CONFIG
 from schemas.protocol import Arrays, prepare_flower_env
 from server.aggregation import AggregationConfig, make_strategy
+from server.defaults import DEPLOYED_EPOCHS
 from server.registry import Registry
 from server.strategy import RoundInputs, RoundOutcome, SimilarityFn, SiMoEStrategy
 from simoe_model import tvm_compat
@@ -223,7 +224,7 @@ def main(grid: Grid, context: Context) -> None:
             default_similarity(),
             k_experts=int(cfg.get("k-experts", 3)),
             min_available_nodes=int(cfg.get("min-nodes", 1)),
-            epochs=int(cfg.get("epochs", 2)),
+            epochs=int(cfg.get("epochs", DEPLOYED_EPOCHS)),
             seed=int(cfg.get("seed", 0)),
             local_batch=int(cfg.get("local-batch", 8)),
             prox_mu=float(cfg.get("prox-mu", 0.0)),

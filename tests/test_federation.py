@@ -387,4 +387,5 @@ def test_server_step_settings_survive_the_run_config_and_reach_the_strategy(
         strategy = make_strategy(again, registry, toy_similarity)
     assert strategy.aggregation == "median" and strategy.matched_global
     assert strategy.server_adam is not None and strategy.server_adam.lr == 0.01
-    assert AggregationConfig.from_run_config({}).server_optimizer == "sgd"  # FedAvg
+    assert AggregationConfig().server_optimizer == "sgd"  # the class: FedAvg
+    assert AggregationConfig.from_run_config({}).server_optimizer == "adam"  # deployed
