@@ -1,7 +1,14 @@
 """Federation helps: each node's federated cost model against one trained on its own data.
 
+    python -m bench.federation_helps --protocol validation|test [--seeds 0,1,2]
+        [--rounds R --epochs E --central-epochs R*E] [--server-optimizer adam --server-lr L]
+        [--local-batch B] [--prox-mu M] [--k-experts K] [--matched-global] [--tag T]
+    python -m bench.federation_helps --compare OUT/federation_helps_*.json --tag T
     python -m bench.federation_helps --data DIR [DIR2 ...]     # the fleet dataset
     python -m bench.federation_helps --synthetic                # synthetic fleet (development)
+
+One federation per seed (the protocol's seeds with --protocol), all with the same
+settings; the variant options are the deployment's own (TrainInstruction, SiMoEStrategy).
 
 A real federation runs in this process: the ServerApp's round loop
 (`server.server_app.run_rounds`), the real `SiMoEStrategy` and expert registry
@@ -32,7 +39,8 @@ experts) and are scored zero-shot on the test split of bench/offline_transfer.py
 offline SiMoE figure for the same GPUs (docs/results/offline_transfer.json).
 
 Everything here is SIMULATED: latencies come from the analytical GPU model.
-Writes OUT/federation_helps.json and OUT/federation_helps.md.
+Writes OUT/federation_helps[_<protocol>][_<tag>].{json,md}: every seed's report and the
+summary over seeds (bench/federation_report.py).
 """
 
 from __future__ import annotations
