@@ -51,6 +51,11 @@ def _cost(row: MethodRow) -> RunCost:
     )
 
 
+def peer_target(peer: str) -> float:
+    """Issue 12: 1.25x of the cost-model peers and "at least that of" schedule transfer."""
+    return 1.0 if peer == "schedule-transfer" else TARGET_TLM_SPEEDUP
+
+
 def peers_at(k: int) -> tuple[str, ...]:
     """SiMoE fast's peers at the same k measurements per task (issue 12's 1.25x claim)."""
     return (f"ms-xgb-{k}", f"ms-mlp-pretrained-{k}", "mlp-fast", "schedule-transfer")

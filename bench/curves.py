@@ -79,7 +79,7 @@ def panels(report: dict[str, Any]) -> list[dict[str, Any]]:
             refs += _reference_20k(report, key, mine)
             if not mine or not refs:
                 continue
-            ref, method, where = min(refs)
+            ref, method, where = min(refs, key=lambda r: (r[0], r[2] != "this run"))
             info = (sections.get(name) or {}).get("networks", {}).get(key[0], {})
             share = info.get("flops_share_tuned")
             scope = (

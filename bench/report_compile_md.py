@@ -3,8 +3,6 @@ budget), rendered from the typed report (bench/report_model.py)."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from bench.claims import (
     GOAL_COMPILE_SPEEDUP,
     TARGET_COMPILE_SPEEDUP,
@@ -13,7 +11,7 @@ from bench.claims import (
     Claims,
     RunToRun,
     crossing,
-    summarize,
+    peer_target,
     verdict,
 )
 from bench.report_model import (
@@ -216,6 +214,8 @@ def compile_md(c: CompileSection, repeats: list[Repeat]) -> list[str]:
             "",
         ]
     lines += claims_table(c.summary, st.tlm_budget)
+    from bench.report_repeats import repeats_md  # it renders with this module's helpers
+
     lines += repeats_md(c.rows, repeats)
     if c.curves_png:
         lines += [
@@ -329,8 +329,7 @@ def _peer_lines(summary: list[PairSummary], claims: Claims, k: int) -> list[str]
     lines = []
     for peer in claims.peers:
         value = claims.vs_peer.get(peer)
-        # the issue asks 1.25x of the cost-model peers and "at least that of" the transfer
-        target = 1.0 if peer == "schedule-transfer" else TARGET_TLM_SPEEDUP
+        target = peer_target(peer)
         met = sum(1 for e in summary if e.speedup_vs.get(peer, 0) >= target)
         have = sum(1 for e in summary if e.speedup_vs.get(peer))
         lines.append(
@@ -361,80 +360,6 @@ def _peer_claims(summary: list[PairSummary], claims: Claims, k: int) -> list[str
         *lines, "", f"Geometric means over the {claims.pairs} network x GPU pair(s):", "",
         *_peer_lines(summary, claims, k), "",
     ]  # fmt: skip
-
-
-def repeats_md(rows: list[MethodRow], repeats: list[Repeat]) -> list[str]:
-    """The same section run again (same settings, same seed): how far the results move."""
-    if not repeats:
-        return []
-    lines = [
-        "**Run-to-run spread.** The same settings were run again "
-        + "; ".join(f"(`{r.command}`, seed {r.settings.seed})" for r in repeats)
-        + ". Network latency in ms, this report's run first; the evolutionary search is not "
-        "deterministic across runs (threads, timing), and XGB scores at random in its warm-up:",
-        "",
-        "| network | GPU | method | "
-        + " | ".join(f"run {i + 1}" for i in range(len(repeats) + 1))
-        + " |",
-        "|---|---|---|" + "---|" * (len(repeats) + 1),
-    ]
-    for r in rows:
-        values = [r.network_latency_s]
-        for rep in repeats:
-            key = (r.network, r.gpu, r.method)
-            match = [x for x in rep.rows if (x.network, x.gpu, x.method) == key]
-            values.append(match[0].network_latency_s if match else None)
-        cells = " | ".join(ms(v) for v in values)
-        lines.append(f"| {r.network} | {r.gpu} | {r.method} | {cells} |")
-    return [*lines, "", *_repeat_claims(rows, repeats)]
-
-
-def _repeat_claims(rows: list[MethodRow], repeats: list[Repeat]) -> list[str]:
-    """The claims at TLM's budget (geometric means over the pairs) in every run."""
-    k = next((r.trials_per_task for r in rows if r.method == "simoe-fast"), 32)
-    lines = []
-    runs = [rows, *(rep.rows for rep in repeats)]
-    every = [e for run_rows in runs for e in summarize(run_rows, k)]
-    pooled = Claims(every, k)
-    for peer, value in pooled.vs_peer.items():
-        target = 1.0 if peer == "schedule-transfer" else TARGET_TLM_SPEEDUP
-        met = sum(1 for e in every if e.speedup_vs.get(peer, 0) >= target)
-        have = sum(1 for e in every if e.speedup_vs.get(peer))
-        lines.append(
-            f"- **All {len(runs)} runs together**: SiMoE fast against {peer} at {k}: "
-            f"{fmt(value, '.3f')}x (geometric mean over {have} network x GPU x run; target >= "
-            f"{target}x: {verdict(value, target)}; met on {met} of {have})."
-        )
-    for method in sorted({r.method for r in rows if r.method.startswith("ms-")}):
-        spread = []
-        for r in rows:
-            if r.method != method or not r.network_latency_s:
-                continue
-            values = [r.network_latency_s] + [
-                x.network_latency_s for rep in repeats for x in rep.rows
-                if (x.network, x.gpu, x.method) == (r.network, r.gpu, method)
-                and x.network_latency_s
-            ]  # fmt: skip
-            if len(values) > 1:
-                spread.append(max(values) / min(values))
-        if spread:
-            lines.append(
-                f"- {method}'s run-to-run spread (slowest / fastest run of a network x GPU): "
-                f"median {float(np.median(spread)):.2f}x, largest {max(spread):.2f}x over "
-                f"{len(spread)} pair(s)."
-            )
-    for i, run_rows in enumerate(runs):
-        claims = Claims(summarize(run_rows, k), k)
-        parts = [
-            f"{fmt(value, '.3f')}x as fast as {peer}'s ({verdict(value, TARGET_TLM_SPEEDUP)})"
-            for peer, value in claims.vs_peer.items()
-        ]
-        lines.append(
-            f"- Run {i + 1}: at {k} measurements per task SiMoE fast's networks are "
-            + " and ".join(parts)
-            + " (geometric means; target >= 1.25x)."
-        )
-    return [*lines, ""]
 
 
 def mlp_why(c: CompileSection, offline: OfflineSection | None) -> list[str]:
