@@ -34,12 +34,13 @@ from schemas import BadInputError, RunFailure
 from schemas.certs import check_certificate
 from schemas.private_files import write_private
 from schemas.protocol import CONNECTION, flower_env, flwr_bin, write_connection
+from server.defaults import DEPLOYED_EPOCHS, DEPLOYED_SERVER_LR, DEPLOYED_SERVER_OPTIMIZER
 
 RUN_CONFIG_DEFAULTS: dict[str, str | int | float] = {
     "registry": "",
     "num-rounds": 0,
     "k-experts": 3,
-    "epochs": 2,
+    "epochs": DEPLOYED_EPOCHS,
     "seed": 0,
     "min-nodes": 1,
     "round-timeout": 120.0,
@@ -49,6 +50,9 @@ RUN_CONFIG_DEFAULTS: dict[str, str | int | float] = {
     "clip": 0.0,
     "trim": 0.2,
     "krum-f": 2,
+    "server-optimizer": DEPLOYED_SERVER_OPTIMIZER,
+    "server-lr": DEPLOYED_SERVER_LR,
+    "matched-global": "false",
 }
 
 
