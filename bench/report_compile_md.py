@@ -59,8 +59,9 @@ def compile_md(c: CompileSection, repeats: list[Repeat]) -> list[str]:
         )
         + "The training candidates are the protocol's fixed sample (bench/protocol.py's "
         "SAMPLE_SEED) on every seed; the seed changes the models' training and every search. "
-        "Budgets are measurements per "
-        f"task; full budget {st.full_budget}, TLM's budget {st.tlm_budget}. "
+        "Budgets are measurements per task; "
+        + (f"full budget {st.full_budget}, " if st.runs("ms-xgb-full") else "")
+        + f"TLM's budget {st.tlm_budget}. "
         f"MetaSchedule's evolutionary search: population {st.population}, "
         f"{st.genetic_iters} genetic iterations. SiMoE fast mode (simoe_model/model_search.py): "
         f"{st.simoe_fast_rounds} chained model-only searches of "
@@ -105,11 +106,15 @@ def compile_md(c: CompileSection, repeats: list[Repeat]) -> list[str]:
             "schedule-transfer (fleet schedule transfer, TopHub-style, no model): the "
             f"{st.tlm_budget} schedules of the task's fleet records with the best mean log "
             "latency over the k most similar training GPUs (cosine of the normalised hardware "
-            "vectors; k from bench/protocol_choices.json), measured. simoe-fast-warm: SiMoE "
-            "fast with the fleet schedule warm start: those same schedules seed its first "
-            "model-only search (what a node that opts in shares: its best schedules' traces "
-            "per workload, no latency, feature or hardware data). "
+            "vectors; k from bench/protocol_choices.json), measured. "
             if any(r.method in ("schedule-transfer", "simoe-fast-warm") for r in c.rows)
+            else ""
+        )
+        + (
+            "simoe-fast-warm: SiMoE fast with the fleet schedule warm start: those same "
+            "schedules seed its first model-only search (what a node that opts in shares: its "
+            "best schedules' traces per workload, no latency, feature or hardware data). "
+            if any(r.method == "simoe-fast-warm" for r in c.rows)
             else ""
         )
         + (

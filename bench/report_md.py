@@ -10,10 +10,17 @@ from bench.report_refs import missed_md, references_md, ten_g_md, trial_cost_md
 QUICK_TARGET_MIN = 15.0
 
 
+def own_sections(report: BenchReport) -> set[str]:
+    """The report's sections that its own invocation ran (not merged from another)."""
+    have = {n for n in type(report.sections).model_fields if getattr(report.sections, n)}
+    return have - {x for o in report.other_runs for x in o.sections}
+
+
 def markdown(report: BenchReport) -> str:
     m = report.machine
     s = report.sections
     minutes = report.elapsed_s / 60
+    stale = not own_sections(report)  # every section came from another invocation
     lines = [
         "# SiMoE benchmarks",
         "",
@@ -26,7 +33,10 @@ def markdown(report: BenchReport) -> str:
         f"this run took **{minutes:.1f} min** of wall time"
         + (f" and {report.cpu_s:.0f} CPU s" if report.cpu_s else "")
         + (
-            f" (target for --quick: under {QUICK_TARGET_MIN} min on 2 cores: "
+            ". None of its sections is in this report any more: each came from the "
+            "invocation named below, so this time is not that of the current --quick."
+            if stale
+            else f" (target for --quick: under {QUICK_TARGET_MIN} min on 2 cores: "
             f"{verdict(minutes, QUICK_TARGET_MIN, higher_is_better=False)}"
             "; where the time went: section timings at the end)."
             if report.mode == "quick"
@@ -40,6 +50,7 @@ def markdown(report: BenchReport) -> str:
             "`python -m bench.run --merge <its report.json>`.\n"
             for o in report.other_runs
         ],
+        *[f"Merged into this report with `{cmd}`.\n" for cmd in report.merge_commands],
         f"Machine: {m.cpu_model}, {m.logical_cores} logical cores, Python {m.python}. "
         f"Load average at start {m.load_average_at_start}, at the end "
         f"{m.load_average_now} (the machine was shared with other jobs: every wall "

@@ -322,3 +322,4 @@ class BenchReport(_Row):
     cpu_s: float | None = None  # CPU seconds of this run (process and children)
     references: list[ReferenceSummary] = Field(default_factory=list)
     reference_trial_cost: TrialCost | None = None
+    merge_commands: list[str] = Field(default_factory=list)  # `bench.run --merge` runs

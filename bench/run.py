@@ -258,6 +258,9 @@ def merge_reports(out: Path, others: list[Path], replace: list[str] | None = Non
     `others` that has one supplies it and the rest join as its repeats."""
     path = out / "report.json"
     data = load_report(path)
+    for o in data.other_runs:  # the invocations that supplied a replaced section
+        o.sections = [x for x in o.sections if x not in (replace or [])]
+    data.other_runs = [o for o in data.other_runs if o.sections]
     for name in replace or []:
         setattr(data.sections, name, None)
         data.section_seconds.pop(name, None)
@@ -283,6 +286,8 @@ def merge_reports(out: Path, others: list[Path], replace: list[str] | None = Non
             setattr(data.sections, name, section)
             data.section_seconds[name] = extra.section_seconds.get(name)
             data.section_cpu_s[name] = extra.section_cpu_s.get(name)
+            if data.section_cpu_s[name] is None and set(extra.section_seconds) == {name}:
+                data.section_cpu_s[name] = extra.cpu_s  # its only section: all its CPU
             data.errors.pop(name, None)
             if name in extra.errors:
                 data.errors[name] = extra.errors[name]
@@ -412,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--replace goes with --merge")
     if args.merge:
         merge_reports(ROOT / args.out, [ROOT / p for p in args.merge], args.replace)
+        data = load_report(ROOT / args.out / "report.json")  # the merge itself, recorded
+        data.merge_commands.append(" ".join(["python -m bench.run", *argv]))
+        write_report(data, ROOT / args.out / "report.json")
     if args.render_only or args.merge:
         return render_only(ROOT / args.out, ROOT / args.markdown)
     chosen = args.sections or ",".join(SECTIONS if args.full else QUICK_SECTIONS)

@@ -342,6 +342,7 @@ def test_merge_with_replace_takes_the_section_from_the_merged_runs(tmp_path: Pat
                      b / "report.json")  # fmt: skip
     run.merge_reports(out, [a / "report.json", b / "report.json"], ["compile"])
     merged = run.load_report(out / "report.json")
+    assert [o.sections for o in merged.other_runs] == [["compile"]]  # from A, once
     assert len(merged.sections.compile.rows) == len(ROWS)
     [repeat] = merged.compile_repeats
     assert repeat.settings.seed == 1 and len(repeat.rows) == 2
