@@ -327,10 +327,13 @@ def claims_table(summary: list[PairSummary], k: int) -> list[str]:
             "method, and SiMoE fast's own search time lowers it further: the paper's 61x is "
             "against MetaSchedule's full budget of thousands of trials per network (section 5)."
         )
-    return [*lines, *_peer_lines(summary, claims, k), ""]
+    return [*lines, *peer_lines(summary, claims, k), ""]
 
 
-def _peer_lines(summary: list[PairSummary], claims: Claims, k: int) -> list[str]:
+def peer_lines(
+    summary: list[PairSummary], claims: Claims, k: int, lead: str = "", unit: str = "pair(s)"
+) -> list[str]:
+    """SiMoE fast against each peer at k: the geometric mean, its verdict, pairs that met it."""
     lines = []
     for peer in claims.peers:
         value = claims.vs_peer.get(peer)
@@ -338,9 +341,9 @@ def _peer_lines(summary: list[PairSummary], claims: Claims, k: int) -> list[str]
         met = sum(1 for e in summary if e.speedup_vs.get(peer, 0) >= target)
         have = sum(1 for e in summary if e.speedup_vs.get(peer))
         lines.append(
-            f"- At {k} measurements per task, SiMoE fast's networks are {fmt(value, '.3f')}x as "
-            f"fast as {peer}'s (target >= {target}x: {verdict(value, target)}; met on {met} of "
-            f"{have} pair(s))."
+            f"- {lead}At {k} measurements per task, SiMoE fast's networks are "
+            f"{fmt(value, '.3f')}x as fast as {peer}'s (target >= {target}x: "
+            f"{verdict(value, target)}; met on {met} of {have} {unit})."
         )
     return lines
 
@@ -363,7 +366,7 @@ def _peer_claims(summary: list[PairSummary], claims: Claims, k: int) -> list[str
         )
     return [
         *lines, "", f"Geometric means over the {claims.pairs} network x GPU pair(s):", "",
-        *_peer_lines(summary, claims, k), "",
+        *peer_lines(summary, claims, k), "",
     ]  # fmt: skip
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from bench.claims import Claims, peer_target, summarize, verdict
-from bench.report_compile_md import fmt, ms
+from bench.report_compile_md import fmt, ms, peer_lines
 from bench.report_model import MethodRow, Repeat
 
 
@@ -44,15 +44,10 @@ def _repeat_claims(rows: list[MethodRow], repeats: list[Repeat]) -> list[str]:
     runs = [rows, *(rep.rows for rep in repeats)]
     every = [e for run_rows in runs for e in summarize(run_rows, k)]
     pooled = Claims(every, k)
-    for peer, value in pooled.vs_peer.items():
-        target = peer_target(peer)
-        met = sum(1 for e in every if e.speedup_vs.get(peer, 0) >= target)
-        have = sum(1 for e in every if e.speedup_vs.get(peer))
-        lines.append(
-            f"- **All {len(runs)} runs together**: SiMoE fast against {peer} at {k}: "
-            f"{fmt(value, '.3f')}x (geometric mean over {have} network x GPU x run; target >= "
-            f"{target}x: {verdict(value, target)}; met on {met} of {have})."
-        )
+    lines += peer_lines(
+        every, pooled, k, lead=f"**All {len(runs)} runs together** (geometric means): ",
+        unit="network x GPU x run",
+    )  # fmt: skip
     for method in sorted({r.method for r in rows if r.method.startswith("ms-")}):
         spread = []
         for r in rows:
