@@ -34,26 +34,7 @@ from schemas import BadInputError, RunFailure
 from schemas.certs import check_certificate
 from schemas.private_files import write_private
 from schemas.protocol import CONNECTION, flower_env, flwr_bin, write_connection
-from server.defaults import DEPLOYED_EPOCHS, DEPLOYED_SERVER_LR, DEPLOYED_SERVER_OPTIMIZER
-
-RUN_CONFIG_DEFAULTS: dict[str, str | int | float] = {
-    "registry": "",
-    "num-rounds": 0,
-    "k-experts": 3,
-    "epochs": DEPLOYED_EPOCHS,
-    "seed": 0,
-    "min-nodes": 1,
-    "round-timeout": 120.0,
-    "wait-nodes": 3600.0,
-    "round-interval": 10.0,
-    "aggregation": "fedavg",
-    "clip": 0.0,
-    "trim": 0.2,
-    "krum-f": 2,
-    "server-optimizer": DEPLOYED_SERVER_OPTIMIZER,
-    "server-lr": DEPLOYED_SERVER_LR,
-    "matched-global": "false",
-}
+from server.run_config import RunConfigValue, ServerRunConfig
 
 
 @dataclass(frozen=True)
@@ -325,7 +306,8 @@ class SuperLink:
 def write_app(directory: Path) -> Path:
     """The Flower app the SuperLink runs: only a pyproject naming installed components."""
     directory.mkdir(parents=True, exist_ok=True)
-    config_lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in RUN_CONFIG_DEFAULTS.items())
+    defaults = ServerRunConfig().to_run_config()  # TOML values: a bool is `true`/`false`
+    config_lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in defaults.items())
     (directory / "pyproject.toml").write_text(
         "[build-system]\n"
         'requires = ["hatchling"]\n'
@@ -347,17 +329,30 @@ def write_app(directory: Path) -> Path:
     return directory
 
 
+def run_config_argument(config: ServerRunConfig) -> str:
+    """`flwr run --run-config`'s value: TOML pairs, so a bool travels as Flower's bool."""
+    return " ".join(f"{k}={json.dumps(v)}" for k, v in config.to_run_config().items())
+
+
 def submit_run(
-    state_dir: Path, address: str, ca: Path, run_config: dict[str, str | int | float]
+    state_dir: Path,
+    address: str,
+    ca: Path,
+    run_config: ServerRunConfig | dict[str, RunConfigValue],
 ) -> str:
-    """`flwr run` the SiMoE app; returns the run id (as text: it is a 64-bit number)."""
-    unknown = set(run_config) - set(RUN_CONFIG_DEFAULTS)
-    if unknown:
-        raise BadInputError(f"unknown run settings {sorted(unknown)}")
+    """`flwr run` the SiMoE app; returns the run id (as text: it is a 64-bit number).
+
+    `run_config`: the settings, or some run-config keys (the others keep the defaults).
+    """
+    if not isinstance(run_config, ServerRunConfig):
+        unknown = set(run_config) - set(ServerRunConfig.keys())
+        if unknown:
+            raise BadInputError(f"unknown run settings {sorted(unknown)}")
+        run_config = ServerRunConfig.from_run_config(run_config)
     flwr_home = state_dir / "flwr"
     write_connection(flwr_home, address, ca)
     app_dir = write_app(state_dir / "simoeapp")
-    overrides = " ".join(f"{k}={json.dumps(v)}" for k, v in run_config.items())
+    overrides = run_config_argument(run_config)
     command = [flwr_bin("flwr"), "run", str(app_dir), CONNECTION, "--format", "json"]
     if overrides:
         command += ["--run-config", overrides]
