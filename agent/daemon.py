@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent.node_state import NodeState, write_atomic
 from schemas import AgentConfig, BadInputError
+from schemas.cli import Trials
 
 log = logging.getLogger("simoe.agent.daemon")
 QUEUE_STATES = ("pending", "running", "done", "failed")
@@ -46,7 +47,7 @@ class Job(BaseModel):
     id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
     kind: Literal["workload", "network"]
     subject: str
-    trials: int = Field(gt=0)
+    trials: Trials
     submitted_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     attempts: int = 0
     cost_model: str | None = None

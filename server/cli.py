@@ -13,7 +13,16 @@ from typing import Annotated, Any
 import typer
 
 from schemas import BadInputError, RunFailure
-from schemas.cli import Json, Verbose, console, err_console, print_json, print_table, typer_app
+from schemas.cli import (
+    Json,
+    Verbose,
+    console,
+    err_console,
+    print_json,
+    print_table,
+    state_folder,
+    typer_app,
+)
 from schemas.errors import output_folder, run_cli
 from schemas.tables import Column, short_time
 from server.run_config import DEFAULTS, ServerRunConfig
@@ -40,18 +49,11 @@ def registry_path(state_dir: Path | None) -> Path:
 def open_registry(state_dir: Path | None):  # noqa: ANN201 - server.registry.Registry
     from server.registry import Registry
 
-    check_state_dir(state_dir or default_state_dir())
+    state_folder(state_dir or default_state_dir())
     path = registry_path(state_dir)
     if not path.exists():
         raise BadInputError(f"{path}: no registry (start the server or pass --state-dir)")
     return Registry(path)
-
-
-def check_state_dir(directory: Path) -> Path:
-    """BadInputError unless `directory` is a folder or can be one (not a file)."""
-    if directory.exists() and not directory.is_dir():
-        raise BadInputError(f"--state-dir {directory} is a file, not a folder")
-    return directory
 
 
 def _fmt_bytes(n: int | None) -> str:
@@ -404,7 +406,7 @@ def start(
         server_lr=server_lr,
         matched_global=matched_global,
     )
-    check_state_dir(directory)
+    state_folder(directory)
     if certs_dir is not None:
         certs = Certs(certs_dir / "ca.pem", certs_dir / "server.pem", certs_dir / "server.key")
         missing = [str(p) for p in (certs.ca, certs.cert, certs.key) if not p.exists()]
