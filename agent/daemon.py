@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent.node_state import NodeState, write_atomic
 from schemas import AgentConfig, BadInputError
+from schemas.children import Child, child, stop_orphans
 from schemas.cli import Trials
 
 log = logging.getLogger("simoe.agent.daemon")
@@ -289,6 +290,14 @@ class AgentDaemon:
             "pid": os.getpid(),
             "supernode_pid": self.supernode.pid if self.supernode else None,
             "job_pid": self.job_process.pid if self.job_process else None,
+            "children": [
+                c.model_dump()
+                for c in (
+                    child("supernode", self.supernode.pid if self.supernode else None),
+                    child("job", self.job_process.pid if self.job_process else None),
+                )
+                if c is not None
+            ],
             "updated_at": datetime.now(timezone.utc).isoformat(),
             "pending": len(self.queue.jobs("pending")),
             "done": len(self.queue.jobs("done")),
@@ -309,32 +318,22 @@ class AgentDaemon:
 
         Its SuperNode and job run in their own sessions, so they outlive it: the old
         SuperNode holds the port, the old job writes the store beside the resumed one.
-        Only processes whose command line names this state directory are touched
-        (a pid may have been reused). Returns the pids stopped.
+        `daemon.json` records them with their start times (`schemas.children`, as the
+        server records its SuperLink); a pid reused since is left alone, and in a file
+        from before start times were kept only processes whose command line names this
+        state directory are touched. Returns the pids stopped.
         """
         try:
             previous = json.loads(self.node.daemon_status_path.read_text())
         except (OSError, ValueError):
             return []
+        records = [Child.model_validate(c) for c in previous.get("children") or []]
+        if not records:  # written before the children were recorded
+            for key in ("supernode_pid", "job_pid"):
+                if isinstance(previous.get(key), int):
+                    records.append(Child(role=key[:-4], pid=previous[key]))
         names = {str(self.state_dir), str(self.state_dir.resolve())}
-        stopped = []
-        for key in ("supernode_pid", "job_pid"):
-            pid = previous.get(key)
-            if not isinstance(pid, int) or pid == os.getpid():
-                continue
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue  # gone already
-            if not any(name in cmdline for name in names):
-                continue
-            log.warning("stopping the %s left by a killed daemon (pid %d)", key[:-4], pid)
-            try:
-                os.killpg(pid, signal.SIGKILL)  # committed records are safe in the store
-            except (ProcessLookupError, PermissionError):
-                continue
-            stopped.append(pid)
-        return stopped
+        return stop_orphans(records, markers=names)
 
     def run(self) -> int:
         self.reap_orphans()

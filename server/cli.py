@@ -419,6 +419,7 @@ def start(
     stop = threading.Event()
     # installed before the SuperLink starts: a SIGTERM while starting still stops it
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGHUP, lambda *_: stop.set())  # its terminal closed: stop its children
     with console.status(f"starting the SuperLink on {link.address}"):
         link.start()
     try:
@@ -434,6 +435,7 @@ def start(
         while not stop.wait(5.0):
             if link.process is not None and link.process.poll() is not None:
                 raise RunFailure(f"the SuperLink exited ({link.process.returncode})")
+            link.record()  # its ServerApps come and go: a successor must find them all
             if link.serverapp_running():
                 last_alive = time.monotonic()
             elif time.monotonic() - last_alive > 90:  # Flower ended the run: start it again

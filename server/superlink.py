@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from schemas import BadInputError, RunFailure
+from schemas import children as kids
 from schemas.certs import check_certificate
 from schemas.private_files import write_private
 from schemas.protocol import CONNECTION, flower_env, flwr_bin, write_connection
@@ -212,7 +213,51 @@ class SuperLink:
             "--port", str(self.port),
         ]  # fmt: skip
 
+    @property
+    def pid_file(self) -> Path:
+        """Who supervises this state directory's SuperLink, and the processes it started."""
+        return self.state_dir / "server.json"
+
+    def record(self, state: str = "running") -> None:
+        """Write the pid file: this process and the SuperLink's whole tree (its ServerApps
+        come and go, so the supervisor calls this again as it watches)."""
+        children: list[kids.Child] = []
+        if state == "running" and self.process is not None and self.process.poll() is None:
+            link = kids.child("superlink", self.process.pid)
+            children = [link, *kids.descendants(self.process.pid)] if link else []
+        data = {
+            "state": state,
+            "supervisor": kids.child("simoe-server", os.getpid()),
+            "address": self.address,
+            "children": children,
+        }
+        write_private(self.pid_file, json.dumps(data, default=_dump, indent=2).encode())
+
+    def stop_orphans(self) -> list[int]:
+        """Stop what a killed predecessor on this state directory left running.
+
+        BadInputError if that predecessor still runs: two servers on one registry.
+        """
+        try:
+            previous = json.loads(self.pid_file.read_text())
+        except (OSError, ValueError):
+            return []
+        owner = previous.get("supervisor")
+        if (
+            owner
+            and owner["pid"] != os.getpid()
+            and kids.is_alive(kids.Child.model_validate(owner))
+        ):
+            raise BadInputError(
+                f"{self.state_dir}: a server runs already on this state dir (pid "
+                f"{owner['pid']}, {previous.get('address')}); stop it first"
+            )
+        records = [kids.Child.model_validate(c) for c in previous.get("children") or []]
+        return kids.stop_orphans(records)
+
     def start(self, timeout: float = 60.0) -> SuperLink:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.stop_orphans()
         if port_open(self.host, self.port):
             raise RunFailure(f"{self.address} is in use already (another SuperLink?)")
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -237,11 +282,14 @@ class SuperLink:
             raise RunFailure(
                 f"the SuperLink did not come up on {self.address}{why}; see {log_path}"
             )
+        self.record()
         return self
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM the SuperLink and its children (SuperExec, ServerApp), then KILL."""
         self._end_tree(graceful=True, timeout=timeout)
+        if self.process is not None:
+            self.record("stopped")
 
     def kill(self) -> None:
         """SIGKILL the SuperLink and every process under it at once: a crash (restart test)."""
@@ -301,6 +349,12 @@ class SuperLink:
             except psutil.Error:
                 continue
         return False
+
+
+def _dump(value: object) -> object:
+    if isinstance(value, kids.Child):
+        return value.model_dump()
+    raise TypeError(type(value).__name__)
 
 
 def write_app(directory: Path) -> Path:
