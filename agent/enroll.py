@@ -226,14 +226,18 @@ def check_port_free(port: int, host: str = "127.0.0.1") -> int:
     return port
 
 
-# What flower-supernode's exit codes mean for a node (flwr.supercore.exit.ExitCode).
+# What flower-supernode's exit codes mean for a node (flwr.supercore.exit.ExitCode; the
+# process's status is the code modulo 256: 305 arrives as 49).
 SUPERNODE_EXITS = {
-    302: "the node key is not a valid private key",
-    303: "node authentication needs TLS",
-    305: "it could not connect to the SuperLink (key not registered, or server gone)",
-    604: "a path it was given (CA certificate, node key) is not a usable file",
-    603: "the CA certificate cannot be used",
-    600: "the server address is not valid",
+    code % 256: why
+    for code, why in {
+        302: "the node key is not a valid private key",
+        303: "node authentication needs TLS",
+        305: "it could not connect to the SuperLink (key not registered, or server gone)",
+        604: "a path it was given (CA certificate, node key) is not a usable file",
+        603: "the CA certificate cannot be used",
+        600: "the server address is not valid",
+    }.items()
 }
 
 
@@ -247,7 +251,7 @@ def supernode_failure(returncode: int | None, log_path: Path) -> str:
     if "address already in use" in tail:
         why = "its local port is in use (another SuperNode on this host?)"
     else:
-        why = SUPERNODE_EXITS.get(returncode or 0) or (
+        why = SUPERNODE_EXITS.get((returncode or 0) % 256) or (
             lines[-1].strip()[:200] if lines else "no output"
         )
     return f"the SuperNode exited with code {returncode}: {why}"

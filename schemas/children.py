@@ -20,8 +20,11 @@ import os
 import signal
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
+
+from schemas.errors import BadInputError
 
 log = logging.getLogger("simoe.children")
 
@@ -126,3 +129,27 @@ def _running(proc: object) -> bool:
         return proc.status() != psutil.STATUS_ZOMBIE  # type: ignore[attr-defined]
     except psutil.Error:
         return False
+
+
+def hold_lock(path: Path, what: str) -> int:
+    """Take the exclusive lock on `path` for this process's life; its file descriptor.
+
+    BadInputError naming the holder's pid if another process holds it (one instance per
+    state directory). The descriptor is not inherited by children (PEP 446), so an
+    orphaned child of a killed holder never keeps the lock.
+    """
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise BadInputError(
+            f"{what} runs already on {path.parent} (pid {holder}); stop it first"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd

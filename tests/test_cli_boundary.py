@@ -84,7 +84,7 @@ def test_supernode_failures_are_told_apart(tmp_path: Path) -> None:
     log.write_text("ERROR: [Errno 98] Address already in use\n")
     assert "port is in use" in enroll_module.supernode_failure(1, log)
     log.write_text("something\n")
-    assert "could not connect to the SuperLink" in enroll_module.supernode_failure(305, log)
+    assert "could not connect to the SuperLink" in enroll_module.supernode_failure(49, log)
     assert "not a usable file" in enroll_module.supernode_failure(604, log)
     assert enroll_module.supernode_failure(9, log).endswith("something")
 
