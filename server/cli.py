@@ -53,7 +53,7 @@ def open_registry(state_dir: Path | None):  # noqa: ANN201 - server.registry.Reg
     path = registry_path(state_dir)
     if not path.exists():
         raise BadInputError(f"{path}: no registry (start the server or pass --state-dir)")
-    return Registry(path)
+    return Registry(path, read_only=True)  # checked (quick_check); never written
 
 
 def _fmt_bytes(n: int | None) -> str:
@@ -407,6 +407,8 @@ def start(
         matched_global=matched_global,
     )
     state_folder(directory)
+    if registry_path(directory).exists():  # a damaged or foreign registry: refused now
+        open_registry(directory).close()
     if certs_dir is not None:
         certs = Certs(certs_dir / "ca.pem", certs_dir / "server.pem", certs_dir / "server.key")
         missing = [str(p) for p in (certs.ca, certs.cert, certs.key) if not p.exists()]
@@ -461,6 +463,26 @@ def start(
     finally:
         link.stop()
         console.print("SuperLink stopped")
+
+
+@app.command()
+def check(
+    state_dir: StateDir = None,
+    as_json: Json = False,
+    verbose: Verbose = False,
+) -> None:
+    """SQLite's full integrity_check of the registry (every open runs the cheap quick_check)."""
+    with open_registry(state_dir) as registry:
+        result = registry.integrity("integrity_check")
+        data = {"registry": str(registry.path), "integrity_check": result}
+    if as_json:
+        print_json(data)
+    else:
+        print_table("registry check", ["", "value"], list(data.items()))
+    if result != "ok":
+        raise RunFailure(
+            f"{data['registry']}: the registry is damaged ({result}); restore a backup"
+        )
 
 
 def _print_backup(title: str, result: Any, as_json: bool) -> None:

@@ -161,7 +161,7 @@ class Demo:
 
         if not self.registry_path.exists():
             return []
-        with Registry(self.registry_path) as registry:
+        with Registry(self.registry_path, read_only=True) as registry:
             return [r for r in registry.rounds() if r.status != "running"]
 
     def expert_names(self) -> set[str]:
@@ -169,7 +169,7 @@ class Demo:
 
         if not self.registry_path.exists():
             return set()
-        with Registry(self.registry_path) as registry:
+        with Registry(self.registry_path, read_only=True) as registry:
             return {e.name for e in registry.experts()}
 
     def report_rounds(self) -> list[Any]:

@@ -133,9 +133,7 @@ def test_a_file_as_state_dir_is_refused(tmp_path: Path, monkeypatch, capsys) -> 
 
 
 @pytest.mark.parametrize("command", ["tune", "submit"])
-def test_huge_trials_are_refused_at_once(
-    tmp_path: Path, command: str, monkeypatch, capsys
-) -> None:
+def test_huge_trials_are_refused_at_once(tmp_path: Path, command: str, monkeypatch, capsys) -> None:
     args = (
         ["tune", "--workload", "matmul:64,64,64", "--device", "cpu"]
         if command == "tune"
