@@ -33,7 +33,13 @@ from agent.payload import (
 )
 from schemas import BadInputError, NodeHello, TrainInstruction
 from schemas.errors import one_line
-from schemas.messages import REC_CONFIG, REC_EXPERT_PREFIX, REC_SHARED, WEIGHT_METRIC
+from schemas.messages import (
+    BUSY_METRIC,
+    REC_CONFIG,
+    REC_EXPERT_PREFIX,
+    REC_SHARED,
+    WEIGHT_METRIC,
+)
 from schemas.protocol import node_reply, prepare_flower_env
 from simoe_model import tvm_compat
 
@@ -45,6 +51,11 @@ def _node(context: Context) -> NodeState:
     if not value:
         raise BadInputError("node config has no 'state-dir' (start the SuperNode with it)")
     return NodeState(Path(str(value)))
+
+
+def queued_jobs(node: NodeState) -> int:
+    """Tuning jobs waiting or running in the node's queue (the daemon's files; a count)."""
+    return sum(len(list((node.queue_dir / d).glob("*.json"))) for d in ("pending", "running"))
 
 
 def _check_experts(context: Context) -> bool:
@@ -194,6 +205,7 @@ def train(message: Message, context: Context) -> Message:
     node.save_model(model)
     metrics = {k: v for k, v in metrics.items() if np.isfinite(v)}
     metrics["train-seconds"] = time.perf_counter() - started
+    metrics[BUSY_METRIC] = float(queued_jobs(node))  # its records are still coming
     state.global_version = instruction.global_version
     state.last_round = instruction.server_round
     state.experts = sorted(set(model.expert_names) - {name})
