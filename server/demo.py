@@ -442,8 +442,20 @@ def newcomer_tunes(
     return rows, selection
 
 
+def check_gpus(plan: DemoPlan) -> None:
+    """Every simulated GPU of the plan exists (asked of `simoe-agent`: the server never
+    imports agent code), before anything starts: one line naming the unknown one."""
+    names = [*plan.gpus, plan.new_gpu]
+    try:
+        cli("simoe-agent", ["dataset", "gpus", "--check", ",".join(names)], timeout=120)
+    except RunFailure as exc:
+        why = str(exc).removeprefix("simoe-agent dataset: ").removeprefix("error: ")
+        raise BadInputError(f"--gpus/--new-gpu: {why.split(': ', 1)[-1]}") from None
+
+
 def run_demo(out: Path, plan: DemoPlan, ui: DemoUI) -> DemoReport:
     plan.check()
+    check_gpus(plan)  # a GPU that does not exist: refused now, not after the servers start
     started = time.perf_counter()
     cpu_before = _children_cpu_s()
     load_start = os.getloadavg()[0]
