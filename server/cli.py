@@ -6,6 +6,7 @@ work while the server runs (WAL) and after it stopped.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -470,6 +471,23 @@ def start(
     finally:
         link.stop()
         console.print("SuperLink stopped")
+
+
+@app.command()
+def watch(
+    state_dir: StateDir = None,
+    interval: float = typer.Option(2.0, "--interval", help="seconds between refreshes"),
+    once: bool = typer.Option(False, "--once", help="print one frame and exit"),
+    verbose: Verbose = False,
+) -> None:
+    """A live view of the fleet: nodes, last contact, the round, experts, rejections."""
+    from schemas.cli import Seconds, checked
+    from server.watch import watch as watch_fleet
+
+    checked("--interval", interval, Seconds)
+    open_registry(state_dir).close()  # no registry, a damaged or foreign one: one line now
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the last frame stays on screen
+        watch_fleet(registry_path(state_dir), console, interval=interval, once=once)
 
 
 @app.command("round")
