@@ -453,9 +453,10 @@ def check_gpus(plan: DemoPlan) -> None:
         raise BadInputError(f"--gpus/--new-gpu: {why.split(': ', 1)[-1]}") from None
 
 
-def run_demo(out: Path, plan: DemoPlan, ui: DemoUI) -> DemoReport:
+def run_demo(out: Path, plan: DemoPlan, ui: DemoUI, *, gpus_checked: bool = False) -> DemoReport:
     plan.check()
-    check_gpus(plan)  # a GPU that does not exist: refused now, not after the servers start
+    if not gpus_checked:  # a GPU that does not exist: refused now, not after servers start
+        check_gpus(plan)
     started = time.perf_counter()
     cpu_before = _children_cpu_s()
     load_start = os.getloadavg()[0]
@@ -542,8 +543,10 @@ def run_demo_with_progress(
         raise KeyboardInterrupt  # SIGTERM stops the demo's processes as Ctrl-C does
 
     signal.signal(signal.SIGTERM, interrupted)
+    plan.check()  # bad input: one line, before the spinner draws anything
+    check_gpus(plan)
     with Progress(
         SpinnerColumn(), TimeElapsedColumn(), TextColumn("{task.description}"),
         console=err_console,
     ) as progress:  # fmt: skip
-        return run_demo(out, plan, _RichUI(progress, console, quiet))
+        return run_demo(out, plan, _RichUI(progress, console, quiet), gpus_checked=True)
