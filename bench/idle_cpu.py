@@ -20,21 +20,24 @@ from pathlib import Path
 import psutil
 
 
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of `pid` and everything below it, with the children they have reaped."""
-    total = 0.0
+def tree_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of `pid` and each process below it (with the children each has reaped),
+    by a label: the program's name and pid."""
+    found: dict[str, float] = {}
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
     except psutil.Error:
-        return 0.0
+        return found
     for proc in procs:
         try:
             t = proc.cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
+            words = [w for w in proc.cmdline()[:3] if "/" in w or w.startswith("-m")]
+            label = f"{Path(words[-1]).name if words else proc.name()}:{proc.pid}"
+            found[label] = t.user + t.system + t.children_user + t.children_system
         except psutil.Error:
             continue
-    return total
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,16 +77,19 @@ def main(argv: list[str] | None = None) -> int:
         wait_until("two rounds with the daemon", lambda: len(rounds()) >= 3, 300)
         time.sleep(15)  # the loop has logged "idle" by now
         before_rounds = len(rounds())
-        cpu0 = tree_cpu(server.pid) + tree_cpu(daemon.pid)
+        cpu0 = tree_cpu(server.pid) | tree_cpu(daemon.pid)
         wall0 = time.monotonic()
         time.sleep(args.window)
-        cpu = tree_cpu(server.pid) + tree_cpu(daemon.pid) - cpu0
+        cpu1 = tree_cpu(server.pid) | tree_cpu(daemon.pid)
         wall = time.monotonic() - wall0
+        each = {k: round(v - cpu0.get(k, 0.0), 2) for k, v in cpu1.items()}
+        cpu = sum(each.values())
         result = {
             "window_s": round(wall, 1),
             "cpu_s": round(cpu, 2),
             "share_of_a_core": round(cpu / wall, 4),
             "rounds_in_window": len(rounds()) - before_rounds,
+            "cpu_s_by_process": dict(sorted(each.items(), key=lambda kv: -kv[1])),
             "rounds_before": before_rounds,
             "load_average": [round(x, 2) for x in psutil.getloadavg()],
             "work": str(work),
