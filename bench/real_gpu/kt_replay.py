@@ -234,6 +234,7 @@ def kt_strategy_trace(
     budget: int,
     seed: int,
     strategy_options: dict | None = None,
+    fill_budget: bool = True,
 ) -> list[str]:
     """Cache keys in the order Kernel Tuner's `strategy` measured them, at most `budget`.
 
@@ -242,15 +243,41 @@ def kt_strategy_trace(
     or an object with a `tune(searchspace, runner, tuning_options)` method. A configuration
     Kernel Tuner evaluates again (served from its cache, not counted against max_fevals)
     appears once, at its first evaluation; failed configurations are included.
+
+    Some strategies stop before `budget` distinct measurements: dual_annealing hands
+    `max_fevals` to `scipy.optimize.dual_annealing` as `maxfun`, which counts every call,
+    repeats included (at 64 it measures 7-15 distinct gemm configurations). With
+    `fill_budget`, such a run is repeated with the same seed and `max_fevals` x4 (up to the
+    space size) until it measures `budget` distinct configurations, and the first `budget`
+    of them are returned, so every peer spends the same budget. The shorter run's trace is
+    a prefix of the longer one's whenever only the stopping point differs (checked in the
+    tests for dual_annealing).
     """
+    prepared = _prepare(Path(cache_file), search_space_file)
+    size = int(prepared.searchspace.size)
+    max_fevals = budget
+    while True:
+        trace = _run(prepared, strategy, max_fevals, seed, strategy_options)
+        if not fill_budget or len(trace) >= min(budget, size) or max_fevals >= size:
+            return trace[:budget]
+        max_fevals = min(4 * max_fevals, size)
+
+
+def _run(
+    prepared: _Prepared,
+    strategy: str | object,
+    max_fevals: int,
+    seed: int,
+    strategy_options: dict | None,
+) -> list[str]:
+    """One seeded `tune_kernel` call; the distinct keys in evaluation order."""
     from kernel_tuner import tune_kernel
 
-    prepared = _prepare(Path(cache_file), search_space_file)
     options: dict[str, Any] = (
         dict(SEEDABLE_OPTIONS.get(strategy, {})) if isinstance(strategy, str) else {}
     )
     options.update(strategy_options or {})
-    options["max_fevals"] = budget
+    options["max_fevals"] = max_fevals
     random.seed(seed)
     np.random.seed(seed)
     with _reuse(prepared), warnings.catch_warnings():
@@ -272,4 +299,4 @@ def kt_strategy_trace(
     order: dict[str, None] = {}
     for result in results:
         order.setdefault(",".join(str(result[n]) for n in prepared.keys_order), None)
-    return list(order)[:budget]
+    return list(order)
