@@ -70,7 +70,7 @@ def fraction_at(
     out: dict[int, float] = {}
     for n in ns:
         b = best[min(n, len(best)) - 1] if len(best) and n >= 1 else math.inf
-        out[n] = 0.0 if not math.isfinite(b) else opt / b
+        out[n] = 0.0 if not math.isfinite(b) else float(opt / b)
     return out
 
 
