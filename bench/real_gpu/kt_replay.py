@@ -72,6 +72,9 @@ STRATEGIES: tuple[str, ...] = (
     "greedy_ils",
 )
 
+#: fill_budget raises max_fevals up to this multiple of the space size.
+FILL_CAP = 64
+
 #: Per-strategy options that make a run reproducible from the global seeds.
 SEEDABLE_OPTIONS: dict[str, dict[str, Any]] = {"bayes_opt": {"samplingmethod": "random"}}
 
@@ -248,7 +251,9 @@ def kt_strategy_trace(
     `max_fevals` to `scipy.optimize.dual_annealing` as `maxfun`, which counts every call,
     repeats included (at 64 it measures 7-15 distinct gemm configurations). With
     `fill_budget`, such a run is repeated with the same seed and `max_fevals` x4 (up to the
-    space size) until it measures `budget` distinct configurations, and the first `budget`
+    space size x FILL_CAP: Kernel Tuner caps its own count of distinct measurements at
+    the space size, not the option it hands the strategy) until it measures `budget`
+    distinct configurations, and the first `budget`
     of them are returned, so every peer spends the same budget. The shorter run's trace is
     a prefix of the longer one's whenever only the stopping point differs (checked in the
     tests for dual_annealing).
@@ -258,9 +263,9 @@ def kt_strategy_trace(
     max_fevals = budget
     while True:
         trace = _run(prepared, strategy, max_fevals, seed, strategy_options)
-        if not fill_budget or len(trace) >= min(budget, size) or max_fevals >= size:
+        if not fill_budget or len(trace) >= min(budget, size) or max_fevals >= FILL_CAP * size:
             return trace[:budget]
-        max_fevals = min(4 * max_fevals, size)
+        max_fevals = 4 * max_fevals
 
 
 def _run(
