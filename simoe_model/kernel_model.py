@@ -79,8 +79,8 @@ def kernel_dataset(device: KernelDevice) -> DeviceDataset:
 class KernelTraining:
     """How a kernel model is trained (chosen on the training GPUs only, see the bench)."""
 
-    expert_steps: int = 400
-    shared_epochs: int = 30
+    expert_steps: int = 300
+    shared_epochs: int = 12
     list_size: int = 64
     hardware_input: str = "hybrid"
     use_similarity_prior: bool = True
@@ -199,8 +199,12 @@ def train_kernel_model(
 def retrain_gate(
     model: SiMoE, devices: Sequence[KernelDevice], training: KernelTraining, seed: int
 ) -> SiMoE:
-    """A copy of `model` with its hardware encoder and gate trained anew for an ablation
-    (`training.hardware_input`), the experts and program encoder kept: equal effort."""
+    """A copy of `model` whose hardware encoder and gate are trained anew on `devices`.
+
+    The experts and the program encoder are kept (each expert placed at its device's
+    hardware vector in `devices`, e.g. with another probe count), so the ablations
+    (`training.hardware_input`) and probe counts get equal effort: only what sees h changes.
+    """
     config = model.config.model_copy(
         update={
             "hardware_input": training.hardware_input,
@@ -208,16 +212,11 @@ def retrain_gate(
         }
     )
     other = SiMoE(config)
-    state = {
-        k: v for k, v in model.state_dict().items() if not k.startswith("hardware_encoder.mask")
-    }
+    hardware_of = {d.name: d.hardware_vector for d in devices}
     for name in model.expert_names:
-        other.ensure_expert(name, model.expert(name).hardware)
-    other.load_state_dict(state, strict=False)
-    # a fresh hardware encoder and gate: what the ablation sees is all they learn from
-    fresh = SiMoE(config)
-    other.hardware_encoder.load_state_dict(fresh.hardware_encoder.state_dict())
-    other.gate.load_state_dict(fresh.gate.state_dict())
+        other.ensure_expert(name, hardware_of.get(name, model.expert(name).hardware))
+        other.expert(name).head.load_state_dict(model.expert(name).head.state_dict())
+    other.program_encoder.load_state_dict(model.program_encoder.state_dict())
     if len(devices) > 1 and training.shared_epochs > 0:
         train_shared(
             other,
@@ -241,14 +240,19 @@ def expert_scores(model: SiMoE, features: np.ndarray) -> tuple[list[str], np.nda
 
 
 @torch.no_grad()
-def gate_weights(model: SiMoE, features: np.ndarray, hardware: np.ndarray) -> np.ndarray:
-    """The gate's weights [n, K] over the experts for the target hardware."""
+def gate_weights(
+    model: SiMoE,
+    features: np.ndarray,
+    hardware: np.ndarray,
+    experts: Sequence[str] | None = None,
+) -> np.ndarray:
+    """The gate's weights [n, K] over the experts (all, or `experts`) for the hardware."""
     model.eval()
     rows, offsets = pack_rows([features[i : i + 1] for i in range(len(features))])
     seg = torch.from_numpy(np.repeat(np.arange(len(features)), np.diff(offsets)))
     e = model.embed(torch.from_numpy(rows), seg, len(features))
     h = torch.as_tensor(np.asarray(hardware), dtype=torch.float32)
-    return model.mixture(e, h)[1].numpy().astype(np.float64)
+    return model.mixture(e, h, experts)[1].numpy().astype(np.float64)
 
 
 def _standardize(scores: np.ndarray) -> np.ndarray:

@@ -12,34 +12,40 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
-
-from agent.kernels.cache_file import KernelCache
 
 PROBE_SET_VERSION = "kernel-probes-v1"
 # Where a probe failed: this much slower (log scale) than the slowest probe that ran.
 FAILED_PROBE_MARGIN = 1.0
 
 
+class Measured(Protocol):
+    """One GPU's configurations of a kernel: a cache file, or the store's records of it."""
+
+    keys: list[str]
+    time_ms: np.ndarray
+
+
 def _rank(kernel: str, key: str) -> str:
     return hashlib.sha256(f"{PROBE_SET_VERSION}:{kernel}:{key}".encode()).hexdigest()
 
 
-def probe_keys(kernel: str, caches: Sequence[KernelCache], count: int) -> list[str]:
-    """`count` configurations of `kernel` that every given cache file holds, by the hash."""
+def probe_keys(kernel: str, caches: Sequence[Measured], count: int) -> list[str]:
+    """`count` configurations of `kernel` that every given GPU's data holds, by the hash."""
     common = set(caches[0].keys).intersection(*(c.keys for c in caches[1:]))
     return sorted(common, key=lambda k: _rank(kernel, k))[:count]
 
 
-def probe_values(cache: KernelCache, keys: Sequence[str]) -> np.ndarray:
+def probe_values(cache: Measured, keys: Sequence[str]) -> np.ndarray:
     """Centered log times of the probes on one GPU: the shape of how it ranks them.
 
     Centered, so the GPU's absolute speed (which the spec sheet already gives, and which
     some cache files record on another scale) does not enter; failed probes get the
     slowest value plus a margin.
     """
-    index = cache.index()
+    index = {k: i for i, k in enumerate(cache.keys)}
     times = np.array([cache.time_ms[index[k]] if k in index else np.nan for k in keys])
     logs = np.log(times)
     ran = np.isfinite(logs)
@@ -51,7 +57,7 @@ def probe_values(cache: KernelCache, keys: Sequence[str]) -> np.ndarray:
 
 
 def gpu_probe_vector(
-    probes: Mapping[str, Sequence[str]], caches_of_gpu: Mapping[str, KernelCache]
+    probes: Mapping[str, Sequence[str]], caches_of_gpu: Mapping[str, Measured]
 ) -> np.ndarray:
     """All probe values of one GPU, kernel by kernel in the order `probes` lists them."""
     parts = [probe_values(caches_of_gpu[kernel], keys) for kernel, keys in probes.items()]
