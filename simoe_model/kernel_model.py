@@ -282,26 +282,38 @@ class RankedSearch:
 
     `scores` [n, K] are the experts' (standardized here), `prior` [n, K] the gate's
     weights for the target. `sharpness` scales how fast measurements move the weights
-    (0: never: the zero-shot mixture throughout).
+    (0: never: the zero-shot mixture throughout). `temperature` > 1 flattens the gate's
+    weights (an ensemble of near experts errs less than the single nearest one).
+    `shared` [n, K] (opt-in schedule sharing): 1 for the configurations expert k's GPU
+    shared as its best, decaying with their rank there; `share_weight` is how many
+    standard deviations of its expert's score such a configuration gains, so the fleet's
+    best-known configurations of similar GPUs are ranked first, by SiMoE.
     """
 
     scores: np.ndarray
     prior: np.ndarray
     sharpness: float = 4.0
+    temperature: float = 1.0
+    shared: np.ndarray | None = None
+    share_weight: float = 0.0
 
     def __post_init__(self) -> None:
-        self.scores = _standardize(np.asarray(self.scores, dtype=np.float64))
-        self.prior = np.asarray(self.prior, dtype=np.float64)
+        self.expert_view = _standardize(np.asarray(self.scores, dtype=np.float64))
+        self.scores = self.expert_view
+        if self.shared is not None and self.share_weight > 0:
+            self.scores = self.expert_view + self.share_weight * np.asarray(self.shared, float)
+        prior = np.asarray(self.prior, dtype=np.float64) ** (1.0 / self.temperature)
+        self.prior = prior / prior.sum(1, keepdims=True)
         self.measured: list[int] = []
         self.times: list[float] = []
-        self.expert_weights = np.ones(self.scores.shape[1]) / self.scores.shape[1]
+        self.expert_weights = self.prior.mean(0)
 
     def mixture(self) -> np.ndarray:
         """Mixture scores [n]: the gate's weights, reweighted by the measured order."""
         weights = self.prior
         if self.sharpness > 0 and len(self.measured) >= 2:
             ll = order_log_likelihood(
-                self.scores, np.asarray(self.measured), np.asarray(self.times)
+                self.expert_view, np.asarray(self.measured), np.asarray(self.times)
             )
             evidence = np.exp(self.sharpness * len(self.measured) ** 0.5 * (ll - ll.max()))
             weights = weights * evidence[None, :]
@@ -320,6 +332,18 @@ class RankedSearch:
     def observe(self, index: int, time_ms: float) -> None:
         self.measured.append(int(index))
         self.times.append(float(time_ms))
+
+
+def shared_matrix(keys: Sequence[str], shared: Sequence[Sequence[str]]) -> np.ndarray:
+    """[n, K]: for each expert's shared best configurations (best first), 1 / (1 + rank/4)
+    at the configurations of `keys` they name, 0 elsewhere."""
+    where = {k: i for i, k in enumerate(keys)}
+    out = np.zeros((len(keys), len(shared)))
+    for column, best in enumerate(shared):
+        for rank, key in enumerate(best):
+            if key in where:
+                out[where[key], column] = 1.0 / (1.0 + rank / 4.0)
+    return out
 
 
 def run_search(

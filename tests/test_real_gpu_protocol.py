@@ -34,6 +34,7 @@ def test_one_target_every_method(small_hub, monkeypatch):
     monkeypatch.setattr(protocol, "BUDGET", 16)
     monkeypatch.setattr(protocol, "SCRATCH_BUDGET", 16)
     monkeypatch.setattr(protocol, "STRATEGIES", ("random_sample",))
+    monkeypatch.setattr(protocol, "SHARE_TOP", 4)
     result = protocol.run_target("pnpoly", "rtx-3090", seed=0)
     cache = small_hub.caches["pnpoly"]["rtx-3090"]
     assert result["fleet"] == ["rtx-2080-ti", "rtx-3060-laptop", "titan-rtx"]
@@ -43,6 +44,7 @@ def test_one_target_every_method(small_hub, monkeypatch):
     # choices were made on the fleet only, from the stated grids
     assert result["chosen"]["probes_per_kernel"] in protocol.PROBE_GRID
     assert result["chosen"]["sharpness"] in protocol.SHARPNESS_GRID
+    assert result["chosen_sharing"]["share_weight"] in protocol.SHARE_GRID
     # the hindsight oracle is the best single source at its first pick, by construction
     first = {m: cache.time_ms[t[0]] for m, t in result["traces"].items()}
     sources = [m for m in first if m.startswith("transfer-") and m.endswith("-1")]

@@ -25,7 +25,13 @@ import numpy as np
 
 from agent.kernels.cache_file import KernelCache
 from schemas.kernels import KernelGpu
-from simoe_model.kernel_model import RankedSearch, expert_scores, gate_weights, run_search
+from simoe_model.kernel_model import (
+    RankedSearch,
+    expert_scores,
+    gate_weights,
+    run_search,
+    shared_matrix,
+)
 from simoe_model.model import SiMoE
 
 # The spec-sheet similarity of the issue's baseline: log SMs, clock, bandwidth, L2 and
@@ -90,14 +96,29 @@ def oracle_source(target: KernelCache, sources: dict[str, KernelCache], budget: 
     return max(sorted(sources), key=quality)
 
 
+@dataclass(frozen=True)
+class SearchChoice:
+    """The search's settings chosen on the fleet (bench.real_gpu.protocol)."""
+
+    sharpness: float = 0.0
+    temperature: float = 1.0
+    share_weight: float = 0.0
+
+
 @dataclass
 class SiMoETarget:
-    """A trained model's view of one target: the experts' scores and the gate's weights."""
+    """A trained model's view of one target: the experts' scores and the gate's weights.
+
+    `shared[name]`: the best configurations (keys) expert `name`'s GPU shared, for the
+    opt-in sharing variant; `keys` are the target's configuration keys.
+    """
 
     model: SiMoE
     features: np.ndarray
     hardware: np.ndarray
     exclude: Sequence[str] = ()
+    keys: Sequence[str] = ()
+    shared: dict[str, list[str]] | None = None
 
     def __post_init__(self) -> None:
         names, scores = expert_scores(self.model, self.features)
@@ -105,9 +126,24 @@ class SiMoETarget:
         self.names = [names[i] for i in keep]
         self.scores = scores[:, keep]
         self.prior = gate_weights(self.model, self.features, self.hardware, self.names)
+        self.shared_matrix = (
+            shared_matrix(self.keys, [self.shared.get(n, []) for n in self.names])
+            if self.shared
+            else None
+        )
 
-    def trace(self, measure: Callable[[int], float], budget: int, sharpness: float) -> list[int]:
-        return run_search(RankedSearch(self.scores, self.prior, sharpness), measure, budget)
+    def trace(
+        self, measure: Callable[[int], float], budget: int, choice: SearchChoice
+    ) -> list[int]:
+        search = RankedSearch(
+            self.scores,
+            self.prior,
+            sharpness=choice.sharpness,
+            temperature=choice.temperature,
+            shared=self.shared_matrix,
+            share_weight=choice.share_weight,
+        )
+        return run_search(search, measure, budget)
 
     def expert_trace(self, name: str, budget: int) -> list[int]:
         """Measure in the order of one expert alone (the nearest-expert baseline)."""

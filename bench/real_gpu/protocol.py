@@ -21,6 +21,7 @@ Traces go to `<out>/traces.json`; `bench.real_gpu.report` scores and renders the
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import multiprocessing
 import os
@@ -34,7 +35,9 @@ import torch
 from bench.real_gpu.hub import KERNELS, Hub
 from bench.real_gpu.kt_replay import STRATEGIES, kt_strategy_trace
 from bench.real_gpu.methods import (
+    SearchChoice,
     SiMoETarget,
+    best_keys,
     learned_order,
     oracle_source,
     spec_order,
@@ -50,6 +53,9 @@ from simoe_model.kernel_model import (
 
 PROBE_GRID = (4, 8)  # probe configurations per other kernel
 SHARPNESS_GRID = (0.0, 2.0, 8.0)  # 0: the zero-shot mixture throughout
+TEMPERATURE_GRID = (1.0, 4.0)  # 1: the gate's weights as trained; 4: flatter
+SHARE_GRID = (1.0, 3.0)  # the sharing variant's bonus for a shared best configuration
+SHARE_TOP = 16  # best configurations a GPU shares (opt-in), per kernel
 TRANSFER_K = 3  # TopHub-style transfer from the k most similar GPUs
 BUDGET = 128  # measurements of the fleet-based methods
 SCRATCH_BUDGET = 1024  # measurements of the from-scratch peers
@@ -88,29 +94,44 @@ def run_target(kernel: str, target: str, seed: int, scratch: bool = True) -> dic
     models = {p: retrain_gate(base, devices[p], TRAINING, seed) for p in PROBE_GRID}
 
     # choices by leave-one-out among the fleet's GPUs
-    grid: dict[str, float] = {}
+    shared = {g: best_keys(hub.caches[kernel][g])[:SHARE_TOP] for g in fleet}
+    grid: dict[tuple[int, SearchChoice], float] = {}
     for p in PROBE_GRID:
         views = [
-            SiMoETarget(models[p], d.features, d.hardware_vector, exclude=[d.name])
+            SiMoETarget(
+                models[p], d.features, d.hardware_vector, exclude=[d.name], keys=d.keys,
+                shared=shared,
+            )
             for d in devices[p]
-        ]
-        for sharp in SHARPNESS_GRID:
+        ]  # fmt: skip
+        for sharp, temp, share in itertools.product(
+            SHARPNESS_GRID, TEMPERATURE_GRID, (0.0, *SHARE_GRID)
+        ):
+            choice = SearchChoice(sharp, temp, share)
             traces = [
-                v.trace(lambda i, d=d: float(d.time_ms[i]), max(CHOICE_NS), sharp)
+                v.trace(lambda i, d=d: float(d.time_ms[i]), max(CHOICE_NS), choice)
                 for v, d in zip(views, devices[p], strict=True)
             ]
-            grid[f"{p}/{sharp}"] = _choice_score(traces, [d.time_ms for d in devices[p]])
-    chosen = max(grid, key=lambda k: (grid[k], k))
-    probes, sharpness = int(chosen.split("/")[0]), float(chosen.split("/")[1])
+            grid[(p, choice)] = _choice_score(traces, [d.time_ms for d in devices[p]])
+    plain = max((k for k in grid if k[1].share_weight == 0), key=lambda k: grid[k])
+    sharing = max((k for k in grid if k[1].share_weight > 0), key=lambda k: grid[k])
+    probes, choice = plain
 
     model = models[probes]
     target_h = hub.hardware_vector(kernel, target, probes)
     features = hub.features(kernel, target)
-    view = SiMoETarget(model, features, target_h)
+    view = SiMoETarget(model, features, target_h, keys=tcache.keys, shared=shared)
+    no_online = SearchChoice(0.0, choice.temperature, 0.0)
     traces: dict[str, list[int]] = {
-        "simoe": view.trace(measure, BUDGET, sharpness),
-        "simoe-no-online": view.trace(measure, BUDGET, 0.0),
+        "simoe": view.trace(measure, BUDGET, choice),
+        "simoe-no-online": view.trace(measure, BUDGET, no_online),
     }
+    share_model = models[sharing[0]]
+    share_view = SiMoETarget(
+        share_model, features, hub.hardware_vector(kernel, target, sharing[0]),
+        keys=tcache.keys, shared=shared,
+    )  # fmt: skip
+    traces["simoe-sharing"] = share_view.trace(measure, BUDGET, sharing[1])
     nearest = learned_order(model, target_h)
     traces["nearest-expert"] = view.expert_trace(nearest[0], BUDGET)
     for part, name in (("analytical", "simoe-analytical"), ("empirical", "simoe-empirical"),
@@ -121,7 +142,7 @@ def run_target(kernel: str, target: str, seed: int, scratch: bool = True) -> dic
             KernelTraining(**{**asdict(TRAINING), "hardware_input": part}),
             seed,
         )
-        traces[name] = SiMoETarget(ablation, features, target_h).trace(measure, BUDGET, sharpness)
+        traces[name] = SiMoETarget(ablation, features, target_h).trace(measure, BUDGET, choice)
 
     sources = {g: hub.caches[kernel][g] for g in fleet}
     by_spec = spec_order(hub.gpus[target], [hub.gpus[g] for g in fleet])
@@ -151,8 +172,9 @@ def run_target(kernel: str, target: str, seed: int, scratch: bool = True) -> dic
         "target": target,
         "seed": seed,
         "fleet": fleet,
-        "choice_grid": grid,
-        "chosen": {"probes_per_kernel": probes, "sharpness": sharpness},
+        "choice_grid": {f"{p}/{asdict(c)}": v for (p, c), v in grid.items()},
+        "chosen": {"probes_per_kernel": probes, **asdict(choice)},
+        "chosen_sharing": {"probes_per_kernel": sharing[0], **asdict(sharing[1])},
         "nearest_learned": nearest,
         "nearest_spec": by_spec,
         "oracle_source": oracle,
@@ -211,6 +233,9 @@ def main(argv: list[str] | None = None) -> None:
         "scratch_budget": SCRATCH_BUDGET,
         "probe_grid": list(PROBE_GRID),
         "sharpness_grid": list(SHARPNESS_GRID),
+        "temperature_grid": list(TEMPERATURE_GRID),
+        "share_grid": list(SHARE_GRID),
+        "share_top": SHARE_TOP,
         "training": asdict(TRAINING),
         "wall_s": time.perf_counter() - started,
         "jobs": args.jobs,

@@ -34,7 +34,7 @@ FRACTIONS = (0.90, 0.95, 0.99)
 GOALS = {1: 0.93, 4: 0.97, 16: 0.99}
 SPEC_TRANSFER = "transfer-spec-1"
 FLEET_METHODS = (
-    "simoe", "simoe-no-online", "nearest-expert", "simoe-analytical", "simoe-empirical",
+    "simoe", "simoe-sharing", "simoe-no-online", "nearest-expert", "simoe-analytical", "simoe-empirical",
     "pooled", "transfer-spec-1", "transfer-spec-3", "transfer-learned-1",
     "transfer-learned-3", "oracle-source",
 )  # fmt: skip
@@ -48,6 +48,10 @@ PAIRS = (
     ("simoe", "pooled"),
     ("simoe", "nearest-expert"),
     ("simoe", "simoe-no-online"),
+    ("simoe-sharing", "simoe"),
+    ("simoe-sharing", "transfer-spec-1"),
+    ("simoe-sharing", "transfer-learned-1"),
+    ("simoe-sharing", "oracle-source"),
 )
 
 
