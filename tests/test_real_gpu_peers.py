@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from bench.real_gpu import kt_replay
-from bench.real_gpu.kt_replay import STRATEGIES, kt_strategy_trace
+from bench.real_gpu.kt_replay import EXTRA_STRATEGIES, STRATEGIES, kt_strategy_trace
 from bench.real_gpu.scores import (
     clustered_bootstrap,
     cost_seconds,
@@ -105,7 +105,7 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dic
     return d / "Synthetic.json.gz", _write_t1(d / "t1.json"), data
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", STRATEGIES + EXTRA_STRATEGIES)
 def test_kt_trace_spends_the_budget_on_distinct_cached_keys(
     synthetic: tuple[Path, Path, dict[str, Any]], strategy: str
 ) -> None:
