@@ -33,6 +33,7 @@ def test_one_target_every_method(small_hub, monkeypatch):
     monkeypatch.setattr(protocol, "TRAINING", KernelTraining(expert_steps=60, shared_epochs=2))
     monkeypatch.setattr(protocol, "BUDGET", 16)
     monkeypatch.setattr(protocol, "SCRATCH_BUDGET", 16)
+    monkeypatch.setattr(protocol, "SCRATCH_BUDGETS", {})
     monkeypatch.setattr(protocol, "STRATEGIES", ("random_sample",))
     monkeypatch.setattr(protocol, "SHARE_TOP", 4)
     result = protocol.run_target("pnpoly", "rtx-3090", seed=0)

@@ -58,7 +58,11 @@ SHARE_GRID = (1.0, 3.0)  # the sharing variant's bonus for a shared best configu
 SHARE_TOP = 16  # best configurations a GPU shares (opt-in), per kernel
 TRANSFER_K = 3  # TopHub-style transfer from the k most similar GPUs
 BUDGET = 128  # measurements of the fleet-based methods
-SCRATCH_BUDGET = 1024  # measurements of the from-scratch peers
+# Measurements of the from-scratch peers: long enough to reach 95% where they can, and
+# as long as one run of each affords on 2 cores (Bayesian optimisation's Gaussian process
+# and XGBoost's refits grow with every measurement).
+SCRATCH_BUDGET = 1024
+SCRATCH_BUDGETS = {"bayes_opt": 256, "xgb": 128}
 CHOICE_NS = (1, 4, 16)
 TRAINING = KernelTraining()
 
@@ -164,9 +168,11 @@ def run_target(kernel: str, target: str, seed: int, scratch: bool = True) -> dic
         t1_path = hub.root / "search_spaces" / t1 if t1 else None
         index = tcache.index()
         for strategy in STRATEGIES:
-            keys = kt_strategy_trace(cache_file, t1_path, strategy, SCRATCH_BUDGET, seed)
+            budget = SCRATCH_BUDGETS.get(strategy, SCRATCH_BUDGET)
+            keys = kt_strategy_trace(cache_file, t1_path, strategy, budget, seed)
             traces[f"kt-{strategy}"] = [index[k] for k in keys]
-        traces["xgb"] = xgb_trace(np.log1p(features), times, SCRATCH_BUDGET, seed)
+        budget = SCRATCH_BUDGETS.get("xgb", SCRATCH_BUDGET)
+        traces["xgb"] = xgb_trace(np.log1p(features), times, budget, seed)
     return {
         "kernel": kernel,
         "target": target,
@@ -231,6 +237,7 @@ def main(argv: list[str] | None = None) -> None:
         "seeds": seeds,
         "budget": BUDGET,
         "scratch_budget": SCRATCH_BUDGET,
+        "scratch_budgets": SCRATCH_BUDGETS,
         "probe_grid": list(PROBE_GRID),
         "sharpness_grid": list(SHARPNESS_GRID),
         "temperature_grid": list(TEMPERATURE_GRID),
