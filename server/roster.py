@@ -4,20 +4,16 @@ Flower's node_id names a connection, not a node: it changes when a SuperNode res
 The `Roster` maps the node ids of this run to node keys (the key fingerprints the
 registry knows nodes by), and remembers who was asked, refused, served and gone. The
 round loop (`server.server_app.run_rounds`) keeps it and updates it from what the
-strategy says happened (`admit`, `after_hellos`, `after_round`); the strategy reads it
+strategy says happened (`admit`, `drop`); the strategy reads it
 to plan a round and to check a reply.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from schemas.messages import NodeHello
-
-if TYPE_CHECKING:
-    from server.strategy import HelloOutcome, RoundOutcome
 
 
 @dataclass(frozen=True)
@@ -67,25 +63,20 @@ class Roster:
         """A departed node seen offline may come back (a daemon, another enrolment)."""
         self.departed &= set(online)
 
-    def admit(self, node: Identified) -> None:
-        self.identity[node.node_id] = node.node_key
-        self.hellos[node.node_id] = node.hello
-        self.refused.pop(node.node_id, None)
+    def admit(self, identified: Iterable[Identified], name_taken: Mapping[int, str]) -> None:
+        """The nodes that said who they are (a hello, or a round's reply), and those
+        refused for a name another key holds (told why when they are asked again)."""
+        for node in identified:
+            self.identity[node.node_id] = node.node_key
+            self.hellos[node.node_id] = node.hello
+            self.refused.pop(node.node_id, None)
+        self.refused.update(name_taken)
 
-    def after_hellos(self, outcome: HelloOutcome) -> None:
-        """The nodes that said who they are, and those refused for a name already taken."""
-        for node in outcome.identified:
-            self.admit(node)
-        self.refused.update(outcome.name_taken)
-
-    def after_round(self, outcome: RoundOutcome) -> None:
-        """Who replied (their hellos), who is gone (asked again if they come back), and
-        the leaving nodes served (not sampled again while they stop)."""
-        for node in outcome.identified:
-            self.admit(node)
-        self.refused.update(outcome.name_taken)
-        for node_id in [*outcome.errored, *outcome.missing]:
+    def drop(self, gone: Iterable[int], leaving: Iterable[int]) -> None:
+        """Nodes gone (asked again if they come back) and leaving nodes served (not
+        sampled again while they stop)."""
+        for node_id in gone:
             self.identity.pop(node_id, None)
-        for node_id in outcome.leaving:
+        for node_id in leaving:
             self.identity.pop(node_id, None)
             self.departed.add(node_id)

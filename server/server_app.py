@@ -101,7 +101,7 @@ def run_rounds(
                 replies = grid.send_and_receive(hellos, timeout=timeout)
                 greeted = strategy.read_hellos(replies, public_keys, roster)
                 recorder.record_hellos(greeted)
-                roster.after_hellos(greeted)
+                roster.admit(greeted.identified, greeted.name_taken)
                 refuse_nodes(grid, roster.refusals(unknown))
             known = roster.known(node_ids)
             if not known:
@@ -113,7 +113,8 @@ def run_rounds(
             plan = strategy.configure_train(inputs)
             replies = list(grid.send_and_receive(plan.messages, timeout=timeout))
             outcome = recorder.record_round(strategy.aggregate_train(inputs, plan, replies))
-            roster.after_round(outcome)
+            roster.admit(outcome.identified, outcome.name_taken)
+            roster.drop([*outcome.errored, *outcome.missing], outcome.leaving)
             if outcome.aggregated is not None:
                 arrays = outcome.aggregated
             log.info(

@@ -74,18 +74,6 @@ from server.averaging import (
 from server.registry import Registry
 from server.roster import Identified, Roster
 
-__all__ = [
-    "HelloOutcome",
-    "Identified",
-    "NodeReply",
-    "Roster",
-    "RoundInputs",
-    "RoundOutcome",
-    "RoundPlan",
-    "SiMoEStrategy",
-    "UpdateRejected",
-]
-
 log = logging.getLogger("simoe.server")
 
 # similarity(global shared arrays, target profile, candidate profiles by expert name)
