@@ -1,4 +1,4 @@
-"""The SiMoE strategy: FedAvg over the shared parameters only, experts to the registry.
+"""The SiMoE strategy: FedAvg over the shared parameters only, experts kept apart.
 
 Flower's FedAvg would average every ArrayRecord of a reply and sends one RecordDict
 to all nodes; SiMoE needs per-node messages (each node gets the experts of the
@@ -221,7 +221,7 @@ class RoundOutcome:
 
 
 class SiMoEStrategy:
-    """Weighted FedAvg over shared keys, per-node expert delivery, a persistent registry."""
+    """Weighted FedAvg over shared keys, per-node expert delivery; reads the registry only."""
 
     aggregation = "fedavg"  # the name `--aggregation` knows it by
 
