@@ -33,8 +33,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent.node_state import NodeState, write_atomic
 from schemas import AgentConfig, BadInputError
+from schemas.children import Child, child, hold_lock, stop_orphans
+from schemas.cli import Trials
 
 log = logging.getLogger("simoe.agent.daemon")
+STABLE_S = 60.0  # a SuperNode up this long before it exits starts a new count of failures
 QUEUE_STATES = ("pending", "running", "done", "failed")
 
 
@@ -46,7 +49,7 @@ class Job(BaseModel):
     id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
     kind: Literal["workload", "network"]
     subject: str
-    trials: int = Field(gt=0)
+    trials: Trials
     submitted_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     attempts: int = 0
     cost_model: str | None = None
@@ -122,6 +125,24 @@ def cost_model_for(node: NodeState, config: AgentConfig) -> str:
     return "simoe" if node.has_model() else config.cost_model
 
 
+def describe_result(result: dict[str, Any] | None) -> str:
+    """A finished job's result in a few words: records measured, the best latency found."""
+    if not result:
+        return "no result recorded"
+    tasks = result.get("tasks") or []
+    records = sum(int(t.get("trials") or 0) for t in tasks) or result.get("trials")
+    parts = [f"{records} records" if records is not None else "records: unknown"]
+    network = result.get("network") or {}
+    if network.get("latency_s"):
+        parts.append(f"network {network['latency_s'] * 1e3:.3f} ms")
+    best = [t["best_latency_s"] for t in tasks if t.get("best_latency_s")]
+    if best and not network.get("latency_s"):
+        parts.append(f"best {min(best) * 1e6:.1f} us")
+    if result.get("best_latency_s"):
+        parts.append(f"best {result['best_latency_s'] * 1e6:.1f} us")
+    return ", ".join(parts)
+
+
 def run_job(state_dir: Path, job_path: Path) -> int:
     """Child process: tune one job into the store; the result goes back into the job file."""
     from agent.devices import get_device
@@ -178,8 +199,12 @@ class AgentDaemon:
         max_restart_backoff_s: float = 60.0,
         job_command: list[str] | None = None,
         drain: bool = False,
+        max_same_failures: int = 5,
     ) -> None:
-        """`drain`: work through the queue, then stop (instead of waiting for more work)."""
+        """`drain`: work through the queue, then stop (instead of waiting for more work).
+
+        `max_same_failures`: the SuperNode exiting this many times in a row for the same
+        reason stops the daemon with that reason (a broken config never mends itself)."""
         if drain and not tune:
             raise BadInputError("--drain works through the queue; it cannot go with --no-tune")
         self.node = NodeState(state_dir)
@@ -198,8 +223,14 @@ class AgentDaemon:
         self.job_process: subprocess.Popen[bytes] | None = None
         self.logs = self.node.logs_dir
         self.logs.mkdir(parents=True, exist_ok=True)
-        self._backoff = 1.0
+        self._backoff = min(1.0, max_restart_backoff_s)
         self._next_start = 0.0
+        self._started_at = 0.0  # when the current SuperNode started (monotonic)
+        self._cause: str | None = None  # why the SuperNode exited last
+        self._same_failures = 0  # how many times in a row it exited for that reason
+        self.max_same_failures = max_same_failures
+        self.failure: str | None = None  # why the daemon gave up, if it did
+        self._lock: int | None = None
 
     # -- the SuperNode ------------------------------------------------------------------
 
@@ -215,17 +246,30 @@ class AgentDaemon:
                 env=flower_env(self.node.flwr_home),
                 start_new_session=True,  # its own group: we stop it and its children together
             )
+        self._started_at = time.monotonic()
         log.info("SuperNode started (pid %d)", self.supernode.pid)
 
     def _keep_supernode(self) -> None:
         if not self.use_supernode:
             return
         if self.supernode is not None and self.supernode.poll() is None:
-            self._backoff = 1.0
+            self._backoff = min(1.0, self.max_backoff)
             return
         if self.supernode is not None:
-            log.warning("SuperNode exited with %s; restarting", self.supernode.returncode)
+            from agent.enroll import supernode_failure
+
+            log_path = self.logs / "supernode.log"
+            cause = supernode_failure(self.supernode.returncode, log_path)
+            stable = time.monotonic() - self._started_at > STABLE_S
+            same = cause == self._cause and not stable
+            self._cause, self._same_failures = cause, (self._same_failures + 1 if same else 1)
             self.supernode = None
+            if self._same_failures >= self.max_same_failures:
+                self.failure = f"{cause} ({self._same_failures} times in a row); see {log_path}"
+                log.error("giving up: %s", self.failure)
+                self.stop.set()
+                return
+            log.warning("%s; restarting", cause)
             self._next_start = time.monotonic() + self._backoff
             self._backoff = min(self._backoff * 2, self.max_backoff)
         if time.monotonic() >= self._next_start:
@@ -247,6 +291,13 @@ class AgentDaemon:
 
     # -- tuning jobs --------------------------------------------------------------------
 
+    def job_log(self, text: str, *, error: bool = False) -> None:
+        """One line about a job: on the console and in logs/jobs.log (with the time)."""
+        (log.error if error else log.info)("%s", text)
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        with open(self.logs / "jobs.log", "a") as out:
+            out.write(f"{stamp} simoe-agent run: {text}\n")
+
     def run_next_job(self) -> bool:
         """Tune the oldest pending job in a child process; False when there is none."""
         job = self.queue.next_pending()
@@ -254,8 +305,15 @@ class AgentDaemon:
             return False
         job.attempts += 1
         path = self.queue.move(job, "pending", "running")
-        log.info("tuning %s %s (%d trials)", job.kind, job.subject, job.trials)
-        with open(self.logs / "jobs.log", "ab") as out:
+        what = f"job {job.id}: {job.kind} {job.subject}"
+        self.job_log(
+            f"{what}: started ({job.trials} trials per task, attempt {job.attempts}, "
+            f"cost model {job.cost_model or cost_model_for(self.node, self.node.config())})"
+        )
+        started = time.monotonic()
+        log_path = self.logs / "jobs.log"
+        with open(log_path, "ab") as out:
+            offset = out.tell()  # where this job's own output starts
             self.job_process = subprocess.Popen(
                 [*self.job_command, str(self.state_dir), str(path)],
                 stdout=out,
@@ -267,17 +325,23 @@ class AgentDaemon:
             if self.stop.wait(0.5):
                 self._terminate(self.job_process)
                 self.queue.move(job, "running", "pending")  # resumes at the next start
+                self.job_log(f"{what}: stopped with the daemon; back in the queue")
                 return True
             self._keep_supernode()
         code = self.job_process.returncode
         self.job_process = None
         job = Job.model_validate_json(path.read_text())
+        took = f"{time.monotonic() - started:.0f} s"
         if code == 0:
             self.queue.move(job, "running", "done")
+            self.job_log(f"{what}: done in {took}, {describe_result(job.result)}")
         else:
-            tail = (self.logs / "jobs.log").read_text(errors="replace").strip().splitlines()
+            with open(log_path, "rb") as handle:
+                handle.seek(offset)
+                tail = handle.read().decode(errors="replace").strip().splitlines()
             job.error = tail[-1] if tail else f"exit code {code}"
             self.queue.move(job, "running", "failed")
+            self.job_log(f"{what}: failed after {took}: {job.error}", error=True)
         return True
 
     # -- the loop -----------------------------------------------------------------------
@@ -288,7 +352,16 @@ class AgentDaemon:
             "pid": os.getpid(),
             "supernode_pid": self.supernode.pid if self.supernode else None,
             "job_pid": self.job_process.pid if self.job_process else None,
+            "children": [
+                c.model_dump()
+                for c in (
+                    child("supernode", self.supernode.pid if self.supernode else None),
+                    child("job", self.job_process.pid if self.job_process else None),
+                )
+                if c is not None
+            ],
             "updated_at": datetime.now(timezone.utc).isoformat(),
+            "error": self.failure,
             "pending": len(self.queue.jobs("pending")),
             "done": len(self.queue.jobs("done")),
             "failed": len(self.queue.jobs("failed")),
@@ -308,34 +381,48 @@ class AgentDaemon:
 
         Its SuperNode and job run in their own sessions, so they outlive it: the old
         SuperNode holds the port, the old job writes the store beside the resumed one.
-        Only processes whose command line names this state directory are touched
-        (a pid may have been reused). Returns the pids stopped.
+        `daemon.json` records them with their start times (`schemas.children`, as the
+        server records its SuperLink); a pid reused since is left alone, and in a file
+        from before start times were kept only processes whose command line names this
+        state directory are touched. Returns the pids stopped.
         """
         try:
             previous = json.loads(self.node.daemon_status_path.read_text())
         except (OSError, ValueError):
             return []
+        records = [Child.model_validate(c) for c in previous.get("children") or []]
+        if not records:  # written before the children were recorded
+            for key in ("supernode_pid", "job_pid"):
+                if isinstance(previous.get(key), int):
+                    records.append(Child(role=key[:-4], pid=previous[key]))
         names = {str(self.state_dir), str(self.state_dir.resolve())}
-        stopped = []
-        for key in ("supernode_pid", "job_pid"):
-            pid = previous.get(key)
-            if not isinstance(pid, int) or pid == os.getpid():
-                continue
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue  # gone already
-            if not any(name in cmdline for name in names):
-                continue
-            log.warning("stopping the %s left by a killed daemon (pid %d)", key[:-4], pid)
-            try:
-                os.killpg(pid, signal.SIGKILL)  # committed records are safe in the store
-            except (ProcessLookupError, PermissionError):
-                continue
-            stopped.append(pid)
-        return stopped
+        return stop_orphans(records, markers=names)
+
+    def check_enrolled(self) -> None:
+        """One line, at once, if the SuperNode cannot start: no enrolment, a missing file."""
+        from agent.enroll import supernode_command
+
+        supernode_command(self.state_dir, self.port)  # not enrolled: BadInputError
+        config = self.node.config()
+        files = ((config.ca_cert, "the federation's CA certificate"), (self.node.key_path,
+                 "the node key"))  # fmt: skip
+        for path, what in files:
+            if path is None or not Path(path).is_file():
+                raise BadInputError(f"{path}: {what} is missing; enroll this node again")
 
     def run(self) -> int:
+        """Run until stopped (or drained); 1 if it gave up on its SuperNode (`failure`)."""
+        # one daemon per node: a second would take the live one's SuperNode for an orphan
+        self._lock = hold_lock(self.state_dir / "daemon.lock", "a `simoe-agent run`")
+        try:
+            return self._run()
+        finally:
+            os.close(self._lock)
+            self._lock = None
+
+    def _run(self) -> int:
+        if self.use_supernode:
+            self.check_enrolled()
         self.reap_orphans()
         recovered = self.queue.recover()
         if recovered:
@@ -352,8 +439,8 @@ class AgentDaemon:
         finally:
             self._terminate(self.job_process)
             self._terminate(self.supernode)
-            self.write_status("stopped")
-        return 0
+            self.write_status("failed" if self.failure else "stopped")
+        return 1 if self.failure else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,7 @@ import socket
 import ssl
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from agent.node_state import NodeState
 from schemas import BadInputError, RunFailure
 from schemas.certs import check_certificate
+from schemas.cli import Port, Seconds, checked
 from schemas.messages import check_node_name, key_fingerprint
 from schemas.private_files import write_private
 from schemas.protocol import CONNECTION, flower_env, flwr_bin, write_connection
@@ -144,12 +146,21 @@ def enroll(
     download: bool = True,
     download_timeout: float = 180.0,
     supernode_port: int | None = None,
+    say: Callable[[str], None] = lambda _text: None,
 ) -> EnrollResult:
-    """Enrol this node (idempotent: running it again keeps the key and the registration)."""
+    """Enrol this node (idempotent: running it again keeps the key and the registration).
+
+    Everything the user gave is checked before anything is written or started, so a
+    refused enrolment changes nothing here nor what the server records of this node.
+    `say` hears each step as it starts (the CLI prints them: enrolling takes a while).
+    """
     try:
         check_node_name(name)
     except ValueError as exc:
         raise BadInputError(str(exc)) from None
+    checked("--timeout", download_timeout, Seconds)
+    if supernode_port is not None:
+        check_port_free(checked("--port", supernode_port, Port))
     parse_address(server)
     check_ca(ca)
     node = NodeState(state_dir)
@@ -158,21 +169,28 @@ def enroll(
         raise BadInputError(
             f"{state_dir}: already enrolled as {config.name!r}; use another --state-dir"
         )
+    say(f"checking the server {server}")
     check_server(server, ca)
     _, public, created = create_node_key(state_dir)
     previous, had_config = config, node.config_path.exists()
-    config = config.model_copy(
-        update={"name": name, "device": device, "server": server, "ca_cert": ca.resolve()}
-    )
+    update: dict[str, object] = {
+        "name": name, "device": device, "server": server, "ca_cert": ca.resolve()
+    }  # fmt: skip
+    if supernode_port is not None:  # kept: `run` uses it (nodes on one host differ)
+        update["supernode_port"] = supernode_port
+    config = config.model_copy(update=update)
     # The SuperNode's ClientApp reads the name from agent.json, so it is written now; a
     # failed enrolment (refused name, no server) puts the old config back, so nothing
     # left here blocks a retry with another name. The key stays: it is registered.
     node.save_config(config)
     try:
+        say(f"profiling {device} (cached after the first time)")
         node.profile(device)  # profiled once (cached): the profile the federation sees
+        say("registering the node key with the server")
         registration = register_key(state_dir, server, ca, public)
         if download:
             forget_refusal(node)  # a refusal of an earlier name is not this attempt's answer
+            say(f"waiting for the first model and experts (up to {download_timeout:.0f} s)")
             fetch_model(state_dir, timeout=download_timeout, port=supernode_port)
     except BaseException:
         forget_refusal(node)
@@ -193,6 +211,50 @@ def enroll(
         experts=state.experts,
         model_path=str(node.model_path) if node.has_model() else None,
     )
+
+
+def check_port_free(port: int, host: str = "127.0.0.1") -> int:
+    """`port` unless something on this host listens there already (one line, exit 2)."""
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            raise BadInputError(
+                f"--port {port} is in use on this host (this node's daemon, or another "
+                "node's SuperNode?); give each node on a host its own --port"
+            ) from None
+    return port
+
+
+# What flower-supernode's exit codes mean for a node (flwr.supercore.exit.ExitCode; the
+# process's status is the code modulo 256: 305 arrives as 49).
+SUPERNODE_EXITS = {
+    code % 256: why
+    for code, why in {
+        302: "the node key is not a valid private key",
+        303: "node authentication needs TLS",
+        305: "it could not connect to the SuperLink (key not registered, or server gone)",
+        604: "a path it was given (CA certificate, node key) is not a usable file",
+        603: "the CA certificate cannot be used",
+        600: "the server address is not valid",
+    }.items()
+}
+
+
+def supernode_failure(returncode: int | None, log_path: Path) -> str:
+    """Why a SuperNode exited, in one line: its exit code's meaning, else its log's last line."""
+    try:
+        lines = log_path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        lines = []
+    tail = "\n".join(lines[-20:]).lower()
+    if "address already in use" in tail:
+        why = "its local port is in use (another SuperNode on this host?)"
+    else:
+        why = SUPERNODE_EXITS.get((returncode or 0) % 256) or (
+            lines[-1].strip()[:200] if lines else "no output"
+        )
+    return f"the SuperNode exited with code {returncode}: {why}"
 
 
 def forget_refusal(node: NodeState) -> None:
@@ -262,10 +324,8 @@ def fetch_model(state_dir: Path, *, timeout: float, port: int | None = None) -> 
                     state = node.federation_state()
                 return
             if process.poll() is not None:
-                raise RunFailure(
-                    f"the SuperNode exited with code {process.returncode} "
-                    f"(key not registered, or server gone); see {log_path}"
-                )
+                why = supernode_failure(process.returncode, log_path)
+                raise RunFailure(f"{why}; see {log_path}")
             time.sleep(0.5)
         raise RunFailure(
             f"no model from the server within {timeout:.0f} s (is a run going?); see {log_path}"

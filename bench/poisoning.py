@@ -197,9 +197,10 @@ def run_once(
     from agent.client_app import app as client_app
     from agent.node_state import NodeState
     from bench.offline_transfer import split_device
-    from server.aggregation import AggregationConfig, make_strategy
+    from server.aggregation import make_strategy
     from server.inprocess import InProcessGrid
     from server.registry import Registry
+    from server.run_config import ServerRunConfig
     from server.server_app import run_rounds
     from server.similarity import model_similarity
     from simoe_model.expert_check import drop_refuted_experts
@@ -221,10 +222,18 @@ def run_once(
             app = LyingNode("backwards", seed)
         grid.add_node(1000 + index, app, {"state-dir": str(state_dir), **check})
     registry = Registry(work / "server" / "registry.sqlite")
-    config = AggregationConfig(aggregation=rule, clip=clip, trim=trim, krum_f=krum_f)  # type: ignore[arg-type]
-    strategy = make_strategy(
-        config, registry, model_similarity, k_experts=k_experts, epochs=epochs, seed=seed
+    config = ServerRunConfig(
+        aggregation=rule,  # type: ignore[arg-type]
+        clip=clip or 0.0,
+        trim=trim,
+        krum_f=krum_f,
+        k_experts=k_experts,
+        epochs=epochs,
+        seed=seed,
+        server_optimizer="sgd",  # plain FedAvg's step, as the bench's recorded runs
+        server_lr=1.0,
     )
+    strategy = make_strategy(config, registry, model_similarity)
     set_aside: dict[str, int] = {}
     counts = {"failed": 0, "rejected": 0}
 

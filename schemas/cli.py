@@ -9,19 +9,49 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
 
 import typer
+from pydantic import Field, TypeAdapter, ValidationError
 from rich.console import Console
 
 from schemas import tables
+from schemas.errors import BadInputError, plain_problem
 from schemas.tables import Column
+
+T = TypeVar("T")
+
+# What an option's value may be, checked at the CLI boundary (`checked`), before any work.
+MAX_TRIALS = 100_000  # per task: far beyond any useful search, far below TVM's int64 limits
+Trials = Annotated[int, Field(ge=1, le=MAX_TRIALS)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+Seconds = Annotated[float, Field(gt=0, le=7 * 24 * 3600)]
 
 console = Console()
 err_console = Console(stderr=True)
 
 Json = Annotated[bool, typer.Option("--json", help="print JSON for scripts instead of a table")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="show tracebacks on errors")]
+
+
+def checked(option: str, value: T, kind: Any) -> T:
+    """`value` if it is a valid `kind` (e.g. `Port`), else one line naming `option` (exit 2).
+
+    `--port must be at most 65535 (got 70000)`: the user's words, not pydantic's.
+    """
+    try:
+        return TypeAdapter(kind).validate_python(value)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise BadInputError(f"{option} {plain_problem(error)} (got {value!r})") from None
+
+
+def state_folder(path: Path, option: str = "--state-dir") -> Path:
+    """`path` unless it exists and is not a folder (a file given as a state directory)."""
+    if path.exists() and not path.is_dir():
+        raise BadInputError(f"{option} {path} is a file, not a folder")
+    return path
 
 
 def typer_app(name: str, help: str) -> typer.Typer:

@@ -17,11 +17,14 @@ class AgentConfig(BaseModel):
     device: str = "cpu"
     server: str | None = Field(default=None, description="the SuperLink's HOST:PORT")
     ca_cert: Path | None = Field(default=None, description="the federation's CA certificate")
-    trials_per_task: PositiveInt = 64
+    trials_per_task: int = Field(default=64, ge=1, le=100_000)
     cost_model: str = Field(
         default="xgb", min_length=1, description="a name of agent.tuner.COST_MODELS"
     )
     num_cores: PositiveInt | None = Field(default=None, description="None: all physical cores")
+    supernode_port: int | None = Field(
+        default=None, ge=1, le=65535, description="the SuperNode's local port (enroll --port)"
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -40,14 +40,53 @@ class RunFailure(SimoeError):
     exit_code = EXIT_RUN_FAILURE
 
 
+_PLAIN = {
+    "greater_than": "must be more than {gt}",
+    "greater_than_equal": "must be at least {ge}",
+    "less_than": "must be less than {lt}",
+    "less_than_equal": "must be at most {le}",
+    "literal_error": "must be {expected}",
+    "int_parsing": "must be a whole number",
+    "int_type": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_parsing": "must be a number",
+    "float_type": "must be a number",
+    "bool_parsing": "must be true or false",
+    "bool_type": "must be true or false",
+    "string_too_short": "must not be empty",
+    "missing": "is missing",
+    "extra_forbidden": "is not a known setting",
+}
+
+
+def plain_problem(error: Mapping[str, Any]) -> str:
+    """What is wrong with one pydantic error's value, in the user's words.
+
+    `must be at least 1`, not pydantic's `Input should be greater than or equal to 1`.
+    """
+    template = _PLAIN.get(str(error.get("type")))
+    if template is not None:
+        try:
+            return template.format(**(error.get("ctx") or {}))
+        except (KeyError, IndexError):
+            pass
+    text = str(error.get("msg", "is not valid"))
+    for prefix, plain in (("Input should be", "must be"), ("Value error, ", ""),
+                          ("Assertion failed, ", "")):  # fmt: skip
+        text = text.replace(prefix, plain)
+    return text[:1].lower() + text[1:] if text.startswith("must") else text
+
+
 def one_line(exc: BaseException) -> str:
-    """The error as one line; validation errors name the offending field."""
+    """The error as one line; validation errors name the offending field, in plain words."""
     if isinstance(exc, ValidationError):
         parts = []
         for err in exc.errors():
             loc = ".".join(str(p) for p in err["loc"]) or exc.title
-            parts.append(f"{loc}: {err['msg']}")
-        return f"invalid {exc.title}: " + "; ".join(parts)
+            got = f" (got {err['input']!r})" if "input" in err and not isinstance(
+                err["input"], (dict, list)) else ""  # fmt: skip
+            parts.append(f"{loc} {plain_problem(err)}{got}")
+        return f"bad {exc.title.lower()}: " + "; ".join(parts)
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 

@@ -72,6 +72,11 @@ def _check_registry(path: Path) -> tuple[str, dict[str, int]]:
         if integrity != "ok":
             raise BadInputError(f"{path}: fails SQLite's integrity check ({integrity})")
         counts = table_counts(conn)
+        version = (
+            conn.execute("select value from meta where key = 'schema_version'").fetchone()
+            if "meta" in counts
+            else None
+        )
     except sqlite3.DatabaseError as exc:
         raise BadInputError(f"{path}: not a usable SQLite database ({exc})") from None
     finally:
@@ -79,6 +84,8 @@ def _check_registry(path: Path) -> tuple[str, dict[str, int]]:
     missing = [t for t in REGISTRY_TABLES if t not in counts]
     if missing:
         raise BadInputError(f"{path}: not a SiMoE registry (no table {missing[0]!r})")
+    if version is None:
+        raise BadInputError(f"{path}: not a SiMoE registry (no schema version)")
     return integrity, counts
 
 

@@ -13,10 +13,19 @@ from typing import Annotated, Any
 import typer
 
 from schemas import BadInputError, RunFailure
-from schemas.cli import Json, Verbose, console, err_console, print_json, print_table, typer_app
+from schemas.cli import (
+    Json,
+    Verbose,
+    console,
+    err_console,
+    print_json,
+    print_table,
+    state_folder,
+    typer_app,
+)
 from schemas.errors import output_folder, run_cli
 from schemas.tables import Column, short_time
-from server.defaults import DEPLOYED_EPOCHS, DEPLOYED_SERVER_LR, DEPLOYED_SERVER_OPTIMIZER
+from server.run_config import DEFAULTS, ServerRunConfig
 
 app = typer_app(
     "simoe-server",
@@ -40,10 +49,11 @@ def registry_path(state_dir: Path | None) -> Path:
 def open_registry(state_dir: Path | None):  # noqa: ANN201 - server.registry.Registry
     from server.registry import Registry
 
+    state_folder(state_dir or default_state_dir())
     path = registry_path(state_dir)
     if not path.exists():
         raise BadInputError(f"{path}: no registry (start the server or pass --state-dir)")
-    return Registry(path)
+    return Registry(path, read_only=True)  # checked (quick_check); never written
 
 
 def _fmt_bytes(n: int | None) -> str:
@@ -322,42 +332,6 @@ def init_certs_command(
     console.print("give nodes the CA: simoe-agent enroll --ca " + str(certs.ca))
 
 
-OPTION_NAMES = {"aggregation": "--aggregation", "trim": "--trim", "krum_f": "--krum-f"}
-
-
-def aggregation_options(  # noqa: ANN201
-    aggregation: str,
-    clip: float,
-    trim: float,
-    krum_f: int,
-    server_optimizer: str = "sgd",
-    server_lr: float = 1.0,
-    matched_global: bool = False,
-):
-    """AggregationConfig from the CLI options; a bad value is one line naming the option."""
-    from pydantic import ValidationError
-
-    from server.aggregation import AggregationConfig
-
-    if clip < 0:
-        raise BadInputError(f"--clip must not be negative, got {clip}")
-    try:
-        return AggregationConfig(
-            aggregation=aggregation,  # type: ignore[arg-type]
-            clip=clip or None,
-            trim=trim,
-            krum_f=krum_f,
-            server_optimizer=server_optimizer,  # type: ignore[arg-type]
-            server_lr=server_lr,
-            matched_global=matched_global,
-        )
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        name = str(error["loc"][0])
-        option = OPTION_NAMES.get(name, "--" + name.replace("_", "-"))
-        raise BadInputError(f"{option}: {error['msg']} (got {error.get('input')!r})") from None
-
-
 @app.command()
 def start(
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
@@ -365,31 +339,43 @@ def start(
     certs_dir: Path | None = typer.Option(
         None, "--certs", help="a dir with ca.pem, server.pem, server.key (default: dev certs)"
     ),
-    rounds: int = typer.Option(0, "--rounds", help="rounds to run; 0 = keep running"),
-    k_experts: int = typer.Option(3, "--k-experts", help="experts sent to each node"),
-    epochs: int = typer.Option(DEPLOYED_EPOCHS, "--epochs", help="local epochs per round"),
-    min_nodes: int = typer.Option(1, "--min-nodes", help="nodes needed to start a round"),
-    round_timeout: float = typer.Option(300.0, "--round-timeout", help="seconds per round"),
+    rounds: int = typer.Option(
+        DEFAULTS.num_rounds, "--rounds", help="rounds to run; 0 = keep running"
+    ),
+    k_experts: int = typer.Option(
+        DEFAULTS.k_experts, "--k-experts", help="experts sent to each node"
+    ),
+    epochs: int = typer.Option(DEFAULTS.epochs, "--epochs", help="local epochs per round"),
+    min_nodes: int = typer.Option(
+        DEFAULTS.min_nodes, "--min-nodes", help="nodes needed to start a round"
+    ),
+    round_timeout: float = typer.Option(
+        DEFAULTS.round_timeout, "--round-timeout", help="seconds per round"
+    ),
     round_interval: float = typer.Option(
-        10.0, "--round-interval", help="seconds from one round's start to the next's, at least"
+        DEFAULTS.round_interval,
+        "--round-interval",
+        help="seconds from one round's start to the next's, at least",
     ),
     aggregation: str = typer.Option(
-        "fedavg", "--aggregation", help="fedavg, trimmed, median or krum (robust to bad nodes)"
+        DEFAULTS.aggregation,
+        "--aggregation",
+        help="fedavg, trimmed, median or krum (robust to bad nodes)",
     ),
-    clip: float = typer.Option(0.0, "--clip", help="clip each update's L2 norm (0: off)"),
-    trim: float = typer.Option(0.2, "--trim", help="trimmed: fraction cut at each end"),
-    krum_f: int = typer.Option(2, "--krum-f", help="krum: nodes assumed malicious"),
+    clip: float = typer.Option(DEFAULTS.clip, "--clip", help="clip each update's L2 norm (0: off)"),
+    trim: float = typer.Option(DEFAULTS.trim, "--trim", help="trimmed: fraction cut at each end"),
+    krum_f: int = typer.Option(DEFAULTS.krum_f, "--krum-f", help="krum: nodes assumed malicious"),
     server_optimizer: str = typer.Option(
-        DEPLOYED_SERVER_OPTIMIZER,
+        DEFAULTS.server_optimizer,
         "--server-optimizer",
         help="the server's step on the nodes' average change: "
         "sgd (FedAvg at --server-lr 1) or adam (FedAdam)",
     ),
     server_lr: float = typer.Option(
-        DEPLOYED_SERVER_LR, "--server-lr", help="the server's step size"
+        DEFAULTS.server_lr, "--server-lr", help="the server's step size"
     ),
     matched_global: bool = typer.Option(
-        False,
+        DEFAULTS.matched_global,
         "--matched-global/--latest-global",
         help="send a node without an expert of its own the global its experts were trained on",
     ),
@@ -403,12 +389,26 @@ def start(
 
     from server.superlink import Certs, SuperLink, check_certs, init_certs, submit_run
 
-    aggregation_config = aggregation_options(
-        aggregation, clip, trim, krum_f, server_optimizer, server_lr, matched_global
-    )
-    if round_interval < 0 or round_timeout <= 0:
-        raise BadInputError("--round-interval must be >= 0 and --round-timeout > 0")
     directory = (state_dir or default_state_dir()).expanduser().resolve()
+    run_config = ServerRunConfig.from_options(
+        registry=str(directory / "registry.sqlite"),
+        num_rounds=rounds,
+        k_experts=k_experts,
+        epochs=epochs,
+        min_nodes=min_nodes,
+        round_timeout=round_timeout,
+        round_interval=round_interval,
+        aggregation=aggregation,
+        clip=clip,
+        trim=trim,
+        krum_f=krum_f,
+        server_optimizer=server_optimizer,
+        server_lr=server_lr,
+        matched_global=matched_global,
+    )
+    state_folder(directory)
+    if registry_path(directory).exists():  # a damaged or foreign registry: refused now
+        open_registry(directory).close()
     if certs_dir is not None:
         certs = Certs(certs_dir / "ca.pem", certs_dir / "server.pem", certs_dir / "server.key")
         missing = [str(p) for p in (certs.ca, certs.cert, certs.key) if not p.exists()]
@@ -421,21 +421,12 @@ def start(
     stop = threading.Event()
     # installed before the SuperLink starts: a SIGTERM while starting still stops it
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGHUP, lambda *_: stop.set())  # its terminal closed: stop its children
     with console.status(f"starting the SuperLink on {link.address}"):
         link.start()
     try:
         if stop.is_set():
             return
-        run_config = {
-            "registry": str(directory / "registry.sqlite"),
-            "num-rounds": rounds,
-            "k-experts": k_experts,
-            "epochs": epochs,
-            "min-nodes": min_nodes,
-            "round-timeout": round_timeout,
-            "round-interval": round_interval,
-            **aggregation_config.run_config(),
-        }
         run_id = submit_run(directory, link.address, certs.ca, run_config)
         console.print(f"SuperLink on {link.address} (TLS, node auth); run {run_id}")
         console.print(f"nodes: simoe-agent enroll --server {link.address} --ca {certs.ca} ...")
@@ -446,6 +437,7 @@ def start(
         while not stop.wait(5.0):
             if link.process is not None and link.process.poll() is not None:
                 raise RunFailure(f"the SuperLink exited ({link.process.returncode})")
+            link.record()  # its ServerApps come and go: a successor must find them all
             if link.serverapp_running():
                 last_alive = time.monotonic()
             elif time.monotonic() - last_alive > 90:  # Flower ended the run: start it again
@@ -471,6 +463,26 @@ def start(
     finally:
         link.stop()
         console.print("SuperLink stopped")
+
+
+@app.command()
+def check(
+    state_dir: StateDir = None,
+    as_json: Json = False,
+    verbose: Verbose = False,
+) -> None:
+    """SQLite's full integrity_check of the registry (every open runs the cheap quick_check)."""
+    with open_registry(state_dir) as registry:
+        result = registry.integrity("integrity_check")
+        data = {"registry": str(registry.path), "integrity_check": result}
+    if as_json:
+        print_json(data)
+    else:
+        print_table("registry check", ["", "value"], list(data.items()))
+    if result != "ok":
+        raise RunFailure(
+            f"{data['registry']}: the registry is damaged ({result}); restore a backup"
+        )
 
 
 def _print_backup(title: str, result: Any, as_json: bool) -> None:

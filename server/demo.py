@@ -39,6 +39,7 @@ from typing import Any, Protocol
 from schemas import BadInputError, RunFailure
 from server.demo_report import DemoNode, DemoReport, DemoRow, failed_tasks, network_latency
 from server.processes import Background, cli, free_port, wait_until
+from server.run_config import ServerRunConfig
 
 JOBS_POLL_S = 20.0  # each poll starts a `simoe-agent status` per node still tuning
 
@@ -80,6 +81,20 @@ class DemoPlan:
     round_interval: float = 60.0
     timeout_s: float = 1500.0  # the whole fleet phase
 
+    def server_config(self) -> ServerRunConfig:
+        """The server's settings (validated: a bad one fails before anything starts)."""
+        return ServerRunConfig.from_options(
+            epochs=self.epochs,
+            k_experts=self.k_experts,
+            # the aggregation its recorded runs (README, docs/results/demo*) used; the
+            # deployment's default is FedAdam (server.run_config) since session 20
+            server_optimizer="sgd",
+            server_lr=1.0,
+            round_timeout=300.0,
+            round_interval=self.round_interval,
+            min_nodes=len(self.gpus) + int(self.cpu),  # all, at once
+        )
+
     def check(self) -> None:
         if not self.gpus and not self.cpu:
             raise BadInputError("the fleet is empty: give --gpus or --cpu")
@@ -98,6 +113,7 @@ class DemoPlan:
             raise BadInputError(f"--flops-share must be in (0, 1], got {self.flops_share}")
         if self.full_budget <= self.budget:
             raise BadInputError("--full-budget must be larger than --budget")
+        self.server_config()
 
 
 @dataclass
@@ -145,7 +161,7 @@ class Demo:
 
         if not self.registry_path.exists():
             return []
-        with Registry(self.registry_path) as registry:
+        with Registry(self.registry_path, read_only=True) as registry:
             return [r for r in registry.rounds() if r.status != "running"]
 
     def expert_names(self) -> set[str]:
@@ -153,7 +169,7 @@ class Demo:
 
         if not self.registry_path.exists():
             return set()
-        with Registry(self.registry_path) as registry:
+        with Registry(self.registry_path, read_only=True) as registry:
             return {e.name for e in registry.experts()}
 
     def report_rounds(self) -> list[Any]:
@@ -185,14 +201,7 @@ class Demo:
                 "start",
                 "--state-dir", str(self.server_dir),
                 "--port", str(self.port),
-                "--epochs", str(self.plan.epochs),
-                "--k-experts", str(self.plan.k_experts),
-                # the aggregation its recorded runs (README, docs/results/demo*) used; the
-                # deployment's default is FedAdam (server/defaults.py) since session 20
-                "--server-optimizer", "sgd", "--server-lr", "1",
-                "--round-timeout", "300",
-                "--round-interval", str(self.plan.round_interval),
-                "--min-nodes", str(len(self.plan.gpus) + int(self.plan.cpu)),  # all, at once
+                *self.plan.server_config().start_options(),
             ],
             self.logs / "server.log",
         )  # fmt: skip

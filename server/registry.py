@@ -50,18 +50,61 @@ class NameTakenError(BadInputError):
 class Registry:
     """The federation's persistent state. Open it per process; WAL lets readers share it."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, read_only: bool = False) -> None:
+        """Open (or, unless `read_only`, create) the registry at `path`, checked first.
+
+        A file that is not a SiMoE registry (another program's SQLite file) or whose pages
+        fail SQLite's `quick_check` is refused in one line naming it; `read_only` (the
+        monitoring commands) never writes anything, not even the schema.
+        """
         self.path = Path(path)
         try:
-            create_private(self.path)  # node names, key fingerprints, experts: owner only
-            self.db = sqlite_utils.Database(self.path)
-            self.db.enable_wal()
-            self._create()
+            if read_only:
+                if not self.path.is_file():
+                    raise BadInputError(f"{self.path}: no registry")
+                uri = f"file:{self.path}?mode=ro"
+                self.db = sqlite_utils.Database(sqlite3.connect(uri, uri=True, timeout=30))
+            else:
+                create_private(self.path)  # node names, key fingerprints, experts: owner only
+                self.db = sqlite_utils.Database(self.path)
+            self._check(read_only)
+            if not read_only:
+                self.db.enable_wal()
+                self._create()
         except (OSError, sqlite3.OperationalError) as exc:  # read-only, full disk, locked
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise RunFailure(f"{self.path}: cannot open the registry ({why})") from None
         except sqlite3.DatabaseError as exc:
             raise BadInputError(f"{self.path}: not a SQLite database ({exc})") from None
+
+    def _check(self, read_only: bool) -> None:
+        """A SiMoE registry (or, to be created, an empty file) whose pages pass quick_check."""
+        tables = set(self.db.table_names())
+        if (tables and "meta" not in tables) or (read_only and not tables):
+            some = ", ".join(sorted(tables)[:4]) or "none"
+            raise BadInputError(
+                f"{self.path}: not a SiMoE registry (its tables: {some}); give the state "
+                "dir of a simoe-server"
+            )
+        try:
+            result = self.integrity("quick_check")
+        except sqlite3.DatabaseError as exc:  # pages too damaged to even check
+            result = str(exc)
+        if result != "ok":
+            raise RunFailure(
+                f"{self.path}: the registry is damaged (SQLite quick_check: {result}); "
+                "restore a backup with `simoe-server restore FILE`"
+            )
+
+    def integrity(self, check: str = "integrity_check") -> str:
+        """SQLite's `integrity_check` (thorough) or `quick_check` (cheap): 'ok' or the faults."""
+        assert check in {"integrity_check", "quick_check"}
+        rows = [str(r[0]) for r in self.db.execute(f"pragma {check}").fetchall()]
+        if rows == ["ok"]:
+            return "ok"
+        faults = [line for row in rows for line in row.splitlines() if not line.startswith("*")]
+        more = f" (and {len(faults) - 1} more faults)" if len(faults) > 1 else ""
+        return (faults[0] if faults else "failed") + more
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:

@@ -24,11 +24,11 @@ from flwr.serverapp import Grid, ServerApp
 from schemas import RunFailure
 from schemas.messages import MSG_REFUSED, REC_CONFIG
 from schemas.protocol import Arrays, prepare_flower_env
-from server.aggregation import AggregationConfig, make_strategy
-from server.defaults import DEPLOYED_EPOCHS
+from server.aggregation import make_strategy
 from server.registry import Registry
 from server.roster import Roster
 from server.round_recorder import RoundRecorder
+from server.run_config import ServerRunConfig
 from server.strategy import RoundInputs, RoundOutcome, SimilarityFn, SiMoEStrategy
 from simoe_model import tvm_compat
 
@@ -210,27 +210,16 @@ def main(grid: Grid, context: Context) -> None:
     """Entry point under a SuperLink: settings come from the run config."""
     prepare_flower_env()
     tvm_compat.install()
-    cfg = context.run_config
-    registry_path = Path(str(cfg.get("registry", "registry.sqlite"))).expanduser()
-    aggregation = AggregationConfig.from_run_config(dict(cfg))
+    config = ServerRunConfig.from_run_config(context.run_config)
+    registry_path = Path(config.registry or "registry.sqlite").expanduser()
     with Registry(registry_path) as registry:
-        strategy = make_strategy(
-            aggregation,
-            registry,
-            default_similarity(),
-            k_experts=int(cfg.get("k-experts", 3)),
-            min_available_nodes=int(cfg.get("min-nodes", 1)),
-            epochs=int(cfg.get("epochs", DEPLOYED_EPOCHS)),
-            seed=int(cfg.get("seed", 0)),
-            local_batch=int(cfg.get("local-batch", 8)),
-            prox_mu=float(cfg.get("prox-mu", 0.0)),
-        )
+        strategy = make_strategy(config, registry, default_similarity())
         run_rounds(
             grid,
             strategy,
-            default_initial_arrays(int(cfg.get("seed", 0))),
-            num_rounds=int(cfg.get("num-rounds", 0)),
-            timeout=float(cfg.get("round-timeout", 120.0)),
-            wait_nodes_s=float(cfg.get("wait-nodes", 3600.0)),
-            min_interval_s=float(cfg.get("round-interval", 10.0)),
+            default_initial_arrays(config.seed),
+            num_rounds=config.num_rounds,
+            timeout=config.round_timeout,
+            wait_nodes_s=config.wait_nodes,
+            min_interval_s=config.round_interval,
         )

@@ -31,29 +31,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from schemas import BadInputError, RunFailure
+from schemas import children as kids
 from schemas.certs import check_certificate
 from schemas.private_files import write_private
 from schemas.protocol import CONNECTION, flower_env, flwr_bin, write_connection
-from server.defaults import DEPLOYED_EPOCHS, DEPLOYED_SERVER_LR, DEPLOYED_SERVER_OPTIMIZER
-
-RUN_CONFIG_DEFAULTS: dict[str, str | int | float] = {
-    "registry": "",
-    "num-rounds": 0,
-    "k-experts": 3,
-    "epochs": DEPLOYED_EPOCHS,
-    "seed": 0,
-    "min-nodes": 1,
-    "round-timeout": 120.0,
-    "wait-nodes": 3600.0,
-    "round-interval": 10.0,
-    "aggregation": "fedavg",
-    "clip": 0.0,
-    "trim": 0.2,
-    "krum-f": 2,
-    "server-optimizer": DEPLOYED_SERVER_OPTIMIZER,
-    "server-lr": DEPLOYED_SERVER_LR,
-    "matched-global": "false",
-}
+from server.run_config import RunConfigValue, ServerRunConfig
 
 
 @dataclass(frozen=True)
@@ -231,7 +213,51 @@ class SuperLink:
             "--port", str(self.port),
         ]  # fmt: skip
 
+    @property
+    def pid_file(self) -> Path:
+        """Who supervises this state directory's SuperLink, and the processes it started."""
+        return self.state_dir / "server.json"
+
+    def record(self, state: str = "running") -> None:
+        """Write the pid file: this process and the SuperLink's whole tree (its ServerApps
+        come and go, so the supervisor calls this again as it watches)."""
+        children: list[kids.Child] = []
+        if state == "running" and self.process is not None and self.process.poll() is None:
+            link = kids.child("superlink", self.process.pid)
+            children = [link, *kids.descendants(self.process.pid)] if link else []
+        data = {
+            "state": state,
+            "supervisor": kids.child("simoe-server", os.getpid()),
+            "address": self.address,
+            "children": children,
+        }
+        write_private(self.pid_file, json.dumps(data, default=_dump, indent=2).encode())
+
+    def stop_orphans(self) -> list[int]:
+        """Stop what a killed predecessor on this state directory left running.
+
+        BadInputError if that predecessor still runs: two servers on one registry.
+        """
+        try:
+            previous = json.loads(self.pid_file.read_text())
+        except (OSError, ValueError):
+            return []
+        owner = previous.get("supervisor")
+        if (
+            owner
+            and owner["pid"] != os.getpid()
+            and kids.is_alive(kids.Child.model_validate(owner))
+        ):
+            raise BadInputError(
+                f"{self.state_dir}: a server runs already on this state dir (pid "
+                f"{owner['pid']}, {previous.get('address')}); stop it first"
+            )
+        records = [kids.Child.model_validate(c) for c in previous.get("children") or []]
+        return kids.stop_orphans(records)
+
     def start(self, timeout: float = 60.0) -> SuperLink:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.stop_orphans()
         if port_open(self.host, self.port):
             raise RunFailure(f"{self.address} is in use already (another SuperLink?)")
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -256,11 +282,14 @@ class SuperLink:
             raise RunFailure(
                 f"the SuperLink did not come up on {self.address}{why}; see {log_path}"
             )
+        self.record()
         return self
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM the SuperLink and its children (SuperExec, ServerApp), then KILL."""
         self._end_tree(graceful=True, timeout=timeout)
+        if self.process is not None:
+            self.record("stopped")
 
     def kill(self) -> None:
         """SIGKILL the SuperLink and every process under it at once: a crash (restart test)."""
@@ -322,10 +351,17 @@ class SuperLink:
         return False
 
 
+def _dump(value: object) -> object:
+    if isinstance(value, kids.Child):
+        return value.model_dump()
+    raise TypeError(type(value).__name__)
+
+
 def write_app(directory: Path) -> Path:
     """The Flower app the SuperLink runs: only a pyproject naming installed components."""
     directory.mkdir(parents=True, exist_ok=True)
-    config_lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in RUN_CONFIG_DEFAULTS.items())
+    defaults = ServerRunConfig().to_run_config()  # TOML values: a bool is `true`/`false`
+    config_lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in defaults.items())
     (directory / "pyproject.toml").write_text(
         "[build-system]\n"
         'requires = ["hatchling"]\n'
@@ -347,17 +383,30 @@ def write_app(directory: Path) -> Path:
     return directory
 
 
+def run_config_argument(config: ServerRunConfig) -> str:
+    """`flwr run --run-config`'s value: TOML pairs, so a bool travels as Flower's bool."""
+    return " ".join(f"{k}={json.dumps(v)}" for k, v in config.to_run_config().items())
+
+
 def submit_run(
-    state_dir: Path, address: str, ca: Path, run_config: dict[str, str | int | float]
+    state_dir: Path,
+    address: str,
+    ca: Path,
+    run_config: ServerRunConfig | dict[str, RunConfigValue],
 ) -> str:
-    """`flwr run` the SiMoE app; returns the run id (as text: it is a 64-bit number)."""
-    unknown = set(run_config) - set(RUN_CONFIG_DEFAULTS)
-    if unknown:
-        raise BadInputError(f"unknown run settings {sorted(unknown)}")
+    """`flwr run` the SiMoE app; returns the run id (as text: it is a 64-bit number).
+
+    `run_config`: the settings, or some run-config keys (the others keep the defaults).
+    """
+    if not isinstance(run_config, ServerRunConfig):
+        unknown = set(run_config) - set(ServerRunConfig.keys())
+        if unknown:
+            raise BadInputError(f"unknown run settings {sorted(unknown)}")
+        run_config = ServerRunConfig.from_run_config(run_config)
     flwr_home = state_dir / "flwr"
     write_connection(flwr_home, address, ca)
     app_dir = write_app(state_dir / "simoeapp")
-    overrides = " ".join(f"{k}={json.dumps(v)}" for k, v in run_config.items())
+    overrides = run_config_argument(run_config)
     command = [flwr_bin("flwr"), "run", str(app_dir), CONNECTION, "--format", "json"]
     if overrides:
         command += ["--run-config", overrides]

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from federation_helpers import ToyNode, initial_arrays, toy_similarity
 
-from server.aggregation import AggregationConfig, make_strategy
+from server.aggregation import make_strategy
 from server.averaging import clip_delta, weighted_average
 from server.inprocess import InProcessGrid
 from server.registry import Registry
+from server.run_config import ServerRunConfig
 from server.server_app import run_rounds
 from server.strategy import SiMoEStrategy
 
@@ -156,7 +157,9 @@ def test_robust_strategies_ignore_two_outliers(tmp_path: Path, aggregation: str)
     nodes = [ToyNode(f"n{i}", 1000 * (i + 1), value=1.0 + 0.01 * i) for i in range(6)]
     nodes.append(ToyNode("evil", 9000, value=1e6, weight=100))
     nodes.append(ToyNode("flip", 9500, value=-50.0, weight=100))
-    config = AggregationConfig(aggregation=aggregation, trim=0.25, krum_f=2)
+    config = ServerRunConfig(
+        aggregation=aggregation, trim=0.25, krum_f=2, server_optimizer="sgd", server_lr=1.0
+    )
     registry = Registry(tmp_path / "registry.sqlite")
     strategy = make_strategy(config, registry, toy_similarity)  # type: ignore[arg-type]
     assert type(strategy).aggregation == aggregation
@@ -205,7 +208,7 @@ def test_clipping_bounds_the_update_norm() -> None:
 )
 def test_bad_aggregation_config_is_refused(fields: dict) -> None:
     with pytest.raises(ValueError):
-        AggregationConfig(**fields)
+        ServerRunConfig(**fields)
 
 
 def test_registry_survives_restart_and_rounds_continue(tmp_path: Path) -> None:
@@ -378,14 +381,41 @@ def test_a_newcomer_gets_the_global_its_experts_were_trained_on(tmp_path: Path) 
 def test_server_step_settings_survive_the_run_config_and_reach_the_strategy(
     tmp_path: Path,
 ) -> None:
-    config = AggregationConfig(
-        aggregation="median", server_optimizer="adam", server_lr=0.01, matched_global=True
-    )
-    again = AggregationConfig.from_run_config(config.run_config())
+    config = ServerRunConfig(
+        aggregation="median", server_optimizer="adam", server_lr=0.01, matched_global=True,
+        k_experts=5, epochs=3, min_nodes=2,
+    )  # fmt: skip
+    run_config = config.to_run_config()
+    assert run_config["matched-global"] is True  # Flower's own bool, not the string "true"
+    again = ServerRunConfig.from_run_config(run_config)
     assert again == config and "FedAdam" in again.describe()
     with Registry(tmp_path / "registry.sqlite") as registry:
         strategy = make_strategy(again, registry, toy_similarity)
     assert strategy.aggregation == "median" and strategy.matched_global
     assert strategy.server_adam is not None and strategy.server_adam.lr == 0.01
-    assert AggregationConfig().server_optimizer == "sgd"  # the class: FedAvg
-    assert AggregationConfig.from_run_config({}).server_optimizer == "adam"  # deployed
+    assert (strategy.k_experts, strategy.epochs, strategy.min_available_nodes) == (5, 3, 2)
+    deployed = ServerRunConfig.from_run_config({})  # the defaults come from one place
+    assert deployed == ServerRunConfig() and deployed.server_optimizer == "adam"
+    assert ServerRunConfig.from_run_config({"matched-global": "true"}).matched_global  # old runs
+
+
+def test_server_run_config_goes_through_flowers_own_run_config_parsing(tmp_path: Path) -> None:
+    """The generated app's defaults fused with `flwr run --run-config` overrides, by Flower's
+    own functions, give back the same settings: bools stay bools, defaults come from one
+    place (ServerRunConfig), and the ServerApp reads them back unchanged."""
+    from flwr.common.config import get_fused_config_from_dir, parse_config_args
+
+    from server.superlink import run_config_argument, write_app
+
+    app_dir = write_app(tmp_path / "app")
+    config = ServerRunConfig(matched_global=True, k_experts=4, clip=0.5, num_rounds=2)
+    fused = get_fused_config_from_dir(app_dir, parse_config_args([run_config_argument(config)]))
+    assert fused["matched-global"] is True and fused["k-experts"] == 4
+    assert ServerRunConfig.from_run_config(fused) == config
+    defaults = get_fused_config_from_dir(app_dir, {})
+    assert defaults["matched-global"] is False
+    assert ServerRunConfig.from_run_config(defaults) == ServerRunConfig()
+    assert ServerRunConfig().start_options() == []
+    assert config.start_options() == [
+        "--rounds", "2", "--k-experts", "4", "--clip", "0.5", "--matched-global"
+    ]  # fmt: skip

@@ -146,6 +146,13 @@ def test_bad_certificates_are_one_line_exit_2(tmp_path: Path, damage: str) -> No
         (["--aggregation", "krum", "--krum-f", "-1"], "--krum-f"),
         (["--server-optimizer", "yogi"], "--server-optimizer"),
         (["--server-lr", "0"], "--server-lr"),
+        (["--rounds", "-1"], "--rounds must be at least 0"),
+        (["--k-experts", "0"], "--k-experts must be at least 1"),
+        (["--k-experts", "-3"], "--k-experts must be at least 1"),
+        (["--epochs", "0"], "--epochs must be at least 1"),
+        (["--min-nodes", "0"], "--min-nodes must be at least 1"),
+        (["--round-timeout", "0"], "--round-timeout must be more than 0"),
+        (["--round-interval", "-1"], "--round-interval must be at least 0"),
     ],
 )
 def test_bad_aggregation_options_are_one_line_exit_2(
@@ -160,4 +167,5 @@ def test_bad_aggregation_options_are_one_line_exit_2(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and named in lines[0], result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+    assert "Input should" not in result.stderr  # the user's words, not pydantic's
     assert not (tmp_path / "server").exists()  # refused before anything was created

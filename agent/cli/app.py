@@ -14,7 +14,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agent.node_state import NodeState
-from schemas.cli import err_console, typer_app
+from schemas.cli import err_console, state_folder, typer_app
 
 app = typer_app(
     "simoe-agent",
@@ -27,8 +27,10 @@ StateDir = Annotated[
 
 
 def node_state(state_dir: Path | None) -> NodeState:
-    """The node of `--state-dir` (default $SIMOE_HOME/agent)."""
-    return NodeState(state_dir)
+    """The node of `--state-dir` (default $SIMOE_HOME/agent); a file there is refused."""
+    node = NodeState(state_dir)
+    state_folder(node.dir)
+    return node
 
 
 def command_group(name: str, help: str, *, invoke_without_command: bool = False) -> typer.Typer:

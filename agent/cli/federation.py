@@ -4,18 +4,31 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from pathlib import Path
 
 import typer
 
-from agent.cli.app import StateDir, app
+from agent.cli.app import StateDir, app, node_state
 from agent.node_state import NodeState
 from schemas import BadInputError
-from schemas.cli import Json, Verbose, console, print_json, print_table
+from schemas.cli import (
+    Json,
+    Port,
+    Seconds,
+    Trials,
+    Verbose,
+    checked,
+    err_console,
+    print_json,
+    print_table,
+)
+
+DEFAULT_SUPERNODE_PORT = 9094
 
 
 def _state_dir(state_dir: Path | None) -> Path:
-    return NodeState(state_dir).dir.resolve()  # the SuperNode gets it as an absolute path
+    return node_state(state_dir).dir.resolve()  # the SuperNode gets it as an absolute path
 
 
 @app.command()
@@ -28,7 +41,9 @@ def enroll(
         False, "--no-download", help="only register; the model comes with the first round"
     ),
     timeout: float = typer.Option(180.0, "--timeout", help="seconds to wait for the model"),
-    port: int = typer.Option(9094, "--port", help="local port of the node's SuperNode API"),
+    port: int = typer.Option(
+        9094, "--port", help="local port of the node's SuperNode API (kept for `run`)"
+    ),
     state_dir: StateDir = None,
     as_json: Json = False,
     verbose: Verbose = False,
@@ -36,7 +51,15 @@ def enroll(
     """Create the node key, profile the hardware, register, fetch the model (idempotent)."""
     from agent.enroll import enroll as do_enroll
 
-    with console.status("enrolling: key, profile, registration, first model", spinner="dots"):
+    checked("--timeout", timeout, Seconds)  # before anything is written or started
+    checked("--port", port, Port)
+    started = time.monotonic()
+    with err_console.status("enrolling", spinner="dots") as spinner:
+
+        def say(step: str) -> None:  # each step on its own line: enrolling takes a while
+            err_console.print(f"enroll: {step} ({time.monotonic() - started:.0f} s)")
+            spinner.update(f"enroll: {step}")
+
         result = do_enroll(
             state_dir=_state_dir(state_dir),
             server=server,
@@ -46,6 +69,7 @@ def enroll(
             download=not no_download,
             download_timeout=timeout,
             supernode_port=port,
+            say=say,
         )
     if as_json:
         print_json(dataclasses.asdict(result))
@@ -59,7 +83,9 @@ def enroll(
 
 @app.command()
 def run(
-    port: int = typer.Option(9094, "--port", help="local port of the node's SuperNode API"),
+    port: int | None = typer.Option(
+        None, "--port", help="local port of the node's SuperNode API (default: enroll's, 9094)"
+    ),
     no_tune: bool = typer.Option(False, "--no-tune", help="federate only; leave the queue"),
     drain: bool = typer.Option(
         False, "--drain", help="work through the queued jobs, then stop (exit 0)"
@@ -71,6 +97,9 @@ def run(
     from agent.daemon import AgentDaemon
 
     directory = _state_dir(state_dir)
+    if port is None:
+        port = NodeState(directory).config().supernode_port or DEFAULT_SUPERNODE_PORT
+    checked("--port", port, Port)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -109,6 +138,8 @@ def submit(
     choice = TaskChoice(largest=largest_tasks, flops_share=flops_share)
     choice.check()
     node = NodeState(_state_dir(state_dir))
+    if trials is not None:
+        checked("--trials", trials, Trials)
     job = make_job(subject, trials or node.config().trials_per_task)
     if job.kind == "workload" and not choice.everything:
         raise BadInputError("--largest-tasks and --flops-share choose among a network's tasks")

@@ -174,6 +174,13 @@ def records_import(
     if not _DEVICE_PATTERN.match(device):
         raise BadInputError(f"device {device!r}: use cpu, cuda:N or sim:<gpu>")
     simulated = device.startswith("sim:")
+    if simulated:  # a GPU of the catalog (or a spec file), under the name tuning gives it
+        from agent.devices.sim.catalog import resolve
+
+        try:
+            resolve(device.removeprefix("sim:"))
+        except BadInputError as exc:
+            raise BadInputError(f"--device {device}: {exc}") from None
     with (
         Store(_store_path(state_dir)) as store,
         err_console.status("importing records", spinner="dots"),

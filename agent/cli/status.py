@@ -55,6 +55,8 @@ class AgentStatus(BaseModel):
     state_dir: str
     config_file: str | None  # None: no agent.json yet, defaults in use
     config: dict[str, Any]
+    # what queued jobs tune with unless submitted with their own (`agent.daemon.cost_model_for`)
+    queued_jobs_cost_model: str
     store_path: str
     store_exists: bool
     store_bytes: int  # the database file plus its WAL and shared-memory files
@@ -119,8 +121,16 @@ def _cached_profiles(node: NodeState) -> list[CachedProfile]:
     return found
 
 
+def _cost_models(tune: str, queued: str) -> str:
+    if tune == queued:
+        return tune
+    return f"{queued} for queued jobs (the federation's model), {tune} for `tune`"
+
+
 def collect_status(state_dir: Path | None) -> AgentStatus:
     """The node's status; reads the store but never creates it."""
+    from agent.daemon import cost_model_for
+
     node = node_state(state_dir)
     config = node.config()
     path = node.store_path
@@ -132,6 +142,7 @@ def collect_status(state_dir: Path | None) -> AgentStatus:
         state_dir=str(node.dir),
         config_file=str(node.config_path) if node.config_path.exists() else None,
         config=config.model_dump(mode="json"),
+        queued_jobs_cost_model=cost_model_for(node, config),
         store_path=str(path),
         store_exists=path.exists(),
         store_bytes=_store_bytes(path),
@@ -159,6 +170,8 @@ def _federation_rows(federation: FederationStatus | None) -> list[tuple[str, Any
                 f"{daemon.get('done', 0)} done, {daemon.get('failed', 0)} failed",
             )
         )
+        if daemon.get("error"):
+            rows.append(("daemon stopped because", daemon["error"]))
     if federation.refused:
         rows.append(("refused by the server", federation.refused))
     if federation.refused_payload:
@@ -186,7 +199,7 @@ def status(
             ("config", result.config_file or "defaults (no agent.json yet)"),
             ("device", config["device"]),
             ("server", config["server"] or "not set"),
-            ("cost model", config["cost_model"]),
+            ("cost model", _cost_models(config["cost_model"], result.queued_jobs_cost_model)),
             ("trials per task", config["trials_per_task"]),
             ("store", result.store_path if result.store_exists else "none yet"),
             ("store size", f"{result.store_bytes / 1e6:.2f} MB"),

@@ -13,7 +13,16 @@ from rich.progress import (
 
 from agent.cli.app import StateDir, app, node_state, progress_bar
 from schemas import BadInputError
-from schemas.cli import Json, Verbose, console, err_console, print_json, print_table
+from schemas.cli import (
+    Json,
+    Trials,
+    Verbose,
+    checked,
+    console,
+    err_console,
+    print_json,
+    print_table,
+)
 from schemas.tables import Column
 from schemas.tuning import TuneResult
 
@@ -194,9 +203,7 @@ def tune(
     parsed = parse_workload(workload) if workload is not None else None
     if model is not None:
         check_model_ref(model)
-    trials = config.trials_per_task if trials is None else trials
-    if trials < 1:
-        raise BadInputError(f"--trials must be at least 1, got {trials}")
+    trials = checked("--trials", config.trials_per_task if trials is None else trials, Trials)
     cost_model = cost_model or config.cost_model
     check_cost_model(cost_model)
     search_population(trials, population)  # a bad --population fails before any work

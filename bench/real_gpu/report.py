@@ -34,8 +34,8 @@ FRACTIONS = (0.90, 0.95, 0.99)
 GOALS = {1: 0.93, 4: 0.97, 16: 0.99}
 SPEC_TRANSFER = "transfer-spec-1"
 FLEET_METHODS = (
-    "simoe", "simoe-sharing", "simoe-no-online", "nearest-expert", "simoe-analytical", "simoe-empirical",
-    "pooled", "transfer-spec-1", "transfer-spec-3", "transfer-learned-1",
+    "simoe", "simoe-sharing", "simoe-no-online", "nearest-expert", "simoe-analytical",
+    "simoe-empirical", "pooled", "transfer-spec-1", "transfer-spec-3", "transfer-learned-1",
     "transfer-learned-3", "oracle-source",
 )  # fmt: skip
 PAIRS = (

@@ -1,0 +1,126 @@
+"""The server's settings: one pydantic model, from the CLI to the run config to the strategy.
+
+`ServerRunConfig` is what `simoe-server start` validates its options into, what it
+hands Flower as the run config (`to_run_config`: Flower's own value types, a bool
+stays a bool), what the generated app's pyproject lists as the defaults
+(`server.superlink.write_app`), what the ServerApp reads back (`from_run_config`)
+and what `server.aggregation.make_strategy` builds the strategy from. Its defaults
+are the deployment's defaults, here and nowhere else.
+
+The server's step: FedAdam (a step of about `server_lr` per learned value per round)
+with many rounds of one local epoch, chosen on the protocol's validation units over 3
+seeds against the other variants of `docs/results/federation_helps_variants_validation.md`
+(docs/model.md, "Federation helps"). `--server-optimizer sgd --server-lr 1` is plain
+FedAvg, what `SiMoEStrategy` itself does when built directly (the tests and the
+poisoning bench).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from schemas import BadInputError
+from schemas.errors import plain_problem
+
+Aggregation = Literal["fedavg", "trimmed", "median", "krum"]
+RunConfigValue = str | int | float | bool
+
+# A field's `simoe-server start` option where it is not `--` + its run-config key.
+CLI_OPTIONS = {"num_rounds": "--rounds"}
+
+
+def _key(field: str) -> str:
+    return field.replace("_", "-")
+
+
+class ServerRunConfig(BaseModel):
+    """Every setting of a SiMoE server run, with the deployment's defaults."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=_key, populate_by_name=True)
+
+    registry: str = Field(default="", description="the registry's path (set by start)")
+    num_rounds: int = Field(default=0, ge=0, description="rounds to run; 0 = keep running")
+    k_experts: int = Field(default=3, ge=1, le=64, description="experts sent to each node")
+    epochs: int = Field(default=1, ge=1, le=1000, description="local epochs per round")
+    seed: int = Field(default=0, ge=0)
+    min_nodes: int = Field(default=1, ge=1, description="nodes needed to start a round")
+    round_timeout: float = Field(default=300.0, gt=0, description="seconds per round")
+    wait_nodes: float = Field(default=3600.0, ge=0, description="seconds to wait for nodes")
+    round_interval: float = Field(
+        default=10.0, ge=0, description="seconds from one round's start to the next's, at least"
+    )
+    local_batch: int = Field(default=8, ge=1, description="tasks per local training step")
+    prox_mu: float = Field(default=0.0, ge=0, description="FedProx's mu (0: off)")
+    aggregation: Aggregation = "fedavg"
+    clip: float = Field(default=0.0, ge=0, description="max L2 norm of an update's change; 0 off")
+    trim: float = Field(default=0.2, ge=0, lt=0.5, description="trimmed: cut at each end")
+    krum_f: int = Field(default=2, ge=0, description="krum: nodes assumed malicious")
+    server_optimizer: Literal["sgd", "adam"] = "adam"
+    server_lr: float = Field(default=0.01, gt=0, description="the server's step size")
+    matched_global: bool = Field(
+        default=False, description="newcomers get the global their experts were trained on"
+    )
+
+    # -- Flower's run config ------------------------------------------------------------
+
+    @classmethod
+    def from_run_config(cls, cfg: Mapping[str, object]) -> ServerRunConfig:
+        """From a Flower run config (keys with dashes; missing keys take the defaults)."""
+        return cls.model_validate(dict(cfg))
+
+    def to_run_config(self) -> dict[str, RunConfigValue]:
+        """Flower's run config: every key, with Flower's own value types (bool, int, ...)."""
+        return self.model_dump(by_alias=True)
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        return [_key(name) for name in cls.model_fields]
+
+    # -- the command line ---------------------------------------------------------------
+
+    @classmethod
+    def from_options(cls, **values: object) -> ServerRunConfig:
+        """From `simoe-server start`'s options; a bad value is one line naming the option."""
+        try:
+            return cls(**values)  # type: ignore[arg-type]
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            name = str(error["loc"][0]).replace("-", "_")
+            option = CLI_OPTIONS.get(name, "--" + _key(name))
+            raise BadInputError(
+                f"{option} {plain_problem(error)} (got {error.get('input')!r})"
+            ) from None
+
+    def start_options(self) -> list[str]:
+        """`simoe-server start` options that give these settings (those off the defaults)."""
+        options: list[str] = []
+        for name, value in self:
+            if name == "registry" or value == getattr(DEFAULTS, name):
+                continue
+            option = CLI_OPTIONS.get(name, "--" + _key(name))
+            if isinstance(value, bool):
+                options.append(option if value else "--latest-global")
+            else:
+                options += [option, str(value)]
+        return options
+
+    def describe(self) -> str:
+        """The aggregation and the server's step in words."""
+        text = {
+            "fedavg": "FedAvg",
+            "trimmed": f"trimmed mean ({self.trim:g} cut at each end)",
+            "median": "coordinate-wise median",
+            "krum": f"multi-Krum (f = {self.krum_f})",
+        }[self.aggregation]
+        text += f", changes clipped to L2 norm {self.clip:g}" if self.clip else ""
+        if self.server_optimizer == "adam":
+            text += f", server Adam (FedAdam, lr {self.server_lr:g})"
+        elif self.server_lr != 1.0:
+            text += f", server learning rate {self.server_lr:g}"
+        return text + (", newcomers get their experts' global" if self.matched_global else "")
+
+
+DEFAULTS = ServerRunConfig()
