@@ -103,12 +103,13 @@ def caches(tmp_path: Path) -> dict[str, Path]:
 
 def test_import_train_and_tune_a_new_gpu(caches, tmp_path, monkeypatch, capsys):
     for stem in FLEET:
-        for kernel in ("conv", "probe"):
+        for kernel, command in (("conv", ["kernels", "import"]), ("probe", ["records", "import"])):
             code, out, err = run_main(
-                main, "simoe-agent", ["kernels", "import", str(caches[f"{kernel}/{stem}"])],
+                main, "simoe-agent", [*command, str(caches[f"{kernel}/{stem}"])],
                 monkeypatch, capsys,
             )  # fmt: skip
             assert code == 0, err
+            assert "imported" in out
     code, out, err = run_main(main, "simoe-agent", ["kernels", "--json"], monkeypatch, capsys)
     listed = json.loads(out)
     assert {(r["kernel"], r["gpu"]) for r in listed} == {

@@ -30,7 +30,8 @@ def import_kernel_cache(state_dir: Path | None, file: Path, gpu: str | None) -> 
     from agent.kernels.records import import_cache
     from agent.store import Store
 
-    cache = read_cache_file(file, device_name=gpu)
+    with err_console.status("reading the cache file", spinner="dots"):
+        cache = read_cache_file(file, device_name=gpu)
     known = find_gpu(cache.device_name)
     with Store(node_state(state_dir).store_path) as store:
         result = import_cache(store, cache, known.key)
@@ -89,12 +90,15 @@ def kernels_import(
     state_dir: StateDir = None,
 ) -> None:
     """Store a Kernel Tuner cache file's measurements (labelled measured, by GPU)."""
-    with err_console.status("importing the cache file", spinner="dots"):
-        result = import_kernel_cache(state_dir, file, gpu)
+    print_import(import_kernel_cache(state_dir, file, gpu), json_out)
+
+
+def print_import(result: dict[str, object], json_out: bool) -> None:
     if json_out:
         print_json(result)
     else:
-        print_table("imported", list(result), [tuple(result.values())])
+        shown = ("kernel", "gpu", "configurations", "failed", "added")
+        print_table(f"imported {result['file']}", list(shown), [[result[k] for k in shown]])
 
 
 @kernels_app.command("train")
