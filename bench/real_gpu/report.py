@@ -300,3 +300,45 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def benchmarks_section(path: Path = DOCS / "real_transfer.json") -> list[str]:
+    """BENCHMARKS.md's section from the last real-GPU report (nothing if there is none)."""
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    run, summary, goals = data["run"], data["summary"], data["goals"]
+    shown = [m for m in (*FLEET_METHODS, "kt-random_sample", "kt-genetic_algorithm",
+                         "kt-dual_annealing", "kt-bayes_opt", "xgb") if m in summary]  # fmt: skip
+    lines = [
+        "## 0. Real GPUs (MEASURED, replayed)",
+        "",
+        "Brute-forced Kernel Tuner spaces of ten real GPUs (benchmark_hub: 5 kernels, "
+        f"{len(data['rows'])} kernel x GPU targets, NVIDIA and AMD), each GPU held out once; "
+        "the exact optimum of each space is known. Leave-one-GPU-out, choices on the fleet "
+        f"only, seeds {run['seeds']}. Command: `{run['command']}`, then "
+        "`python -m bench.real_gpu.report`; full tables, intervals and curves: "
+        "[docs/results/real_transfer.md](docs/results/real_transfer.md).",
+        "",
+        "| method | n=1 | n=4 | n=16 | n=64 | measurements to 95% (median) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m in shown:
+        g = summary[m]["geomean"]
+        lines.append(
+            f"| {m} | "
+            + " | ".join(f"{g[str(n)]:.3f}" for n in NS)
+            + f" | {_fmt(summary[m]['median_measurements_to']['0.95'], 0)} |"
+        )
+    lines += [
+        "",
+        "Goals (geometric mean of the fraction of the optimum): "
+        + "; ".join(
+            f"n={n}: {g['simoe']:.3f} against {g['goal']} "
+            + ("(met)" if g["met"] else f"(MISSED by {g['goal'] - g['simoe']:.3f})")
+            for n, g in goals.items()
+        )
+        + ".",
+        "",
+    ]
+    return lines
