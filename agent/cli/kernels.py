@@ -71,11 +71,14 @@ def kernels_list(
         return
     print_table(
         "kernel records (measured on real GPUs)",
-        ["kernel", "gpu", "configurations", "failed", "best ms"],
+        ["kernel", "space", "gpu", "configurations", "failed", "best ms"],
         [
-            (r["kernel"], r["gpu"], r["configurations"], r["failed"], f"{r['best_ms']:.4g}")
+            (
+                r["kernel"], r["space_id"], r["gpu"], r["configurations"], r["failed"],
+                f"{r['best_ms']:.4g}",
+            )
             for r in rows
-        ],
+        ],  # fmt: skip
     )
 
 
@@ -103,9 +106,12 @@ def print_import(result: dict[str, object], json_out: bool) -> None:
 
 @kernels_app.command("train")
 def kernels_train(
-    kernel: str = typer.Option(..., "--kernel", help="the kernel to rank (its kernel name)"),
+    kernel: str = typer.Option(
+        ..., "--kernel", help="the kernel to rank: its kernel name, or its space id (`kernels`)"
+    ),
     probe_kernels: list[str] = typer.Option(
-        ..., "--probe-kernel", help="a kernel whose fixed configurations are the probes"
+        ..., "--probe-kernel", help="a kernel (name or space id) whose fixed configurations "
+        "are the probes",
     ),
     out: Path = typer.Option(..., "--out", help="where to write the kernel model"),
     probes: int = typer.Option(8, "--probes", min=1, max=12, help="probes per probe kernel"),
