@@ -113,7 +113,7 @@ def load_or_profile(
 
     node = NodeState(state_dir)
     if not refresh:
-        cached = node.cached_profile(device.name, kind=device.kind)
+        cached = read_profile(node.profile_path(device.name), device.name, device.kind)
         if cached is not None:
             return cached
     profile = profile_device(device, repeat=repeat, progress=progress)
