@@ -26,7 +26,7 @@ import torch
 from simoe_model.features import pack_rows
 from simoe_model.model import SiMoE, SiMoEConfig, expert_outputs
 from simoe_model.task_data import DeviceDataset, TaskData
-from simoe_model.train import fit_feature_normalizer, train_shared
+from simoe_model.train import fit_feature_normalizer_rows, train_shared
 
 # Configurations of one GPU are split into this many tasks (by a hash of their key, so a
 # configuration falls in the same task on every GPU): a listwise step samples a list
@@ -163,16 +163,6 @@ def train_kernel_experts(
     return {"loss": loss_value, "train-seconds": time.perf_counter() - started}
 
 
-@torch.no_grad()
-def fit_feature_normalizer_rows(model: SiMoE, rows: torch.Tensor) -> None:
-    fit_feature_normalizer(model, [_Rows(rows)])  # type: ignore[list-item]
-
-
-@dataclass
-class _Rows:
-    rows: torch.Tensor
-
-
 def train_kernel_model(
     devices: Sequence[KernelDevice], training: KernelTraining, seed: int
 ) -> SiMoE:
@@ -185,6 +175,14 @@ def train_kernel_model(
     )
     model = SiMoE(config)
     train_kernel_experts(model, devices, steps=training.expert_steps, seed=seed)
+    _train_gate(model, devices, training, seed)
+    return model
+
+
+def _train_gate(
+    model: SiMoE, devices: Sequence[KernelDevice], training: KernelTraining, seed: int
+) -> None:
+    """The hardware encoder and gate on the fleet, each GPU's own expert left out."""
     if len(devices) > 1 and training.shared_epochs > 0:
         train_shared(
             model,
@@ -193,7 +191,6 @@ def train_kernel_model(
             seed=seed,
             list_size=training.list_size,
         )
-    return model
 
 
 def retrain_gate(
@@ -217,14 +214,7 @@ def retrain_gate(
         other.ensure_expert(name, hardware_of.get(name, model.expert(name).hardware))
         other.expert(name).head.load_state_dict(model.expert(name).head.state_dict())
     other.program_encoder.load_state_dict(model.program_encoder.state_dict())
-    if len(devices) > 1 and training.shared_epochs > 0:
-        train_shared(
-            other,
-            [kernel_dataset(d) for d in devices],
-            epochs=training.shared_epochs,
-            seed=seed,
-            list_size=training.list_size,
-        )
+    _train_gate(other, devices, training, seed)
     return other
 
 
