@@ -5,6 +5,10 @@ the state directory (node config `state-dir`) holds the model, the store and wha
 the node knows of the federation. Replies carry only the shared arrays, the node's
 own expert, its hardware profile (in NodeHello) and aggregate metrics.
 
+The node's round itself (adopt the global model and the experts, prune the bank, drop
+refuted experts, train, keep the federation state) is `agent.node_round`, a plain
+function of the node's state; here each message is decoded, handed to it and encoded.
+
 The state directory's layout is agent.node_state.NodeState's: its config, key,
 profile, federated model, federation state and store (the measurements, never sent).
 """
@@ -15,31 +19,18 @@ import logging
 import time
 from pathlib import Path
 
-import numpy as np
 from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable
 from pydantic import ValidationError
 
 from agent.audit import record_replies
+from agent.node_round import Received, node_round, refuse_payload
 from agent.node_state import NodeState
-from agent.payload import (
-    PayloadRefused,
-    adopt_experts,
-    adopt_global,
-    check_protocol,
-    decode,
-    note_refusal,
-)
+from agent.payload import PayloadRefused, adopt_global, check_protocol, decode, decode_experts
 from schemas import BadInputError, NodeHello, TrainInstruction
 from schemas.errors import one_line
-from schemas.messages import (
-    BUSY_METRIC,
-    REC_CONFIG,
-    REC_EXPERT_PREFIX,
-    REC_SHARED,
-    WEIGHT_METRIC,
-)
+from schemas.messages import REC_CONFIG, REC_EXPERT_PREFIX, REC_SHARED
 from schemas.protocol import node_reply, prepare_flower_env
 from simoe_model import tvm_compat
 
@@ -51,11 +42,6 @@ def _node(context: Context) -> NodeState:
     if not value:
         raise BadInputError("node config has no 'state-dir' (start the SuperNode with it)")
     return NodeState(Path(str(value)))
-
-
-def queued_jobs(node: NodeState) -> int:
-    """Tuning jobs waiting or running in the node's queue (the daemon's files; a count)."""
-    return sum(len(list((node.queue_dir / d).glob("*.json"))) for d in ("pending", "running"))
 
 
 def _check_experts(context: Context) -> bool:
@@ -107,16 +93,6 @@ def hello(message: Message, context: Context) -> Message:
     return Message(node_reply(_hello(node, context)), reply_to=message)
 
 
-def refuse_payload(node: NodeState, text: str) -> None:
-    """Log a refused payload and keep it in the node's state, with the model it kept."""
-    state = node.federation_state()
-    held = f"global model v{state.global_version}" if node.has_model() else "no model"
-    text = f"{text}; kept {held}"
-    note_refusal(node.federation_log_path, text)
-    state.refused_payload = text
-    node.save_federation_state(state)
-
-
 @app.query("refused")
 def refused(message: Message, context: Context) -> Message:
     """Remember why the server refused this node (enroll reports it)."""
@@ -139,17 +115,13 @@ def received(message: Message, context: Context) -> Message:
 
 @app.train()
 def train(message: Message, context: Context) -> Message:
-    """Adopt the global shared parts and delivered experts; train on local data; reply."""
-    from agent.store_datasets import node_dataset
-    from simoe_model.expert_check import drop_refuted_experts
-    from simoe_model.model import remove_expert
-    from simoe_model.train import local_round
-
+    """Decode the instruction, the global model and the experts; run the node's round
+    (`agent.node_round`); encode its reply."""
     started = time.perf_counter()
     node = _node(context)
     name = node.name()
     inbox = message.content
-    try:  # nothing received touches the model before it is checked; a refusal keeps it
+    try:  # a message that does not decode fails the round; the model is untouched
         try:
             instruction = TrainInstruction.model_validate_json(
                 str(inbox.config_records[REC_CONFIG]["instruction"])
@@ -157,61 +129,28 @@ def train(message: Message, context: Context) -> Message:
         except (KeyError, ValidationError) as exc:
             raise PayloadRefused(f"bad train instruction ({one_line(exc)})") from None
         check_protocol(instruction.protocol)
-        received = decode(inbox.array_records[REC_SHARED], "global model")
-        model = node.load_model()
-        adopt_global(model, received)
+        shared = decode(inbox.array_records[REC_SHARED], "global model")
     except PayloadRefused as exc:
         refuse_payload(node, f"train: {exc}")
         raise
-    offered = {
-        key.removeprefix(REC_EXPERT_PREFIX): record
-        for key, record in inbox.array_records.items()
-        if key.startswith(REC_EXPERT_PREFIX) and key.removeprefix(REC_EXPERT_PREFIX) != name
-    }
-    delivered, bad = adopt_experts(model, offered)
-    for expert, why in bad.items():
-        kept = "kept the version it holds" if expert in model.expert_names else "left it out"
-        refuse_payload(node, f"round {instruction.server_round}: {why}; {kept}")
-    for stale in set(model.expert_names) - set(delivered) - set(bad) - {name}:
-        remove_expert(model, stale)  # the bank is what the server chose this round
-
-    profile = node.profile()
-    dataset = node_dataset(node, profile)
-    state = node.federation_state()
-    metrics: dict[str, float] = {WEIGHT_METRIC: 0.0, "num-tasks": float(len(dataset.tasks))}
-    state.checked_experts, state.refuted_experts = [], []
-    if delivered and dataset.tasks and _check_experts(context):
-        dropped = drop_refuted_experts(model, delivered, dataset)
-        state.checked_experts, state.refuted_experts = sorted(delivered), dropped
-        delivered = [e for e in delivered if e not in dropped]
-        metrics["experts-dropped"] = float(len(dropped))
-    shared_update = own_expert = None
-    if dataset.tasks and instruction.train:
-        result = local_round(
-            model,
-            name,
-            dataset,
-            received,
-            with_bank=bool(delivered),
-            epochs=instruction.epochs,
-            seed=instruction.seed,
-            local_batch=instruction.local_batch,
-            prox_mu=instruction.prox_mu,
-        )
-        metrics.update(result.metrics)
-        metrics[WEIGHT_METRIC] = float(dataset.num_candidates)
-        state.rounds_trained += 1
-        shared_update, own_expert = result.shared_update, result.expert
-    node.save_model(model)
-    metrics = {k: v for k, v in metrics.items() if np.isfinite(v)}
-    metrics["train-seconds"] = time.perf_counter() - started
-    metrics[BUSY_METRIC] = float(queued_jobs(node))  # its records are still coming
-    state.global_version = instruction.global_version
-    state.last_round = instruction.server_round
-    state.experts = sorted(set(model.expert_names) - {name})
-    state.refused = None
-    state.last_metrics = metrics
-    node.save_federation_state(state)
-    hello = _hello(node, context)
-    content = node_reply(hello, shared=shared_update, own_expert=own_expert, metrics=metrics)
+    experts, unreadable = decode_experts(
+        {
+            key.removeprefix(REC_EXPERT_PREFIX): record
+            for key, record in inbox.array_records.items()
+            if key.startswith(REC_EXPERT_PREFIX) and key.removeprefix(REC_EXPERT_PREFIX) != name
+        }
+    )
+    result = node_round(
+        node,
+        instruction,
+        Received(shared, experts, unreadable),
+        check_experts=_check_experts(context),
+        started=started,
+    )
+    content = node_reply(
+        _hello(node, context),
+        shared=result.shared_update,
+        own_expert=result.own_expert,
+        metrics=result.metrics,
+    )
     return Message(content, reply_to=message)

@@ -4,7 +4,7 @@
 
 1. creates the node's ECDSA key (P-384, as Flower's SuperNode auth expects) unless
    the state directory already has one (idempotent);
-2. profiles the hardware (cached: agent.profiler.load_or_profile) and keeps the
+2. profiles the hardware (cached: agent.node_state.load_or_profile) and keeps the
    profile the federation will see;
 3. registers the public key with the SuperLink over TLS (`flwr supernode register`),
    after checking the server is reachable and the CA certificate is one;

@@ -18,11 +18,17 @@ Layout (unchanged from earlier releases, so existing state directories keep work
 
 Before this module, the profile was also copied to `federation/profile.json`; a directory
 that only has that copy is still read (`profile`), and nothing writes it any more.
+
+The hardware profile has one owner here: one reader of the cache (`read_profile`: of this
+device and of the current probe suite, else None), used by the node's hello, training
+and `simoe-agent profile` alike (`NodeState.cached_profile`, `load_or_profile`); the
+profiler (`agent.profiler`) only measures, and never reads this directory.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 from pathlib import Path
@@ -40,6 +46,7 @@ if TYPE_CHECKING:
     from simoe_model.model import SiMoE
 
 _LEGACY_PROFILE = Path("federation") / "profile.json"
+log = logging.getLogger(__name__)
 
 
 def default_state_dir() -> Path:
@@ -52,6 +59,67 @@ def device_slug(device_name: str) -> str:
     """A file name for a device: `cuda:0` -> `cuda-0`, `sim:a/b c.json` -> `sim-a-b-c.json`."""
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", device_name).strip("-.")
     return slug or "device"
+
+
+def read_profile(
+    path: Path,
+    device_name: str,
+    kind: str | None = None,
+    *,
+    quiet: bool = False,
+    any_suite: bool = False,
+) -> HardwareProfile | None:
+    """The profile cached at `path` if it is valid, of this device (and kind, if given) and
+    of the current probe suite (unless `any_suite`); else None (why is logged unless
+    `quiet`)."""
+    from agent.probes import PROBE_SUITE_VERSION
+
+    if not path.exists():
+        return None
+    say = (lambda *_: None) if quiet else log.warning
+    try:
+        profile = HardwareProfile.model_validate_json(path.read_bytes())
+    except (ValidationError, ValueError, OSError) as exc:
+        reason = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        say("%s: unreadable cached profile (%s); profiling again", path, reason)
+        return None
+    if profile.device != device_name or (kind is not None and profile.device_kind != kind):
+        say("%s: cached profile is of %s; profiling again", path, profile.device)
+        return None
+    if not any_suite and profile.empirical.probe_suite_version != PROBE_SUITE_VERSION:
+        if not quiet:
+            log.info("%s: probe suite changed; profiling again", path)
+        return None
+    return profile
+
+
+def profile_path(device: Device, state_dir: Path) -> Path:
+    return NodeState(state_dir).profile_path(device.name)
+
+
+def load_or_profile(
+    device: Device,
+    state_dir: Path,
+    *,
+    refresh: bool = False,
+    repeat: int = 5,
+    progress: ProgressCallback | None = None,
+) -> HardwareProfile:
+    """The device's profile from `state_dir/profiles/<slug>.json`, profiling it if needed.
+
+    A missing, corrupt, foreign or outdated cache file (or `refresh`) means profiling
+    again; the new profile is written to the cache and saved into the node's store.
+    """
+    from agent.profiler import profile_device
+
+    node = NodeState(state_dir)
+    if not refresh:
+        cached = read_profile(node.profile_path(device.name), device.name, device.kind)
+        if cached is not None:
+            return cached
+    profile = profile_device(device, repeat=repeat, progress=progress)
+    node.save_profile(profile)
+    return profile
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -183,21 +251,25 @@ class NodeState:
         return key_fingerprint(self.public_key_path.read_bytes())
 
     # -- the hardware profile -------------------------------------------------------------
-    def cached_profile(self, device_name: str) -> HardwareProfile | None:
-        """The saved profile of `device_name`, or None if there is no readable one."""
-        for path in (self.profile_path(device_name), self.dir / _LEGACY_PROFILE):
-            try:
-                profile = HardwareProfile.model_validate_json(path.read_bytes())
-            except (OSError, ValidationError, ValueError):
-                continue
-            if profile.device == device_name:
-                return profile
-        return None
+    def cached_profile(
+        self, device_name: str, kind: str | None = None, *, any_suite: bool = False
+    ) -> HardwareProfile | None:
+        """The saved profile of `device_name`, or None if there is no current one.
+
+        Current: readable, of this device and of this probe suite (`read_profile`); the
+        profile a node trains with and says hello with is the one `simoe-agent profile`
+        would keep, never one it would refresh."""
+        path = self.profile_path(device_name)
+        profile = read_profile(path, device_name, kind, quiet=any_suite, any_suite=any_suite)
+        if profile is None:  # the old copy: of the configured device, whichever that was
+            legacy = self.dir / _LEGACY_PROFILE
+            profile = read_profile(legacy, device_name, kind, quiet=True, any_suite=any_suite)
+        return profile
 
     def profile(
         self, device: str | Device | None = None, *, progress: ProgressCallback | None = None
     ) -> HardwareProfile:
-        """The profile of a device (default: the configured one); profiled once if missing.
+        """The profile of a device (default: the configured one); profiled if missing or outdated.
 
         A profile taken here is saved (`save_profile`): the file and the store's record."""
         device = device or self.config().device
@@ -206,10 +278,17 @@ class NodeState:
         if profile is not None:
             return profile
         from agent.devices import get_device
-        from agent.profiler import load_or_profile
 
-        target = get_device(device) if isinstance(device, str) else device
-        return load_or_profile(target, self.dir, progress=progress)
+        try:
+            target = get_device(device) if isinstance(device, str) else device
+        except BadInputError:
+            # a device this machine cannot name (a synthetic one, in the tests and the
+            # bench): it keeps the profile it was given, of whichever suite
+            given = self.cached_profile(name, any_suite=True)
+            if given is None:
+                raise
+            return given
+        return load_or_profile(target, self.dir, refresh=True, progress=progress)
 
     def save_profile(self, profile: HardwareProfile) -> None:
         """Keep `profile` as its device's profile; the store records it for provenance.

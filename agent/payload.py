@@ -25,7 +25,7 @@ import numpy as np
 
 from schemas import BadInputError, RunFailure
 from schemas.messages import PROTOCOL_VERSION
-from schemas.protocol import record_to_arrays
+from schemas.protocol import Arrays, record_to_arrays
 
 if TYPE_CHECKING:
     from flwr.app import ArrayRecord
@@ -64,17 +64,28 @@ def adopt_global(model: SiMoE, arrays: Mapping[str, np.ndarray]) -> None:
         raise PayloadRefused(f"global model refused ({exc})") from None
 
 
+def decode_experts(records: Mapping[str, ArrayRecord]) -> tuple[Arrays, dict[str, str]]:
+    """The delivered experts' arrays by name, and those that did not decode (name -> why)."""
+    experts, unreadable = {}, {}
+    for name, record in records.items():
+        try:
+            experts[name] = decode(record, f"expert {name!r}")
+        except PayloadRefused as exc:
+            unreadable[name] = str(exc)
+    return experts, unreadable
+
+
 def adopt_experts(
-    model: SiMoE, records: Mapping[str, ArrayRecord]
+    model: SiMoE, experts: Mapping[str, Mapping[str, np.ndarray]]
 ) -> tuple[list[str], dict[str, str]]:
-    """Add the delivered experts (name -> record); (accepted names, refused name -> why)."""
+    """Add the delivered experts (name -> arrays); (accepted names, refused name -> why)."""
     from simoe_model.model import add_expert
 
     accepted, refused = [], {}
-    for name, record in records.items():
+    for name, arrays in experts.items():
         try:
-            add_expert(model, name, decode(record, f"expert {name!r}"))
-        except (PayloadRefused, BadInputError) as exc:
+            add_expert(model, name, arrays)
+        except BadInputError as exc:
             refused[name] = str(exc)
             continue
         accepted.append(name)

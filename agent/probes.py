@@ -19,6 +19,7 @@ its schedules in `agent.probe_schedules`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -54,7 +55,7 @@ from agent.probe_schedules import (
     gpu_stencil,
     gpu_transpose,
 )
-from schemas import BadInputError
+from schemas import BadInputError, EmpiricalFingerprint
 
 PROBE_SUITE_VERSION = "1"
 
@@ -233,3 +234,26 @@ PROBES_BY_NAME: dict[str, Probe] = {probe.name: probe for probe in PROBES}
 # The probes whose rates the fingerprint reports.
 BANDWIDTH_PROBE = "copy_stream"
 FMA_PROBE = "fma_chain"
+
+# Smallest latency reported: PositiveFloat must hold even for a timer that rounds to 0.
+MIN_LATENCY_US = 1e-3
+
+
+def fingerprint_from(
+    latencies_s: Mapping[str, float], *, stream_bytes: float, fma_flops: float
+) -> EmpiricalFingerprint:
+    """The empirical fingerprint from the suite's median latencies (seconds per run).
+
+    The one derivation of it: the profiler passes what it measured here and the sizes of
+    its own target's probes, the bundle importer what a GPU run measured and the sizes the
+    exported probes had. Bandwidth is the stream probe's bytes over its latency, the FMA
+    rate the FMA probe's flops over its latency.
+    """
+    return EmpiricalFingerprint(
+        probe_suite_version=PROBE_SUITE_VERSION,
+        probe_latency_us={
+            name: max(secs * 1e6, MIN_LATENCY_US) for name, secs in latencies_s.items()
+        },
+        bandwidth_gbs=stream_bytes / latencies_s[BANDWIDTH_PROBE] / 1e9,
+        fma_gflops=fma_flops / latencies_s[FMA_PROBE] / 1e9,
+    )

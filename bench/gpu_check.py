@@ -222,7 +222,7 @@ def main(
 
         prepare()
         from agent.devices import get_device
-        from agent.profiler import load_or_profile
+        from agent.node_state import load_or_profile
         from agent.workloads import parse_workload
         from schemas import SimoeError
     except ImportError as exc:

@@ -1,8 +1,10 @@
-"""BENCHMARKS.md, rendered from the typed report (bench/report_model.py) and nothing else:
-`python -m bench.run --render-only` regenerates it from bench/reports/report.json."""
+"""BENCHMARKS.md, rendered from the typed report (bench/report_model.py) and, for the real
+GPUs, from docs/results/real_transfer.json (`bench.real_gpu.report` writes it):
+`python -m bench.run --render-only` regenerates it from those files."""
 
 from __future__ import annotations
 
+from bench.real_gpu.report import benchmarks_section
 from bench.report_compile_md import budget_md, compile_md, fmt, mlp_why, pct, verdict
 from bench.report_model import BenchReport, CpuSection, FederationSection, OfflineSection
 from bench.report_refs import missed_md, references_md, ten_g_md, trial_cost_md
@@ -56,11 +58,13 @@ def markdown(report: BenchReport) -> str:
         f"{m.load_average_now} (the machine was shared with other jobs: every wall "
         "time here is inflated by that load, by a factor that is not known).",
         "",
-        "**Sections 1, 2 and 5 are SIMULATED**: the GPUs are `sim:<gpu>`, the analytical "
-        "latency model of agent/devices/sim; no GPU was used. Section 4 is measured on the "
-        "real CPU.",
+        "**Section 0 is MEASURED on real GPUs** (replayed from brute-forced Kernel Tuner "
+        "spaces); **sections 1, 2 and 5 are SIMULATED**: the GPUs are `sim:<gpu>`, the "
+        "analytical latency model of agent/devices/sim; no GPU was used. Section 4 is "
+        "measured on the real CPU.",
         "",
     ]
+    lines += benchmarks_section()  # its own command: bench.real_gpu
     if report.errors:
         lines += ["## Sections that failed", ""]
         lines += [f"- {name}: `{err}`" for name, err in report.errors.items()]

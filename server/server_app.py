@@ -3,9 +3,11 @@
 Each round: nodes not seen yet in this run are asked who they are (`query.hello`,
 which also hands them the current global model, so a node that joins late is served
 at its first round); then every known node gets the global shared arrays and the
-experts of its most similar hardware (`train`); the replies are checked, averaged
-over the shared keys and the experts go to the registry. Round numbers and the
-global model continue across runs and restarts (the registry keeps them).
+experts of its most similar hardware (`train`); the strategy checks the replies and
+averages the shared keys. Only the loop changes the run's `Roster`, from what the
+strategy decided; the `RoundRecorder` writes that to the registry (the strategy
+persists nothing). Round numbers and the global model continue across runs and
+restarts (the registry keeps them).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from pathlib import Path
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
@@ -26,6 +27,8 @@ from schemas.protocol import Arrays, prepare_flower_env
 from server.aggregation import make_strategy
 from server.idle import News
 from server.registry import Registry
+from server.roster import Roster
+from server.round_recorder import RoundRecorder
 from server.run_config import ServerRunConfig
 from server.strategy import RoundInputs, RoundOutcome, SimilarityFn, SiMoEStrategy
 from simoe_model import tvm_compat
@@ -71,24 +74,21 @@ def run_rounds(
 ) -> list[RoundOutcome]:
     """Run `num_rounds` rounds (0: until `stop` is set); returns what each round did.
 
+    Who the nodes of the run are (`strategy.roster`) is kept with the strategy, which
+    lives as long as the run (a second call with it continues the run), but only this
+    loop changes it: from the outcomes the strategy returns.
+
     `idle_probe_s` > 0: after a round with nothing new (`server.idle.News`) the next waits
     for news (a newcomer, an operator's request) or this long at the most, instead of
     `min_interval_s`.
     """
-    registry = strategy.registry
-    interrupted = registry.close_interrupted_rounds()  # a killed server left them open
-    if interrupted:
-        log.warning("rounds %s were interrupted (the server stopped mid-round)", interrupted)
-    latest = registry.latest_global()
-    if latest is None:
-        registry.save_global(initial_arrays, round_=registry.last_round())
-        arrays = dict(initial_arrays)
-    else:
-        arrays = latest[1]
+    roster = strategy.roster
+    recorder = RoundRecorder(strategy.registry)
+    arrays = recorder.open_run(initial_arrays)
     outcomes: list[RoundOutcome] = []
     done = 0
     round_started = time.monotonic()
-    news = News(registry.path if idle_probe_s > 0 else None)
+    news = News(strategy.registry.path if idle_probe_s > 0 else None)
     while num_rounds == 0 or done < num_rounds:
         if stop is not None and stop.is_set():
             break
@@ -98,49 +98,44 @@ def run_rounds(
             wait = pause - (time.monotonic() - round_started)
             if idle:
                 log.info("nothing new since round %d: idle until news", outcomes[-1].round)
-            if wait > 0 and wait_between_rounds(grid, strategy, wait, stop, news):
+            if wait > 0 and wait_between_rounds(grid, roster, wait, stop, news):
                 break
         round_started = time.monotonic()
         try:
             node_ids = wait_for_nodes(grid, strategy.min_available_nodes, wait_nodes_s, stop)
             public_keys = node_public_keys(grid)
-            strategy.roster.forget_departed(node_ids)
-            unknown = strategy.roster.unknown(node_ids)
+            roster.forget_departed(node_ids)
+            unknown = roster.unknown(node_ids)
             if unknown:
+                roster.asked.update(unknown)
                 hellos = strategy.hello_messages(unknown, arrays)
-                strategy.handle_hellos(grid.send_and_receive(hellos, timeout=timeout), public_keys)
-                refuse_nodes(grid, strategy.roster.refusals(unknown))
-            known = strategy.roster.known(node_ids)
+                replies = grid.send_and_receive(hellos, timeout=timeout)
+                greeted = strategy.read_hellos(replies, public_keys, roster)
+                recorder.record_hellos(greeted)
+                roster.admit(greeted.identified, greeted.name_taken)
+                refuse_nodes(grid, roster.refusals(unknown))
+            known = roster.known(node_ids)
             if not known:
                 if num_rounds != 0 and wait_nodes_s <= 0:
                     break
                 continue
-            number = registry.start_round(grid.run.run_id if _has_run(grid) else 0, len(known))
-            inputs = RoundInputs(number, arrays, node_ids, public_keys)
+            number = recorder.start_round(grid.run.run_id if _has_run(grid) else 0, len(known))
+            inputs = RoundInputs(number, arrays, node_ids, public_keys, roster)
             plan = strategy.configure_train(inputs)
             replies = list(grid.send_and_receive(plan.messages, timeout=timeout))
             news.after_round(replies, joined=bool(unknown))
-            outcome = strategy.aggregate_train(inputs, plan, replies)
-            version = registry.global_version()
+            outcome = recorder.record_round(strategy.aggregate_train(inputs, plan, replies))
+            roster.admit(outcome.identified, outcome.name_taken)
+            roster.drop([*outcome.errored, *outcome.missing], outcome.leaving)
             if outcome.aggregated is not None:
-                version = registry.save_global(outcome.aggregated, round_=number)
                 arrays = outcome.aggregated
-            outcome = replace(outcome, global_version=version)
-            registry.finish_round(
-                number,
-                replied=sum(not r.has_error() for r in replies),  # error replies: failed
-                rejected=len(outcome.rejected),
-                failed=outcome.failed,
-                global_version=version,
-                updated=outcome.aggregated is not None,
-            )
             log.info(
                 "round %d: %d accepted, %d rejected, %d failed, global v%d",
                 number,
                 len(outcome.accepted),
                 len(outcome.rejected),
                 outcome.failed,
-                version,
+                outcome.global_version,
             )
             send_receipts(grid, strategy, outcome)
             outcomes.append(outcome)
@@ -168,7 +163,7 @@ def send_receipts(grid: Grid, strategy: SiMoEStrategy, outcome: RoundOutcome) ->
 
 def wait_between_rounds(
     grid: Grid,
-    strategy: SiMoEStrategy,
+    roster: Roster,
     wait_s: float,
     stop: threading.Event | None,
     news: News | None = None,
@@ -191,7 +186,7 @@ def wait_between_rounds(
             online = list(grid.get_node_ids())
         except Exception:  # noqa: BLE001 - a SuperLink busy or restarting: keep waiting
             continue
-        if strategy.roster.newcomers(online):
+        if roster.newcomers(online):
             return False
     return False
 

@@ -1,4 +1,4 @@
-"""The SiMoE strategy: FedAvg over the shared parameters only, experts to the registry.
+"""The SiMoE strategy: FedAvg over the shared parameters only, experts kept apart.
 
 Flower's FedAvg would average every ArrayRecord of a reply and sends one RecordDict
 to all nodes; SiMoE needs per-node messages (each node gets the experts of the
@@ -7,23 +7,30 @@ follows Flower's strategy split (configure the round's messages, aggregate the
 replies) and does the rest itself:
 
 - message in, message out: the round loop hands `configure_train` a `RoundInputs`
-  (round number, global arrays, online nodes and their registered keys) and gets
-  the messages back as a `RoundPlan`; `aggregate_train` takes the replies and
-  returns a `RoundOutcome` (who was accepted, rejected, failed, the new averages);
-- every reply is checked (keys, shapes, NaN/Inf, weight) and a bad one is
-  rejected and logged in the registry, never averaged;
+  (round number, global arrays, online nodes, their registered keys, the loop's
+  `Roster`) and gets the messages back as a `RoundPlan`; `aggregate_train` takes the
+  replies and returns a `RoundOutcome` that says what happened (who was accepted,
+  served, rejected and why, failed, their hellos, experts, metrics and traffic, the new
+  averages);
+- it persists nothing and changes no roster: it reads the registry (who holds a name,
+  experts, profiles) and the loop's recorder (`server.round_recorder`) writes the
+  outcome to the registry; the loop updates its roster from the outcome. A round's
+  replies go one way: strategy -> outcome -> recorder -> registry;
+- every reply is checked (identity, keys, shapes, NaN/Inf, weight) and a bad one is
+  rejected with its reason, never averaged;
 - the accepted shared arrays are averaged by `aggregate_shared`: each update's
   change against the current global model, clipped to a maximum L2 norm if asked,
   then `select`ed and `combine`d (FedAvg: all of them, weighted by `num-examples`;
   the math is `server.averaging`);
-- each node's own expert goes to the registry as a new version.
+- each node's own expert is in the outcome, for the registry to keep as a new version.
 
 Robust aggregation is a choice of strategy, one class per file as Flower's are:
 `server/strategy_trimmed.py`, `strategy_median.py` override `combine`,
 `strategy_krum.py` overrides `select`; `server/aggregation.py` picks one by name.
 
-What the strategy keeps between rounds is only who the nodes are (`Roster`: Flower
-node_id -> node key for this run), updated from the nodes' own replies.
+What the strategy keeps between rounds is the server optimizer's state (FedAdam's
+moments). Who the nodes are (`server.roster.Roster`) is kept with it for as long as the
+run, but only the round loop changes it.
 """
 
 from __future__ import annotations
@@ -64,7 +71,8 @@ from server.averaging import (
     is_statistic,
     weighted_average,
 )
-from server.registry import NameTakenError, Registry
+from server.registry import Registry
+from server.roster import Identified, Roster
 
 log = logging.getLogger("simoe.server")
 
@@ -81,6 +89,39 @@ class UpdateRejected(ValueError):
 
 class AlreadyServed(UpdateRejected):
     """A leaving node answered a hello again before it stopped: it has what it came for."""
+
+
+class NameTaken(UpdateRejected):
+    """A node claimed a name another key holds: refused, and told why."""
+
+
+class NameBook:
+    """Which key holds each node name: the registry's, then the claims of this batch of
+    replies (read before the recorder writes any of them, so they must see each other)."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self.claims: dict[str, str] = {}  # name -> key, claimed in this batch
+        self.renamed: dict[str, str] = {}  # key -> the name it claimed in this batch
+
+    def holder(self, name: str) -> str | None:
+        if name in self.claims:
+            return self.claims[name]
+        row = self.registry.node_by_name(name)
+        if row is None:
+            return None
+        key = str(row["node_key"])
+        return key if self.renamed.get(key, name) == name else None  # renamed since: free
+
+    def claim(self, name: str, key: str) -> None:
+        holder = self.holder(name)
+        if holder is not None and holder != key:
+            raise NameTaken(f"node name {name!r} is already taken by another key")
+        old = self.renamed.get(key)
+        if old is not None and old != name:
+            self.claims.pop(old, None)
+        self.claims[name] = key
+        self.renamed[key] = name
 
 
 def check_update(update: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]) -> None:
@@ -107,40 +148,6 @@ def check_finite(arrays: Mapping[str, np.ndarray], what: str) -> None:
             raise UpdateRejected(f"{what} {key}: not finite floating point")
 
 
-@dataclass
-class Roster:
-    """Who the nodes of this run are: Flower node_id -> node key, and refusals."""
-
-    identity: dict[int, str] = field(default_factory=dict)
-    refused: dict[int, str] = field(default_factory=dict)  # node_id -> why
-    hellos: dict[int, NodeHello] = field(default_factory=dict)  # what each last said
-    # leaving nodes served and told so, while the SuperLink still lists them online
-    departed: set[int] = field(default_factory=set)
-    asked: set[int] = field(default_factory=set)  # every node id sent a hello this run
-
-    def newcomers(self, online: Iterable[int]) -> list[int]:
-        """Online nodes never asked who they are: worth a round now, not after the interval."""
-        return [n for n in online if n not in self.asked and n not in self.identity]
-
-    def forget_departed(self, online: Iterable[int]) -> None:
-        """A departed node seen offline may come back (a daemon, another enrolment)."""
-        self.departed &= set(online)
-
-    def can_check(self, node_id: int) -> bool:
-        """Whether the node has trained on records of its own (so it can test experts)."""
-        hello = self.hellos.get(node_id)
-        return hello is not None and hello.expert_version > 0
-
-    def unknown(self, node_ids: Iterable[int]) -> list[int]:
-        return [n for n in node_ids if n not in self.identity]
-
-    def known(self, node_ids: Iterable[int]) -> list[int]:
-        return [n for n in node_ids if n in self.identity]
-
-    def refusals(self, node_ids: Iterable[int]) -> dict[int, str]:
-        return {n: self.refused[n] for n in node_ids if n in self.refused}
-
-
 @dataclass(frozen=True)
 class RoundInputs:
     """What the round loop hands the strategy for one round."""
@@ -150,6 +157,31 @@ class RoundInputs:
     node_ids: Sequence[int]  # the nodes online now (Flower node ids)
     # node_id -> the public key (PEM) the SuperLink authenticated it with, where known
     public_keys: Mapping[int, bytes] = field(default_factory=dict)
+    roster: Roster = field(default_factory=Roster)  # the loop's; the strategy only reads it
+
+
+@dataclass
+class HelloOutcome:
+    """What the nodes' answers to a hello said, for the recorder and the roster."""
+
+    identified: list[Identified] = field(default_factory=list)
+    refusals: list[tuple[int, str]] = field(default_factory=list)  # (node_id, why), all
+    name_taken: dict[int, str] = field(default_factory=dict)  # refused and told why
+
+
+@dataclass
+class NodeReply:
+    """One accepted or served reply, as the registry keeps it."""
+
+    node_key: str
+    name: str  # the node's name, which its expert is kept under
+    metrics: dict[str, float]
+    bytes_down: int
+    bytes_up: int
+    expert: Arrays | None = field(default=None, repr=False)  # None: served, not trained
+    num_examples: int = 0
+    checked: list[str] = field(default_factory=list)  # experts it was sent and tested
+    refuted: list[str] = field(default_factory=list)  # those it found ranking backwards
 
 
 @dataclass
@@ -181,10 +213,15 @@ class RoundOutcome:
     global_version: int = 0  # set by the loop once it has saved the new global model
     aggregated: Arrays | None = field(default=None, repr=False)  # None: nothing to average
     metrics: dict[str, float] = field(default_factory=dict)  # weighted means of the replies
+    replied: int = 0  # replies without an error
+    errored: list[int] = field(default_factory=list)  # node ids whose reply was an error
+    identified: list[Identified] = field(default_factory=list)  # hellos in the replies
+    name_taken: dict[int, str] = field(default_factory=dict)  # node_id -> refused: why
+    replies: list[NodeReply] = field(default_factory=list, repr=False)  # accepted, served
 
 
 class SiMoEStrategy:
-    """Weighted FedAvg over shared keys, per-node expert delivery, a persistent registry."""
+    """Weighted FedAvg over shared keys, per-node expert delivery; reads the registry only."""
 
     aggregation = "fedavg"  # the name `--aggregation` knows it by
 
@@ -226,6 +263,8 @@ class SiMoEStrategy:
         self.server_optimizer = server_optimizer
         self.server_adam = ServerAdam(server_lr) if server_optimizer == "adam" else None
         self.matched_global = matched_global
+        # who the nodes of this run are: kept here as long as the run (the strategy), but
+        # the round loop's to change; the strategy reads it from `RoundInputs.roster`
         self.roster = Roster()
 
     # -- aggregation: the hooks robust strategies override -----------------------------
@@ -269,7 +308,6 @@ class SiMoEStrategy:
         """Ask nodes we do not know yet who they are; they get the global model with it."""
         messages = []
         for node_id in node_ids:
-            self.roster.asked.add(node_id)
             content = RecordDict({REC_SHARED: arrays_to_record(global_arrays)})
             content[REC_CONFIG] = ConfigRecord(
                 {"global-version": self.registry.global_version(), "protocol": PROTOCOL_VERSION}
@@ -277,8 +315,10 @@ class SiMoEStrategy:
             messages.append(Message(content, dst_node_id=node_id, message_type=MSG_HELLO))
         return messages
 
-    def read_hello(self, reply: Message, public_keys: Mapping[int, bytes]) -> str:
-        """Validate a reply's NodeHello, register the node; returns its node key."""
+    def read_hello(
+        self, reply: Message, public_keys: Mapping[int, bytes], roster: Roster, names: NameBook
+    ) -> Identified:
+        """Validate a reply's NodeHello: who the node is (UpdateRejected says why not)."""
         node_id = reply.metadata.src_node_id
         record = reply.content.config_records.get(REC_NODE)
         if record is None or "hello" not in record:
@@ -287,34 +327,35 @@ class SiMoEStrategy:
             hello = NodeHello.model_validate_json(str(record["hello"]))
         except ValidationError as exc:
             raise UpdateRejected(f"bad node identity: {exc.errors()[0]['msg']}") from None
-        if hello.leaving and node_id in self.roster.departed:
+        if hello.leaving and node_id in roster.departed:
             raise AlreadyServed(f"{hello.name} was served this run and is leaving")
         pem = public_keys.get(node_id)
         if pem and key_fingerprint(pem) != hello.key_fingerprint:
             raise UpdateRejected("key fingerprint does not match the node's registered key")
-        try:
-            node_key = self.registry.upsert_node(hello, node_id, key_verified=bool(pem))
-        except NameTakenError as exc:
-            self.roster.refused[node_id] = str(exc)
-            raise UpdateRejected(str(exc)) from None
-        self.roster.identity[node_id] = node_key
-        self.roster.hellos[node_id] = hello
-        self.roster.refused.pop(node_id, None)
-        return node_key
+        names.claim(hello.name, hello.key_fingerprint)
+        return Identified(node_id, hello.key_fingerprint, hello, key_verified=bool(pem))
 
-    def handle_hellos(self, replies: Iterable[Message], public_keys: Mapping[int, bytes]) -> None:
-        """Register every node that said who it is; log (and remember) the refused ones."""
+    def read_hellos(
+        self, replies: Iterable[Message], public_keys: Mapping[int, bytes], roster: Roster
+    ) -> HelloOutcome:
+        """Who each node that answered a hello is; the refused ones and why."""
+        outcome = HelloOutcome()
+        names = NameBook(self.registry)
         for reply in replies:
+            node_id = reply.metadata.src_node_id
             if reply.has_error():
-                log.warning("node %s: hello failed: %s", reply.metadata.src_node_id, reply.error)
+                log.warning("node %s: hello failed: %s", node_id, reply.error)
                 continue
             try:
-                self.read_hello(reply, public_keys)
+                outcome.identified.append(self.read_hello(reply, public_keys, roster, names))
             except AlreadyServed as exc:
-                log.info("node %s: %s", reply.metadata.src_node_id, exc)
+                log.info("node %s: %s", node_id, exc)
             except UpdateRejected as exc:
-                log.warning("node %s: refused: %s", reply.metadata.src_node_id, exc)
-                self.registry.add_refusal(reply.metadata.src_node_id, str(exc))
+                log.warning("node %s: refused: %s", node_id, exc)
+                outcome.refusals.append((node_id, str(exc)))
+                if isinstance(exc, NameTaken):
+                    outcome.name_taken[node_id] = str(exc)
+        return outcome
 
     # -- experts ------------------------------------------------------------------------
 
@@ -353,7 +394,8 @@ class SiMoEStrategy:
     def configure_train(self, inputs: RoundInputs) -> RoundPlan:
         """One message per known node: the global shared arrays plus its nearest experts."""
         server_round = inputs.server_round
-        node_ids = self.roster.known(inputs.node_ids)
+        roster = inputs.roster
+        node_ids = roster.known(inputs.node_ids)
         if self.fraction_train < 1.0 and node_ids:
             count = max(1, int(len(node_ids) * self.fraction_train))
             rng = np.random.default_rng(self.seed + server_round)
@@ -362,8 +404,8 @@ class SiMoEStrategy:
         current = arrays_to_record(inputs.arrays)
         latest = self.registry.global_version()
         for node_id in node_ids:
-            node_key = self.roster.identity[node_id]
-            can_check = self.roster.can_check(node_id)
+            node_key = roster.identity[node_id]
+            can_check = roster.can_check(node_id)
             experts = self.nearest_experts(node_key, inputs.arrays, can_check)
             version, arrays = latest, current
             base = None if can_check else self.matched_base(experts, latest)
@@ -414,11 +456,18 @@ class SiMoEStrategy:
     def aggregate_train(
         self, inputs: RoundInputs, plan: RoundPlan, replies: Iterable[Message]
     ) -> RoundOutcome:
-        """Check each reply, store experts and metrics, average the accepted shared arrays."""
+        """Check each reply and average the accepted shared arrays; persists nothing.
+
+        The outcome says what the round did, reply by reply: the loop's recorder writes
+        it to the registry (hellos, rejections, metrics, traffic, checks, experts, the new
+        global) and the loop updates its roster from it.
+        """
         server_round = inputs.server_round
+        roster = inputs.roster
         outcome = RoundOutcome(
             round=server_round, sampled=list(plan.sampled), delivered=dict(plan.delivered)
         )
+        names = NameBook(self.registry)
         updates: list[Arrays] = []
         weights: list[float] = []
         metric_sums: dict[str, float] = {}
@@ -435,39 +484,37 @@ class SiMoEStrategy:
                 errored.add(node_id)
                 log.warning("round %d: node %s failed: %s", server_round, node_id, reply.error)
                 continue
-            who = self.roster.identity.get(node_id, f"node_id:{node_id}")
+            outcome.replied += 1
+            who = roster.identity.get(node_id, f"node_id:{node_id}")
             try:
-                who = self.read_hello(reply, inputs.public_keys)
-                if self.roster.hellos[node_id].leaving:
+                node = self.read_hello(reply, inputs.public_keys, roster, names)
+                who = node.node_key
+                outcome.identified.append(node)
+                if node.hello.leaving:
                     outcome.leaving.append(node_id)
                 update, weight, metrics = self._check_reply(reply, inputs.arrays)
             except UpdateRejected as exc:
+                if isinstance(exc, NameTaken):
+                    outcome.name_taken[node_id] = str(exc)
                 outcome.rejected[who] = str(exc)
-                self.registry.add_rejection(server_round, who, str(exc))
                 log.warning("round %d: rejected the update of %s: %s", server_round, who, exc)
                 continue
-            self.registry.add_metrics(server_round, who, metrics)
-            self.registry.add_traffic(
-                server_round,
-                who,
+            answer = NodeReply(
+                node_key=who,
+                name=node.hello.name,
+                metrics=metrics,
                 bytes_down=plan.bytes_down.get(node_id, 0),
                 bytes_up=payload_bytes(reply.content),
             )
-            self.registry.touch_node(who)
+            outcome.replies.append(answer)
             if update is None:
                 outcome.served.append(who)
                 continue
-            hello = self.roster.hellos[node_id]
             sent_to = set(plan.delivered.get(who, []))  # verdicts only on what it was sent
-            self.registry.record_checks(
-                server_round, who, sent_to & set(hello.checked_experts), hello.refuted_experts
-            )
-            node = self.registry.node(who)
-            own = record_to_arrays(reply.content.array_records[REC_OWN_EXPERT])
-            if node is not None:
-                self.registry.put_expert(
-                    node["name"], who, own, round_=server_round, num_examples=int(weight)
-                )
+            answer.checked = sorted(sent_to & set(node.hello.checked_experts))
+            answer.refuted = list(node.hello.refuted_experts)
+            answer.expert = record_to_arrays(reply.content.array_records[REC_OWN_EXPERT])
+            answer.num_examples = int(weight)
             if node_id in plan.bases:  # trained from an older global: its change, on the current
                 update = apply_change(inputs.arrays, delta(update, plan.bases[node_id]))
             updates.append(update)
@@ -476,12 +523,8 @@ class SiMoEStrategy:
             for key, value in metrics.items():
                 metric_sums[key] = metric_sums.get(key, 0.0) + value * weight
         outcome.missing = sorted(set(sent.values()) - answered)
-        for node_id in errored.union(outcome.missing):
-            self.roster.identity.pop(node_id, None)  # gone: ask again if it comes back
+        outcome.errored = sorted(errored)
         outcome.failed += len(outcome.missing)
-        for node_id in outcome.leaving:  # served: not sampled again while it stops
-            self.roster.identity.pop(node_id, None)
-            self.roster.departed.add(node_id)
         if updates:
             outcome.aggregated, left_out = self.aggregate_shared(updates, weights, inputs.arrays)
             outcome.set_aside = [outcome.accepted[i] for i in left_out]

@@ -31,27 +31,34 @@ def log_transform(rows: np.ndarray) -> np.ndarray:
     return x.abs().log1p_().copysign_(x).numpy()
 
 
-def pack_rows(features: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def pack_rows(
+    features: Sequence[np.ndarray], width: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Transformed rows of all candidates stacked, and the row offsets [n + 1].
 
+    Rows are `width` wide: MetaSchedule's 164 per store by default, or what the first
+    candidate has (a parameter-space kernel's representation, one row per candidate).
     A candidate without rows (nothing stored) keeps an all-zero row, so every
     candidate has an embedding.
     """
+    if width is None:
+        shaped = (np.asarray(f) for f in features)
+        width = next((f.shape[1] for f in shaped if f.ndim == 2 and f.size), FEATURE_DIM)
     fixed = []
     for feat in features:
         feat = np.asarray(feat, dtype=np.float32)
-        if feat.ndim != 2 or feat.shape[1] != FEATURE_DIM:
+        if feat.ndim != 2 or feat.shape[1] != width:
             if feat.size == 0:
-                feat = np.zeros((1, FEATURE_DIM), dtype=np.float32)
+                feat = np.zeros((1, width), dtype=np.float32)
             else:
-                raise ValueError(f"expected [n_stores, {FEATURE_DIM}] features, got {feat.shape}")
+                raise ValueError(f"expected [n_stores, {width}] features, got {feat.shape}")
         if feat.shape[0] == 0:
-            feat = np.zeros((1, FEATURE_DIM), dtype=np.float32)
+            feat = np.zeros((1, width), dtype=np.float32)
         fixed.append(feat)
     counts = np.fromiter((f.shape[0] for f in fixed), dtype=np.int64, count=len(fixed))
     offsets = np.zeros(len(fixed) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    rows = np.concatenate(fixed) if fixed else np.zeros((0, FEATURE_DIM), np.float32)
+    rows = np.concatenate(fixed) if fixed else np.zeros((0, width), np.float32)
     return log_transform(rows), offsets
 
 

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from schemas import HardwareProfile
+from schemas import AnalyticalSpecs, HardwareProfile
 
 ANALYTICAL_FIELDS: tuple[str, ...] = (
     "compute_units",
@@ -50,7 +50,11 @@ EMPIRICAL_SLICE = slice(N_ANALYTICAL, HARDWARE_DIM)
 
 def analytical_vector(profile: HardwareProfile) -> np.ndarray:
     """Spec-sheet values, log-scaled so that 2x faster is the same step at any scale."""
-    specs = profile.analytical
+    return analytical_values(profile.analytical)
+
+
+def analytical_values(specs: AnalyticalSpecs) -> np.ndarray:
+    """`analytical_vector` of a spec sheet alone (a real GPU known by its specs)."""
     values = []
     for field in ANALYTICAL_FIELDS:
         value = float(getattr(specs, field))
@@ -81,3 +85,21 @@ def empirical_vector(profile: HardwareProfile) -> np.ndarray:
 def hardware_vector(profile: HardwareProfile) -> np.ndarray:
     """The device's hybrid hardware vector, float32 of length HARDWARE_DIM."""
     return np.concatenate([analytical_vector(profile), empirical_vector(profile)])
+
+
+def kernel_hardware_vector(specs: AnalyticalSpecs, probe_values: np.ndarray) -> np.ndarray:
+    """h of a real GPU for parameter-space kernels: its spec sheet and its probe values.
+
+    The same layout as `hardware_vector`, so one model class serves both kinds of
+    program: the analytical half, then the two measured-rate slots (zero: kernel data has
+    no streaming or FMA measurement), then the probe slots, here the centered log times
+    of the kernel probe set (`agent.kernels.probes`).
+    """
+    probes = np.asarray(probe_values, dtype=np.float32).reshape(-1)
+    if len(probes) > MAX_PROBES:
+        raise ValueError(f"{len(probes)} probe values, the vector has {MAX_PROBES} slots")
+    out = np.zeros(HARDWARE_DIM, dtype=np.float32)
+    out[ANALYTICAL_SLICE] = analytical_values(specs)
+    start = N_ANALYTICAL + N_MEASURED_RATES
+    out[start : start + len(probes)] = probes
+    return out

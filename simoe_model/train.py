@@ -58,6 +58,12 @@ def fit_feature_normalizer(
 ) -> None:
     """Fit the program encoder's feature statistics on (a sample of) training rows."""
     rows = torch.cat([t.rows for t in tasks]) if tasks else torch.zeros(0)
+    fit_feature_normalizer_rows(model, rows, max_rows)
+
+
+@torch.no_grad()
+def fit_feature_normalizer_rows(model: SiMoE, rows: torch.Tensor, max_rows: int = 200_000) -> None:
+    """`fit_feature_normalizer` on rows already packed (log-transformed) together."""
     if len(rows) < 2:
         return
     if len(rows) > max_rows:

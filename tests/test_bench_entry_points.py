@@ -15,11 +15,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH = sorted(p.stem for p in (ROOT / "bench").glob("*.py") if p.stem != "__init__")
+BENCH = sorted(
+    ".".join(p.relative_to(ROOT / "bench").with_suffix("").parts)
+    for p in [*(ROOT / "bench").glob("*.py"), *(ROOT / "bench").glob("*/*.py")]
+    if p.stem != "__init__"
+)
 ENTRY_POINTS = [
     name
     for name in BENCH
-    if 'if __name__ == "__main__":' in (ROOT / "bench" / f"{name}.py").read_text()
+    if 'if __name__ == "__main__":' in (ROOT / "bench" / f"{name.replace('.', '/')}.py").read_text()
 ]
 
 CHILD = """

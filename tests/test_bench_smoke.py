@@ -194,8 +194,11 @@ def test_fleet_best_ranks_by_the_most_similar_training_gpus(monkeypatch: Any) ->
         task=None,  # type: ignore[arg-type]
         traces=["a", "b", "c", "d"],
         features=[],
-        latency={"near": np.array([3.0, 1.0, np.inf, 2.0]), "far": np.array([1.0, 2.0, 3.0, 4.0]),
-                 "x": np.ones(4)},  # fmt: skip
+        latency={
+            "near": np.array([3.0, 1.0, np.inf, 2.0]),
+            "far": np.array([1.0, 2.0, 3.0, 4.0]),
+            "x": np.ones(4),
+        },  # fmt: skip
     )
     data = compile_data.Prepared(
         networks={}, prep_seconds={}, tasks={}, simoe=None, mlp=None, hv=hv,
@@ -289,14 +292,25 @@ def test_an_old_report_is_refused_not_guessed_at(tmp_path: Path) -> None:
         run.load_report(path)
 
 
-def test_training_candidates_are_cached_and_a_damaged_entry_is_resampled(tmp_path: Any) -> None:
+def test_training_candidates_are_cached_and_a_damaged_entry_is_resampled(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
     """The section's preparation keeps each task's labelled candidates: the second call reads
-    the same traces, features and latencies back; a damaged entry is sampled again."""
+    the same traces, features and latencies back without sampling; a damaged entry is
+    sampled again."""
     import tvm
 
     from agent.tune_harness import TuneTask
     from agent.workloads import parse_workload, prim_func
 
+    sampled: list[int] = []  # the seed of every real sampling
+    sample_task = compile_data.sample_task
+
+    def counting(task: Any, gpus: Any, count: int, seed: int) -> Any:
+        sampled.append(seed)
+        return sample_task(task, gpus, count, seed)
+
+    monkeypatch.setattr(compile_data, "sample_task", counting)
     task = TuneTask(
         "matmul", tvm.IRModule({"main": prim_func(parse_workload("matmul:64,64,64"))}), 1.0, 0.0
     )
@@ -306,14 +320,18 @@ def test_training_candidates_are_cached_and_a_damaged_entry_is_resampled(tmp_pat
     gpus = ["t4", "a10"]
     first = compile_data.training_candidates(task, gpus, settings, 0, tmp_path)
     [entry] = tmp_path.glob("matmul-*.pkl")
+    assert sampled == [0]
     again = compile_data.training_candidates(task, gpus, settings, 0, tmp_path)
+    assert sampled == [0]  # the cache was hit: nothing sampled
     assert [str(t) for t in again.traces] == [str(t) for t in first.traces]
     assert all(np.array_equal(a, b) for a, b in zip(again.features, first.features, strict=True))
     assert np.array_equal(again.latency["a10"], first.latency["a10"])
     other = compile_data.training_candidates(task, gpus, settings, 1, tmp_path)  # another seed
     assert len(list(tmp_path.glob("matmul-*.pkl"))) == 2 and other is not None
+    assert sampled == [0, 1]
     entry.write_bytes(b"damaged")
     redone = compile_data.training_candidates(task, gpus, settings, 0, tmp_path)
+    assert sampled == [0, 1, 0]  # the damaged entry was sampled again
     assert [str(t) for t in redone.traces] == [str(t) for t in first.traces]
 
 

@@ -5,7 +5,9 @@ write to one store at the same time, on tiny simulated workloads. Every record e
 of them reports must be in the store afterwards, none twice, the file must pass
 `integrity_check`, and no process may print a traceback or "database is locked"
 (the store waits for the lock: WAL, busy_timeout, BEGIN IMMEDIATE).
-A second test holds the write lock for a few seconds: a tune waits for it, not fails.
+A second test holds the write lock until a tune asks for it (its `BEGIN IMMEDIATE`,
+seen through SQLite's statement trace): the lock is contended, and the tune waits for
+it, not fails.
 """
 
 from __future__ import annotations
@@ -96,15 +98,58 @@ def test_two_tune_processes_and_the_daemon_at_once(node: Path) -> None:
         assert stored.get(task["workload_key"], 0) == task["trials"]
 
 
-@pytest.mark.slow  # the lock is held for 10 s, then a tune: about 25 s
+# `simoe-agent tune` with every SQLite connection traced: each BEGIN IMMEDIATE (a write
+# transaction asking for the lock) is appended to the file named first, when it starts.
+TRACED_AGENT = """
+import sqlite3, sys
+from pathlib import Path
+
+marker = Path(sys.argv.pop(1))
+connect = sqlite3.connect
+
+
+def trace(sql):
+    if sql.lstrip().upper().startswith("BEGIN IMMEDIATE"):
+        with marker.open("a") as handle:
+            handle.write(sql.strip() + "\\n")
+
+
+def traced(*args, **kwargs):
+    conn = connect(*args, **kwargs)
+    conn.set_trace_callback(trace)
+    return conn
+
+
+sqlite3.connect = traced
+sys.argv[0] = "simoe-agent"
+from agent.cli import main
+
+main()
+"""
+
+
+@pytest.mark.slow  # a tune that first waits for the lock: about 15 s
 def test_a_tune_waits_for_a_held_write_lock(node: Path) -> None:
-    store = node / "store.sqlite"
+    store, marker = node / "store.sqlite", node / "begin-immediate.log"
     holder = sqlite3.connect(store, timeout=30, isolation_level=None)
     holder.execute("pragma journal_mode=wal")
     holder.execute("begin immediate")  # what a long writer does: the lock is taken
-    process = tune(node, "matmul:64,64,64", 3)
-    time.sleep(10.0)  # the tune starts (imports take seconds) and has to wait for the lock
-    holder.execute("commit")
-    holder.close()
+    command = ["tune", "-w", "matmul:64,64,64", *TINY, "--seed", "3", "--json"]
+    process = subprocess.Popen(
+        [sys.executable, "-c", TRACED_AGENT, str(marker), *command, "--state-dir", str(node)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:  # no guess at how long the tune takes to start: wait until it asks for the lock
+        deadline = time.monotonic() + 120
+        while not (marker.exists() and marker.read_text()):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the tune never asked for the write lock"
+            time.sleep(0.05)
+        assert process.poll() is None  # it asked while the lock was held, and it waits
+    finally:
+        holder.execute("commit")
+        holder.close()
     (task,) = finish(process)["tasks"]
     assert task["trials"] > 0 and counts(store) == {task["workload_key"]: task["trials"]}

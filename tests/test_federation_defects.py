@@ -174,7 +174,7 @@ def test_lone_node_sends_its_expert_from_tuned_records(tmp_path: Path) -> None:
     """Records as the tuner writes them (traces, no features); one node, one round."""
     from agent.devices import get_device
     from agent.enroll import create_node_key
-    from agent.profiler import load_or_profile
+    from agent.node_state import load_or_profile
     from agent.tuner import tune_workload
     from agent.workloads import parse_workload
 

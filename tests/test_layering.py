@@ -35,6 +35,8 @@ ALLOWED_REFERENCES: dict[tuple[str, str], str] = {
     # server's process and `clientapp` to each SuperNode; the server never imports it.
     ("server/superlink.py", "agent"): "Flower app manifest names both components",
 }
+
+
 @dataclass(frozen=True)
 class Reach:
     path: str  # relative to the repository root
@@ -166,3 +168,106 @@ COMMAND = ["-m", "agent.enroll"]  # a separate process, not an import
     # server's import of itself is no violation in server, one in agent
     in_agent = violations(reaches(source, "agent/x.py", "agent"), "agent")
     assert {r.target for r in in_agent} == {"bench", "server"}
+
+
+# -- no import circle between modules -----------------------------------------------------
+# bench/ is left out: its report modules still import each other in circles (issue 26's
+# bench reorganisation). Imports under `if TYPE_CHECKING:` are left out: they never run.
+CIRCLE_FREE = ("schemas", "simoe_model", "agent", "server")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _type_only(tree: ast.AST) -> set[int]:
+    """The import statements under `if TYPE_CHECKING:`."""
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            ids |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return ids
+
+
+def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
+    """module -> the modules of `sources` it imports (at the top or lazily).
+
+    `sources`: module name -> (its source, whether it is a package's __init__)."""
+
+    def resolve(name: str) -> str | None:
+        while name and name not in sources:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, (source, is_package) in sources.items():
+        tree = ast.parse(source)
+        skip = _type_only(tree)
+        names: list[str] = []
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            if isinstance(node, ast.Import):
+                names += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = module.split(".")[: None if is_package else -1]
+                    parts = parts[: len(parts) - node.level + 1]
+                    base = ".".join([*parts, *([node.module] if node.module else [])])
+                names += [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        graph[module] = {t for n in names if (t := resolve(n)) and t != module}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while (w := stack.pop()) != v:
+                group.append(w)
+            if group:
+                found.append(sorted([v, *group]))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle_between_modules() -> None:
+    sources = {
+        _module_name(path): (path.read_text(), path.name == "__init__.py")
+        for package in CIRCLE_FREE
+        for path in _modules(package)
+    }
+    assert len(sources) > 100
+    assert circles(import_graph(sources)) == []
+
+
+def test_the_circle_checker_sees_lazy_and_relative_imports() -> None:
+    sources = {
+        "p": ("from p import a\n", True),
+        "p.a": ("def f():\n    from p.b import g\n", False),
+        "p.b": ("from . import a\nfrom typing import TYPE_CHECKING\n", False),
+        "p.c": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import p.d\n", False),
+        "p.d": ("import p.c\n", False),
+    }
+    # p runs p.a, which (lazily) runs p.b, which imports from p: one circle of three;
+    # p.c -> p.d -> p.c only for the type checker, so none there
+    assert circles(import_graph(sources)) == [["p", "p.a", "p.b"]]

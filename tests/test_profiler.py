@@ -15,8 +15,9 @@ import tvm
 
 from agent.devices.base import Device
 from agent.devices.sim import SimulatedGPU
+from agent.node_state import load_or_profile, profile_path
 from agent.probes import BANDWIDTH_PROBE, FMA_PROBE, PROBE_SUITE_VERSION, PROBES, target_kind
-from agent.profiler import load_or_profile, profile_device, profile_path
+from agent.profiler import profile_device
 from agent.store import Store
 from schemas import AnalyticalSpecs, BadInputError, HardwareProfile
 
@@ -225,7 +226,7 @@ def test_a_corrupt_cache_is_profiled_again_with_a_warning(
     records: list[logging.LogRecord] = []
     collector = logging.Handler(logging.WARNING)
     collector.emit = records.append  # type: ignore[method-assign]
-    logger = logging.getLogger("agent.profiler")
+    logger = logging.getLogger("agent.node_state")
     logger.addHandler(collector)
     try:
         profile = load_or_profile(counting_device, tmp_path, repeat=1)
@@ -299,3 +300,49 @@ def test_cli_profile_of_an_unknown_device_is_one_line_exit_2(
     assert code == 2
     assert stdout == ""
     assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr
+
+
+def test_the_nodes_own_profile_is_refreshed_when_the_probe_suite_changed(
+    counting_device: CountingDevice, tmp_path: Path
+) -> None:
+    """One cache reader: the profile the node trains and says hello with is the one
+    `simoe-agent profile` would keep (it used to skip the probe-suite check)."""
+    from agent.node_state import NodeState
+
+    node = NodeState(tmp_path)
+    old = load_or_profile(counting_device, tmp_path, repeat=1)
+    assert node.cached_profile("cpu") == old
+    stale = old.model_copy(
+        update={"empirical": old.empirical.model_copy(update={"probe_suite_version": "0"})}
+    )
+    profile_path(counting_device, tmp_path).write_text(stale.model_dump_json())
+    assert node.cached_profile("cpu") is None
+    calls = counting_device.calls
+    fresh = node.profile(counting_device)
+    assert counting_device.calls > calls
+    assert fresh.empirical.probe_suite_version == PROBE_SUITE_VERSION
+    assert node.cached_profile("cpu") == fresh
+
+
+def test_one_fingerprint_derivation_for_the_profiler_and_the_bundle_importer() -> None:
+    from agent.bundle.importer import build_profile
+    from agent.probes import fingerprint_from
+    from schemas.bundle import ResultRow
+
+    latencies = {probe.name: 1e-3 * (i + 1) for i, probe in enumerate(PROBES)}
+    fingerprint = fingerprint_from(latencies, stream_bytes=2e9, fma_flops=4e9)
+    assert fingerprint.probe_latency_us == {n: s * 1e6 for n, s in latencies.items()}
+    assert fingerprint.bandwidth_gbs == pytest.approx(2 / latencies[BANDWIDTH_PROBE])
+    assert fingerprint.fma_gflops == pytest.approx(4 / latencies[FMA_PROBE])
+    assert fingerprint_from({**latencies, "p": 0.0}, stream_bytes=1, fma_flops=1).probe_latency_us[
+        "p"
+    ] == pytest.approx(1e-3)  # never 0: PositiveFloat holds
+    entries = {
+        str(i): {"group": probe.name, "kind": "probe", "bytes": 2e9, "flops": 4e9}
+        for i, probe in enumerate(PROBES)
+    }
+    rows = [
+        ResultRow(id=n, group=n, kind="probe", ok=True, run_secs=[s]) for n, s in latencies.items()
+    ]
+    profile = build_profile("sim:t4", True, {}, rows, entries, "t4")
+    assert profile.empirical.model_dump() == fingerprint.model_dump()

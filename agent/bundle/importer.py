@@ -21,7 +21,6 @@ from agent.devices.cuda import analytical_specs_from, attributes_from_report
 from schemas import (
     FAILED_RUN_SECS,
     BadInputError,
-    EmpiricalFingerprint,
     HardwareProfile,
     RunFailure,
     TuningRecord,
@@ -89,18 +88,17 @@ def build_profile(
     entries: dict[str, dict[str, Any]], gpu: str,
 ) -> HardwareProfile:  # fmt: skip
     """The GPU's hybrid profile from one bundle run; RunFailure names what is missing."""
-    from agent.probes import BANDWIDTH_PROBE, FMA_PROBE, PROBE_SUITE_VERSION, PROBES
+    from agent.probes import BANDWIDTH_PROBE, FMA_PROBE, PROBES, fingerprint_from
 
     probe_secs = {row.group: _median(row) for row in rows if row.kind == "probe"}
     missing = [p.name for p in PROBES if probe_secs.get(p.name) is None]
     if missing:
         raise RunFailure(f"no profile: probes not measured: {', '.join(missing)}")
     by_name = {entries[i]["group"]: entries[i] for i in entries if entries[i]["kind"] == "probe"}
-    fingerprint = EmpiricalFingerprint(
-        probe_suite_version=PROBE_SUITE_VERSION,
-        probe_latency_us={name: max(s * 1e6, 1e-3) for name, s in probe_secs.items() if s},
-        bandwidth_gbs=by_name[BANDWIDTH_PROBE]["bytes"] / probe_secs[BANDWIDTH_PROBE] / 1e9,
-        fma_gflops=by_name[FMA_PROBE]["flops"] / probe_secs[FMA_PROBE] / 1e9,
+    fingerprint = fingerprint_from(
+        {name: s for name, s in probe_secs.items() if s},
+        stream_bytes=by_name[BANDWIDTH_PROBE]["bytes"],
+        fma_flops=by_name[FMA_PROBE]["flops"],
     )
     if simulated:
         from agent.devices.sim import SimulatedGPU

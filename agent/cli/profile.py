@@ -61,7 +61,7 @@ def profile_command(
 ) -> None:
     """Profile the device: spec sheet plus the latencies of the fixed probe suite (cached)."""
     from agent.devices import get_device
-    from agent.profiler import load_or_profile
+    from agent.node_state import load_or_profile
 
     node = node_state(state_dir)
     config = node.config()

@@ -164,13 +164,30 @@ def records_export(
 
 @records_app.command("import")
 def records_import(
-    directory: Path = typer.Argument(..., help="a MetaSchedule JSON database directory"),
-    device: str = typer.Option(..., "--device", help="the device the records were measured on"),
+    directory: Path = typer.Argument(
+        ..., help="a MetaSchedule JSON database directory, or a Kernel Tuner cache file"
+    ),
+    device: str | None = typer.Option(
+        None,
+        "--device",
+        help="the device the records were measured on (a MetaSchedule database); for a "
+        "Kernel Tuner cache file, the GPU where the file names none",
+    ),
     json_out: Json = False,
     verbose: Verbose = False,
     state_dir: StateDir = None,
 ) -> None:
-    """Read a MetaSchedule JSONDatabase into the store; records of `sim:` devices are simulated."""
+    """Read a MetaSchedule JSONDatabase into the store; records of `sim:` devices are simulated.
+
+    A file is read as a Kernel Tuner cache file: its configurations go to the store's
+    kernel records, measured on the GPU the file names (`simoe-agent kernels`)."""
+    if directory.is_file():
+        from agent.cli.kernels import import_kernel_cache, print_import
+
+        print_import(import_kernel_cache(state_dir, directory, device), json_out)
+        return
+    if device is None:
+        raise BadInputError("--device is required for a MetaSchedule database")
     if not _DEVICE_PATTERN.match(device):
         raise BadInputError(f"device {device!r}: use cpu, cuda:N or sim:<gpu>")
     simulated = device.startswith("sim:")

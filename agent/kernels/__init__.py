@@ -1,0 +1,1 @@
+"""Tunable kernels with a parameter space: Kernel Tuner cache files, real GPUs, probes, strategy."""

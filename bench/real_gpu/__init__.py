@@ -1,0 +1,1 @@
+"""Real GPU measurements (benchmark_hub): SiMoE and its peers, replayed on brute-forced spaces."""

@@ -1,0 +1,94 @@
+"""The node's round as a plain function: no Flower message, context or grid."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from federation_helpers import seed_node
+
+from agent.node_round import Received, node_round
+from agent.node_state import NodeState
+from agent.payload import PayloadRefused
+from schemas import TrainInstruction
+from schemas.messages import WEIGHT_METRIC
+from server.similarity import initial_shared_arrays
+from simoe_model.model import Expert, SiMoE, add_expert, save_model, shared_arrays
+from simoe_model.synthetic import make_devices, make_tasks
+
+
+def expert(value: float | None = None) -> dict[str, np.ndarray]:
+    """An expert's arrays as the server sends them (all `value`, if given)."""
+    state = Expert(SiMoE().config).state_dict()
+    arrays = {k: v.detach().numpy().copy() for k, v in state.items()}
+    if value is not None:
+        arrays = {k: np.full_like(v, value) for k, v in arrays.items()}
+    return arrays
+
+
+def node_with(tmp_path: Path, records: bool) -> NodeState:
+    devices, tasks = make_devices(2, seed=3), make_tasks(2, 8, seed=1)
+    state_dir = tmp_path / devices[0].name
+    seed_node(state_dir, devices[0].name, devices[0], tasks if records else [])
+    node = NodeState(state_dir)
+    model = SiMoE()
+    add_expert(model, "stale", expert())  # last round's bank: the server chose otherwise
+    save_model(model, node.model_path)
+    return node
+
+
+def instruction(**kwargs: object) -> TrainInstruction:
+    return TrainInstruction(server_round=3, global_version=2, epochs=1, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_round_adopts_prunes_trains_and_keeps_the_federation_state(tmp_path: Path) -> None:
+    node = node_with(tmp_path, records=True)
+    name = node.name()
+    shared = initial_shared_arrays(0)
+    received = Received(
+        shared,
+        experts={"x": expert(), "bad": expert(np.nan), name: expert(1.0)},  # own: ignored
+        unreadable={"corrupt": "expert 'corrupt': corrupt arrays (ValueError)"},
+    )
+    result = node_round(
+        node, instruction(experts=["x", "bad", "corrupt"]), received, check_experts=False
+    )
+    assert result.shared_update is not None and set(result.shared_update) == set(shared)
+    assert result.own_expert is not None and set(result.own_expert) == set(expert())
+    assert result.metrics[WEIGHT_METRIC] > 0 and result.metrics["train-seconds"] > 0
+    assert all(np.isfinite(v) for v in result.metrics.values())
+    state = node.federation_state()
+    assert (state.last_round, state.global_version, state.rounds_trained) == (3, 2, 1)
+    assert state.experts == ["x"]  # "stale" pruned, "bad" and "corrupt" left out
+    assert state.checked_experts == [] and state.last_metrics == result.metrics
+    log = node.federation_log_path.read_text()
+    assert "'corrupt'" in log and "'bad'" in log and "left it out" in log
+    model = node.load_model()
+    assert set(model.expert_names) == {name, "x"}
+    for key, value in shared_arrays(model).items():  # the node keeps the global shared parts
+        np.testing.assert_array_equal(value, shared[key])
+
+
+def test_a_node_without_records_is_served_and_checks_nothing(tmp_path: Path) -> None:
+    node = node_with(tmp_path, records=False)
+    result = node_round(
+        node, instruction(experts=["x"]), Received(initial_shared_arrays(0), {"x": expert()})
+    )
+    assert result.shared_update is None and result.own_expert is None
+    assert result.metrics[WEIGHT_METRIC] == 0.0 and result.metrics["num-tasks"] == 0.0
+    state = node.federation_state()
+    assert state.rounds_trained == 0 and state.experts == ["x"] and state.last_round == 3
+    assert state.checked_experts == []  # nothing of its own to test "x" on
+
+
+def test_a_refused_global_model_fails_the_round_and_keeps_the_model(tmp_path: Path) -> None:
+    node = node_with(tmp_path, records=True)
+    before = node.model_path.read_bytes()
+    bad = {k: np.full_like(v, np.inf) for k, v in initial_shared_arrays(0).items()}
+    with pytest.raises(PayloadRefused, match="global model refused"):
+        node_round(node, instruction(), Received(bad))
+    assert node.model_path.read_bytes() == before
+    state = node.federation_state()
+    assert state.refused_payload is not None and state.refused_payload.startswith("train: ")
+    assert state.last_round == 0 and state.rounds_trained == 0
