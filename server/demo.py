@@ -305,9 +305,13 @@ class Demo:
                 self.poll_jobs()
                 last_jobs_poll = time.monotonic()
                 if all(n.job in ("done", "failed") for n in self.nodes):
+                    from server.idle import request_round
                     from server.registry import now_iso
 
                     all_done_at = now_iso()
+                    # a round now, as an operator would ask for one: an idle federation
+                    # (nothing new since its last round) would not start one on its own
+                    request_round(self.registry_path)
             tuned = sum(n.job in ("done", "failed") for n in self.nodes)
             self.ui.status(
                 f"fleet: {tuned}/{len(self.nodes)} nodes tuned, {len(rounds)} rounds, "
