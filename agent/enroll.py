@@ -161,8 +161,6 @@ def enroll(
     checked("--timeout", download_timeout, Seconds)
     if supernode_port is not None:
         checked("--port", supernode_port, Port)
-        if download:  # its SuperNode will listen there
-            check_port_free(supernode_port)
     parse_address(server)
     check_ca(ca)
     node = NodeState(state_dir)
@@ -173,6 +171,8 @@ def enroll(
         )
     say(f"checking the server {server}")
     check_server(server, ca)
+    if supernode_port is not None and download:  # its SuperNode will listen there
+        check_port_free(supernode_port)
     _, public, created = create_node_key(state_dir)
     previous, had_config = config, node.config_path.exists()
     update: dict[str, object] = {
