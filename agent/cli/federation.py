@@ -56,9 +56,9 @@ def enroll(
     started = time.monotonic()
     with err_console.status("enrolling", spinner="dots") as spinner:
 
-        def say(step: str) -> None:  # each step on its own line: enrolling takes a while
-            err_console.print(f"enroll: {step} ({time.monotonic() - started:.0f} s)")
-            spinner.update(f"enroll: {step}")
+        def say(step: str) -> None:  # the step on the spinner: enrolling takes a while
+            # (on the spinner only: an error after a step is still the command's one line)
+            spinner.update(f"enroll: {step} (from {time.monotonic() - started:.0f} s)")
 
         result = do_enroll(
             state_dir=_state_dir(state_dir),
