@@ -25,6 +25,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -233,7 +234,8 @@ def main(argv: list[str] | None = None) -> None:
     results.sort(key=lambda r: (r["kernel"], r["target"], r["seed"]))
     args.out.mkdir(parents=True, exist_ok=True)
     run = {
-        "command": "python -m bench.real_gpu.protocol " + " ".join(argv or []),
+        "command": "python -m bench.real_gpu.protocol "
+        + " ".join(sys.argv[1:] if argv is None else argv),
         "seeds": seeds,
         "budget": BUDGET,
         "scratch_budget": SCRATCH_BUDGET,
