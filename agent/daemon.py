@@ -157,6 +157,7 @@ def run_job(state_dir: Path, job_path: Path) -> int:
     device = get_device(config.device)
     cost_model = job.cost_model or cost_model_for(node, config)
     with node.open_store() as store:
+        store.check_writable(job.trials)  # a full disk fails the job now, not after its search
         if job.kind == "workload":
             result = tune_workload(
                 parse_workload(job.subject),

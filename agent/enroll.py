@@ -160,7 +160,9 @@ def enroll(
         raise BadInputError(str(exc)) from None
     checked("--timeout", download_timeout, Seconds)
     if supernode_port is not None:
-        check_port_free(checked("--port", supernode_port, Port))
+        checked("--port", supernode_port, Port)
+        if download:  # its SuperNode will listen there
+            check_port_free(supernode_port)
     parse_address(server)
     check_ca(ca)
     node = NodeState(state_dir)

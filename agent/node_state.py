@@ -27,6 +27,7 @@ profiler (`agent.profiler`) only measures, and never reads this directory.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from schemas import AgentConfig, BadInputError, HardwareProfile, NodeFederationState
+from schemas import AgentConfig, BadInputError, HardwareProfile, NodeFederationState, RunFailure
 from schemas.messages import NodeHello, key_fingerprint
 
 if TYPE_CHECKING:
@@ -122,11 +123,18 @@ def load_or_profile(
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and a rename: a crash never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write via a temporary file and a rename: a crash never leaves half a file, and a
+    failed write (a full disk) leaves neither half a file nor the temporary one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # two writers never share one
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as exc:  # a full or read-only disk: one line, and no .tmp left behind
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        why = (exc.strerror or type(exc).__name__).lower()
+        raise RunFailure(f"{path}: cannot write it ({why}); the old file is unchanged") from None
 
 
 class NodeState:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -139,6 +140,7 @@ class Store:
             if str(mode).lower() != "wal":
                 raise RunFailure(f"{self.path}: cannot switch SQLite to WAL mode (got {mode})")
             self._conn.execute("PRAGMA synchronous=FULL")
+            self._check_pages()
             self._migrate()
         except sqlite3.OperationalError as exc:
             # Locked, read-only or a full disk: a failure at run time, not a bad file.
@@ -146,10 +148,45 @@ class Store:
             raise RunFailure(f"{self.path}: cannot open the store ({exc})") from None
         except sqlite3.DatabaseError as exc:  # corrupt or not a database after all
             conn.close()
-            raise BadInputError(f"{self.path}: not a usable SQLite database ({exc})") from None
+            raise BadInputError(
+                f"{self.path}: the store is damaged or not a SQLite database ({exc})"
+            ) from None
         except BaseException:
             conn.close()
             raise
+
+    def _check_pages(self) -> None:
+        """SQLite's cheap quick_check on open: damaged pages are one line naming the file."""
+        rows = [str(r[0]) for r in self._conn.execute("PRAGMA quick_check").fetchall()]
+        if rows != ["ok"]:
+            faults = [ln for row in rows for ln in row.splitlines() if not ln.startswith("*")]
+            raise BadInputError(
+                f"{self.path}: the store is damaged (SQLite quick_check: "
+                f"{faults[0] if faults else 'failed'}); move it aside, or restore a copy"
+            )
+
+    def integrity(self) -> str:
+        """SQLite's full integrity_check: 'ok' or the first fault (on demand: it is slow)."""
+        rows = [str(r[0]) for r in self._conn.execute("PRAGMA integrity_check").fetchall()]
+        return "ok" if rows == ["ok"] else rows[0].splitlines()[-1]
+
+    def check_writable(self, records: int) -> None:
+        """RunFailure (one line naming the file) unless about `records` new records fit.
+
+        Before a search, not after it: a full disk otherwise fails the first write once the
+        whole search has run. Needs room for the records (about 16 KiB each, trace and
+        features, at least 256 KiB) and a committed write that goes through.
+        """
+        need = max(256 * 1024, 16 * 1024 * max(records, 0))
+        free = shutil.disk_usage(self.path.parent).free
+        if free < need:
+            raise RunFailure(
+                f"{self.path}: its disk has {free / 1e6:.2f} MB free, about "
+                f"{need / 1e6:.2f} MB are needed for {records} records; free some space first"
+            )
+        with self._transaction() as conn:  # a read-only file or disk fails here, at once
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            conn.execute(f"PRAGMA user_version={int(version)}")
 
     # -- plumbing ---------------------------------------------------------------
 
@@ -174,6 +211,8 @@ class Store:
                 # A full or read-only disk, or a lock held past busy_timeout: one line that
                 # names the file. Nothing of this transaction was written; earlier ones stand.
                 raise RunFailure(f"{self.path}: cannot write the store ({exc})") from None
+            except sqlite3.DatabaseError as exc:  # pages damaged since it was opened
+                raise RunFailure(f"{self.path}: the store is damaged ({exc})") from None
 
     def _query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[dict]:
         with self._lock:

@@ -14,6 +14,7 @@ import argparse
 import datetime as dt
 import json
 import socket
+import sqlite3
 import ssl
 import subprocess
 import sys
@@ -122,6 +123,18 @@ def _files(root: Path) -> dict[str, Path]:
     files["empty-server"].mkdir()
     Registry(files["server"] / "registry.sqlite").close()
     files["existing"].write_text("keep me")
+    files["foreign-server"] = root / "server-foreign"  # another program's SQLite file
+    files["foreign-server"].mkdir()
+    conn = sqlite3.connect(files["foreign-server"] / "registry.sqlite")
+    conn.execute("create table visits (url text)")
+    conn.commit()
+    conn.close()
+    files["damaged-server"] = _damaged_registry(root / "server-damaged")
+    files["no-ca-node"] = root / "node-no-ca"  # enrolled, its CA file since deleted
+    files["no-ca-node"].mkdir()
+    (files["no-ca-node"] / "agent.json").write_text(
+        json.dumps({"name": "n1", "server": "127.0.0.1:1", "ca_cert": str(root / "gone.pem")})
+    )
     files.update(
         {
             "ca": good.ca,
@@ -133,6 +146,27 @@ def _files(root: Path) -> dict[str, Path]:
         }
     )
     return files
+
+
+def _damaged_registry(directory: Path) -> Path:
+    """A registry whose last pages are overwritten (header and schema intact)."""
+    from server.registry import Registry
+
+    path = directory / "registry.sqlite"
+    with Registry(path) as registry:
+        registry.db.conn.execute("create table filler (x)")
+        registry.db.conn.executemany("insert into filler values (?)", [("x" * 200,)] * 500)
+        registry.db.conn.commit()
+    conn = sqlite3.connect(path)
+    conn.execute("pragma wal_checkpoint(truncate)")
+    conn.execute("pragma journal_mode = delete")
+    conn.close()
+    data = bytearray(path.read_bytes())
+    size = int.from_bytes(data[16:18], "big")
+    for page in range(len(data) // size - 5, len(data) // size - 1):
+        data[page * size + 10 : page * size + 60] = b"\xff" * 50
+    path.write_bytes(bytes(data))
+    return directory
 
 
 def cases(f: dict[str, Path], scratch: Path) -> list[tuple[str, list[str]]]:
@@ -254,6 +288,70 @@ def cases(f: dict[str, Path], scratch: Path) -> list[tuple[str, list[str]]]:
         (
             "demo: newcomer is one of the nodes",
             [SERVER, "demo", "--gpus", "k80,t4", "--new-gpu", "t4", "--out", str(scratch / "demo")],
+        ),
+        # issue 25: nonsense once accepted, and the checks added with it
+        ("tune: --trials 999999999999999999999", [*tune, *mm, "--trials", "9" * 21]),
+        ("submit: --trials 0", [AGENT, "submit", "matmul:64,64,64", "--trials", "0", *node]),
+        (
+            "submit: --trials huge",
+            [AGENT, "submit", "matmul:64,64,64", "--trials", "9" * 21, *node],
+        ),
+        (
+            "enroll: --timeout -1",
+            [*enroll, "--server", "127.0.0.1:1", "--ca", str(f["ca"]), "--timeout", "-1"],
+        ),
+        (
+            "enroll: --port 70000",
+            [*enroll, "--server", "127.0.0.1:1", "--ca", str(f["ca"]), "--port", "70000"],
+        ),
+        (
+            "records import: --device sim:nope",
+            [AGENT, "records", "import", str(f["empty-server"]), "--device", "sim:nope", *node],
+        ),
+        ("status: --state-dir a file", [AGENT, "status", "--state-dir", str(f["text"])]),
+        ("run: its CA file is gone", [AGENT, "run", "--state-dir", str(f["no-ca-node"])]),
+        ("server status: --state-dir a file", [SERVER, "status", "--state-dir", str(f["text"])]),
+        (
+            "server status: another program's SQLite file",
+            [SERVER, "status", "--state-dir", str(f["foreign-server"])],
+        ),
+        (
+            "server nodes: a damaged registry",
+            [SERVER, "nodes", "--state-dir", str(f["damaged-server"])],
+        ),
+        (
+            "restore: another program's SQLite file",
+            [
+                SERVER,
+                "restore",
+                str(f["foreign-server"] / "registry.sqlite"),
+                "--state-dir",
+                str(scratch / "s9"),
+            ],
+        ),
+        ("start: a damaged registry", [SERVER, "start", "--state-dir", str(f["damaged-server"])]),
+        ("watch: no registry", [SERVER, "watch", "--state-dir", str(f["empty-server"])]),
+        (
+            "watch: --interval 0",
+            [SERVER, "watch", "--interval", "0", "--state-dir", str(f["server"])],
+        ),
+        (
+            "demo: a GPU that does not exist",
+            [SERVER, "demo", "--gpus", "k80,nosuch", "--out", str(scratch / "demo2")],
+        ),
+        *(
+            (
+                f"start: {' '.join(option)}",
+                [SERVER, "start", *option, "--state-dir", str(scratch / f"s-{option[0][2:]}")],
+            )
+            for option in (
+                ["--rounds", "-1"],
+                ["--k-experts", "0"],
+                ["--k-experts", "-3"],
+                ["--epochs", "0"],
+                ["--min-nodes", "0"],
+                ["--idle-probe", "-1"],
+            )
         ),
     ]
 

@@ -37,6 +37,9 @@ REC_METRICS = "metrics"  # MetricRecord: ALLOWED_METRICS only
 REC_NODE = "node"  # ConfigRecord: {"hello": NodeHello JSON}
 
 WEIGHT_METRIC = "num-examples"
+# Tuning jobs queued or running on the node (a count): its records are still coming, so
+# the server keeps its rounds going (server/idle.py); 0: nothing new until told.
+BUSY_METRIC = "queued-jobs"
 # The layout of what the server sends (record keys, array names): a node refuses a
 # payload of another version rather than load arrays it would misread.
 PROTOCOL_VERSION = 1
@@ -51,6 +54,7 @@ ALLOWED_METRICS: frozenset[str] = frozenset(
         "pairwise-accuracy",
         "top1-score",
         "experts-dropped",  # delivered experts the node's own measurements refuted (a count)
+        BUSY_METRIC,
     }
 )
 ALLOWED_REPLY_RECORDS: dict[str, str] = {

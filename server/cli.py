@@ -6,6 +6,7 @@ work while the server runs (WAL) and after it stopped.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -357,6 +358,12 @@ def start(
         "--round-interval",
         help="seconds from one round's start to the next's, at least",
     ),
+    idle_probe: float = typer.Option(
+        DEFAULTS.idle_probe,
+        "--idle-probe",
+        help="after a round with nothing new (no new records, no tuning, no newcomer), "
+        "the longest wait before the next; 0: a round every --round-interval",
+    ),
     aggregation: str = typer.Option(
         DEFAULTS.aggregation,
         "--aggregation",
@@ -398,6 +405,7 @@ def start(
         min_nodes=min_nodes,
         round_timeout=round_timeout,
         round_interval=round_interval,
+        idle_probe=idle_probe,
         aggregation=aggregation,
         clip=clip,
         trim=trim,
@@ -463,6 +471,41 @@ def start(
     finally:
         link.stop()
         console.print("SuperLink stopped")
+
+
+@app.command()
+def watch(
+    state_dir: StateDir = None,
+    interval: float = typer.Option(2.0, "--interval", help="seconds between refreshes"),
+    once: bool = typer.Option(False, "--once", help="print one frame and exit"),
+    verbose: Verbose = False,
+) -> None:
+    """A live view of the fleet: nodes, last contact, the round, experts, rejections."""
+    from schemas.cli import Seconds, checked
+    from server.watch import watch as watch_fleet
+
+    checked("--interval", interval, Seconds)
+    open_registry(state_dir).close()  # no registry, a damaged or foreign one: one line now
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the last frame stays on screen
+        watch_fleet(registry_path(state_dir), console, interval=interval, once=once)
+
+
+@app.command("round")
+def round_now(
+    state_dir: StateDir = None,
+    as_json: Json = False,
+    verbose: Verbose = False,
+) -> None:
+    """Ask the running server for a round now (an idle federation waits for news)."""
+    from server.idle import request_round
+
+    path = registry_path(state_dir)
+    open_registry(state_dir).close()  # a registry of a server, checked
+    request = request_round(path)
+    if as_json:
+        print_json({"requested": str(request)})
+    else:
+        console.print(f"round requested ({request}); the server starts it within seconds")
 
 
 @app.command()

@@ -442,8 +442,21 @@ def newcomer_tunes(
     return rows, selection
 
 
-def run_demo(out: Path, plan: DemoPlan, ui: DemoUI) -> DemoReport:
+def check_gpus(plan: DemoPlan) -> None:
+    """Every simulated GPU of the plan exists (asked of `simoe-agent`: the server never
+    imports agent code), before anything starts: one line naming the unknown one."""
+    names = [*plan.gpus, plan.new_gpu]
+    try:
+        cli("simoe-agent", ["dataset", "gpus", "--check", ",".join(names)], timeout=120)
+    except RunFailure as exc:
+        why = str(exc).removeprefix("simoe-agent dataset: ").removeprefix("error: ")
+        raise BadInputError(f"--gpus/--new-gpu: {why.split(': ', 1)[-1]}") from None
+
+
+def run_demo(out: Path, plan: DemoPlan, ui: DemoUI, *, gpus_checked: bool = False) -> DemoReport:
     plan.check()
+    if not gpus_checked:  # a GPU that does not exist: refused now, not after servers start
+        check_gpus(plan)
     started = time.perf_counter()
     cpu_before = _children_cpu_s()
     load_start = os.getloadavg()[0]
@@ -530,8 +543,10 @@ def run_demo_with_progress(
         raise KeyboardInterrupt  # SIGTERM stops the demo's processes as Ctrl-C does
 
     signal.signal(signal.SIGTERM, interrupted)
+    plan.check()  # bad input: one line, before the spinner draws anything
+    check_gpus(plan)
     with Progress(
         SpinnerColumn(), TimeElapsedColumn(), TextColumn("{task.description}"),
         console=err_console,
     ) as progress:  # fmt: skip
-        return run_demo(out, plan, _RichUI(progress, console, quiet))
+        return run_demo(out, plan, _RichUI(progress, console, quiet), gpus_checked=True)

@@ -52,6 +52,12 @@ class ServerRunConfig(BaseModel):
     round_interval: float = Field(
         default=10.0, ge=0, description="seconds from one round's start to the next's, at least"
     )
+    idle_probe: float = Field(
+        default=1800.0,
+        ge=0,
+        description="after a round with nothing new, the longest wait before the next "
+        "(0: a round every --round-interval, whatever is new)",
+    )
     local_batch: int = Field(default=8, ge=1, description="tasks per local training step")
     prox_mu: float = Field(default=0.0, ge=0, description="FedProx's mu (0: off)")
     aggregation: Aggregation = "fedavg"

@@ -25,6 +25,7 @@ from schemas import RunFailure
 from schemas.messages import MSG_REFUSED, REC_CONFIG
 from schemas.protocol import Arrays, prepare_flower_env
 from server.aggregation import make_strategy
+from server.idle import News
 from server.registry import Registry
 from server.roster import Roster
 from server.round_recorder import RoundRecorder
@@ -69,8 +70,13 @@ def run_rounds(
     stop: threading.Event | None = None,
     on_round: Callable[[RoundOutcome], None] | None = None,
     min_interval_s: float = 0.0,
+    idle_probe_s: float = 0.0,
 ) -> list[RoundOutcome]:
     """Run `num_rounds` rounds (0: until `stop` is set); returns what each round did.
+
+    `idle_probe_s` > 0: after a round with nothing new (`server.idle.News`) the next waits
+    for news (a newcomer, an operator's request) or this long at the most, instead of
+    `min_interval_s`.
 
     Who the nodes of the run are (`strategy.roster`) is kept with the strategy, which
     lives as long as the run (a second call with it continues the run), but only this
@@ -82,12 +88,17 @@ def run_rounds(
     outcomes: list[RoundOutcome] = []
     done = 0
     round_started = time.monotonic()
+    news = News(strategy.registry.path if idle_probe_s > 0 else None)
     while num_rounds == 0 or done < num_rounds:
         if stop is not None and stop.is_set():
             break
         if outcomes and min_interval_s > 0:  # continual rounds, not a busy loop
-            wait = min_interval_s - (time.monotonic() - round_started)
-            if wait > 0 and wait_between_rounds(grid, roster, wait, stop):
+            idle = idle_probe_s > 0 and not news.fresh
+            pause = max(idle_probe_s, min_interval_s) if idle else min_interval_s
+            wait = pause - (time.monotonic() - round_started)
+            if idle:
+                log.info("nothing new since round %d: idle until news", outcomes[-1].round)
+            if wait > 0 and wait_between_rounds(grid, roster, wait, stop, news):
                 break
         round_started = time.monotonic()
         try:
@@ -112,6 +123,7 @@ def run_rounds(
             inputs = RoundInputs(number, arrays, node_ids, public_keys, roster)
             plan = strategy.configure_train(inputs)
             replies = list(grid.send_and_receive(plan.messages, timeout=timeout))
+            news.after_round(replies, joined=bool(unknown))
             outcome = recorder.record_round(strategy.aggregate_train(inputs, plan, replies))
             roster.admit(outcome.identified, outcome.name_taken)
             roster.drop([*outcome.errored, *outcome.missing], outcome.leaving)
@@ -150,18 +162,26 @@ def send_receipts(grid: Grid, strategy: SiMoEStrategy, outcome: RoundOutcome) ->
 
 
 def wait_between_rounds(
-    grid: Grid, roster: Roster, wait_s: float, stop: threading.Event | None
+    grid: Grid,
+    roster: Roster,
+    wait_s: float,
+    stop: threading.Event | None,
+    news: News | None = None,
 ) -> bool:
     """Wait out the interval between rounds, but end it when a node joins (True: stopped).
 
     A node that comes online is served its model and experts at once, instead of after
-    a long interval; nodes asked once already (refused, gone quiet) do not count.
+    a long interval; nodes asked once already (refused, gone quiet) do not count. An
+    operator's request (`simoe-server round`) ends it too.
     """
     end = time.monotonic() + wait_s
     while (left := end - time.monotonic()) > 0:
         step = min(JOIN_POLL_S, left)
         if stop.wait(step) if stop is not None else time.sleep(step):
             return True
+        if news is not None and news.requested():
+            log.info("a round was requested")
+            return False
         try:
             online = list(grid.get_node_ids())
         except Exception:  # noqa: BLE001 - a SuperLink busy or restarting: keep waiting
@@ -222,4 +242,5 @@ def main(grid: Grid, context: Context) -> None:
             timeout=config.round_timeout,
             wait_nodes_s=config.wait_nodes,
             min_interval_s=config.round_interval,
+            idle_probe_s=config.idle_probe,
         )

@@ -83,6 +83,7 @@ class ToyNode:
     instructions: list[TrainInstruction] = field(default_factory=list)
     trained_from: list[dict[str, np.ndarray]] = field(default_factory=list)  # globals sent
     device_kind: str = "sim"
+    extra_metrics: dict[str, float] = field(default_factory=dict)  # e.g. queued-jobs
 
     @property
     def key(self) -> str:
@@ -132,7 +133,7 @@ class ToyNode:
             if node.corrupt is not None:
                 shared = node.corrupt(shared)
             own = {"head.w": np.full((2, 2), node.fp32_gflops, dtype=np.float32)}
-            metrics = {WEIGHT_METRIC: node.weight, "shared-loss": 0.5}
+            metrics = {WEIGHT_METRIC: node.weight, "shared-loss": 0.5, **node.extra_metrics}
             content = node_reply(node.hello(), shared=shared, own_expert=own, metrics=metrics)
             return Message(content, reply_to=message)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,14 @@ def test_bad_plans_are_refused_before_anything_starts(
     result = runner.invoke(app, ["demo", "--out", str(tmp_path / "d"), *args])
     assert result.exit_code != 0 and words in str(result.exception)
     assert not (tmp_path / "d").exists()  # nothing started, nothing written
+
+
+def test_an_unknown_gpu_is_refused_before_any_server_starts(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = runner.invoke(app, ["demo", "--out", str(tmp_path / "d"), "--gpus", "k80,nosuch"])
+    assert result.exit_code != 0 and "unknown GPU 'nosuch'" in str(result.exception)
+    assert not (tmp_path / "d").exists()  # nothing started, nothing written
+    assert time.monotonic() - started < 60  # one `simoe-agent dataset gpus --check`
 
 
 def test_an_unrelated_out_dir_is_never_deleted(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from agent.cli.app import StateDir, command_group, progress_bar
+from schemas import BadInputError
 from schemas.cli import Json, Verbose, console, print_json, print_table
 from schemas.tables import Column
 
@@ -21,14 +22,31 @@ def gpus_command(
     spec: Path | None = typer.Option(
         None, "--spec", help="validate and show a GPU spec file instead of the catalog"
     ),
+    check: str | None = typer.Option(
+        None,
+        "--check",
+        help="only these GPUs (names, aliases or units, comma-separated): "
+        "an unknown one is an error",
+    ),
     json_out: Json = False,
     verbose: Verbose = False,
     state_dir: StateDir = None,
 ) -> None:
     """The GPU catalog of the simulated fleet (or one user spec file, validated)."""
-    from agent.devices.sim.catalog import load_catalog, load_spec_file
+    from agent.devices.sim.catalog import load_catalog, load_spec_file, resolve
 
-    specs = [load_spec_file(spec)] if spec is not None else list(load_catalog().values())
+    if check is not None:
+        names = [n.strip() for n in check.split(",") if n.strip()]
+        specs = []
+        for name in names:
+            try:
+                specs.append(resolve(name))
+            except BadInputError as exc:
+                raise BadInputError(f"--check {name}: {exc}") from None
+    elif spec is not None:
+        specs = [load_spec_file(spec)]
+    else:
+        specs = list(load_catalog().values())
     if json_out:
         print_json([s.model_dump() for s in specs])
         return

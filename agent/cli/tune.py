@@ -224,6 +224,7 @@ def tune(
         node.open_store() as store,
         progress_bar(transient=json_out) as progress,
     ):
+        store.check_writable(trials)  # a full disk: one line now, not after the search
         profile = store.latest_profile(device.name)
         if profile is None and cost_model == "simoe":  # SiMoE needs it: take it, once
             probing = progress.add_task(f"no profile of {device.name} yet: profiling", total=None)
