@@ -130,6 +130,22 @@ def interval(rows: dict, a: str, b: str, n: int, gpus: set[str] | None = None) -
     return clustered_bootstrap(diffs)
 
 
+def nvidia_md(rows: dict, methods: list[str], nvidia: set[str]) -> list[str]:
+    """The fractions table over the NVIDIA targets only (geometric means)."""
+    have = [kt for kt in rows if kt[1] in nvidia]
+    lines = [
+        f"NVIDIA targets only ({len(have)} of {len(rows)}): fraction of the optimum after n "
+        "measurements (geometric mean):",
+        "",
+        "| method | n=1 | n=4 | n=16 | n=64 |",
+        "|---|---|---|---|---|",
+    ]
+    for m in methods:
+        cells = [geomean([rows[kt][m]["fraction"][n] for kt in have if m in rows[kt]]) for n in NS]
+        lines.append(f"| {m} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
+    return [*lines, ""]
+
+
 def choices_md(run: dict) -> list[str]:
     """How often each setting was chosen on the fleets (leave-one-out, never the target)."""
     lines = ["## Choices made on the fleet (counts over targets x seeds)", ""]
@@ -294,6 +310,7 @@ def render(run: dict, scored: dict, hub: Hub) -> tuple[str, dict]:
         "configurations (model time not included: the fleet's experts are trained before "
         "the new GPU arrives; SiMoE ranks a space in well under a second here).",
         "",
+        *nvidia_md(rows, order, nvidia),
         "## SiMoE against each peer: mean log-ratio of fractions, 95% interval clustered by GPU",
         "",
         "| pair | n=1 | n=4 | n=16 | n=1 NVIDIA only | n=4 NVIDIA only |",
