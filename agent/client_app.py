@@ -30,7 +30,7 @@ from agent.node_state import NodeState
 from agent.payload import PayloadRefused, adopt_global, check_protocol, decode, decode_experts
 from schemas import BadInputError, NodeHello, TrainInstruction
 from schemas.errors import one_line
-from schemas.messages import REC_CONFIG, REC_EXPERT_PREFIX, REC_SHARED
+from schemas.messages import BUSY_METRIC, REC_CONFIG, REC_EXPERT_PREFIX, REC_SHARED
 from schemas.protocol import node_reply, prepare_flower_env
 from simoe_model import tvm_compat
 
@@ -42,6 +42,11 @@ def _node(context: Context) -> NodeState:
     if not value:
         raise BadInputError("node config has no 'state-dir' (start the SuperNode with it)")
     return NodeState(Path(str(value)))
+
+
+def queued_jobs(node: NodeState) -> int:
+    """Tuning jobs waiting or running in the node's queue (the daemon's files; a count)."""
+    return sum(len(list((node.queue_dir / d).glob("*.json"))) for d in ("pending", "running"))
 
 
 def _check_experts(context: Context) -> bool:
@@ -151,6 +156,7 @@ def train(message: Message, context: Context) -> Message:
         _hello(node, context),
         shared=result.shared_update,
         own_expert=result.own_expert,
-        metrics=result.metrics,
+        # a node still tuning: its records are still coming
+        metrics={**result.metrics, BUSY_METRIC: float(queued_jobs(node))},
     )
     return Message(content, reply_to=message)

@@ -30,7 +30,7 @@ import numpy as np
 from agent.node_state import NodeState
 from agent.payload import PayloadRefused, adopt_experts, adopt_global, check_protocol, note_refusal
 from schemas import TrainInstruction
-from schemas.messages import BUSY_METRIC, WEIGHT_METRIC
+from schemas.messages import WEIGHT_METRIC
 from schemas.protocol import Arrays
 
 
@@ -50,11 +50,6 @@ class RoundResult:
     shared_update: Arrays | None  # None: nothing trained (no records, or told not to)
     own_expert: Arrays | None
     metrics: dict[str, float]
-
-
-def queued_jobs(node: NodeState) -> int:
-    """Tuning jobs waiting or running in the node's queue (the daemon's files; a count)."""
-    return sum(len(list((node.queue_dir / d).glob("*.json"))) for d in ("pending", "running"))
 
 
 def refuse_payload(node: NodeState, text: str) -> None:
@@ -131,7 +126,6 @@ def node_round(
     node.save_model(model)
     metrics = {k: v for k, v in metrics.items() if np.isfinite(v)}
     metrics["train-seconds"] = time.perf_counter() - started
-    metrics[BUSY_METRIC] = float(queued_jobs(node))  # its records are still coming
     state.global_version = instruction.global_version
     state.last_round = instruction.server_round
     state.experts = sorted(set(model.expert_names) - {name})

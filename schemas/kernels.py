@@ -65,10 +65,13 @@ class KernelSpace(BaseModel):
 
     @property
     def space_id(self) -> str:
-        """A stable id of the space (kernel, problem size, parameters and their values)."""
+        """A stable id of the space: kernel, problem size, parameters and their values, and
+        the layout the representation derives from (block-size names, grid divisors)."""
         body = json.dumps(
-            [self.kernel_name, self.problem_size, self.params], sort_keys=True, default=str
-        )
+            [self.kernel_name, self.problem_size, self.params, self.block_size_names,
+             self.grid_div],
+            sort_keys=True, default=str,
+        )  # fmt: skip
         return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 

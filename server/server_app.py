@@ -74,13 +74,13 @@ def run_rounds(
 ) -> list[RoundOutcome]:
     """Run `num_rounds` rounds (0: until `stop` is set); returns what each round did.
 
-    Who the nodes of the run are (`strategy.roster`) is kept with the strategy, which
-    lives as long as the run (a second call with it continues the run), but only this
-    loop changes it: from the outcomes the strategy returns.
-
     `idle_probe_s` > 0: after a round with nothing new (`server.idle.News`) the next waits
     for news (a newcomer, an operator's request) or this long at the most, instead of
     `min_interval_s`.
+
+    Who the nodes of the run are (`strategy.roster`) is kept with the strategy, which
+    lives as long as the run (a second call with it continues the run), but only this
+    loop changes it: from the outcomes the strategy returns.
     """
     roster = strategy.roster
     recorder = RoundRecorder(strategy.registry)

@@ -23,15 +23,36 @@ kernels_app = command_group(
 )
 
 
-def import_kernel_cache(state_dir: Path | None, file: Path, gpu: str | None) -> dict[str, object]:
-    """Read a Kernel Tuner cache file into the node's store; what was stored."""
-    from agent.kernels.cache_file import read_cache_file
+def import_kernel_cache(
+    state_dir: Path | None,
+    file: Path,
+    gpu: str | None,
+    block_size_names: str | None = None,
+    grid_div: list[str] | None = None,
+    search_space: Path | None = None,
+) -> dict[str, object]:
+    """Read a Kernel Tuner cache file into the node's store; what was stored.
+
+    The kernel's layout (which parameters set the thread block, what one block covers)
+    comes from a T1 search-space description, or from the names Kernel Tuner's own
+    `block_size_names` / `grid_div_x` took; without either, the defaults."""
+    from agent.kernels.cache_file import read_cache_file, read_t1_layout
     from agent.kernels.gpus import find_gpu
     from agent.kernels.records import import_cache
     from agent.store import Store
 
+    block, grid = None, None
+    if search_space is not None:
+        block, grid = read_t1_layout(search_space)
+    if block_size_names:
+        block = [n.strip() for n in block_size_names.split(",") if n.strip()]
+    for item in grid_div or []:
+        axis, _, names = item.partition("=")
+        if axis not in ("x", "y", "z") or not names:
+            raise BadInputError(f"--grid-div {item!r}: use AXIS=NAME[,NAME...], AXIS x, y or z")
+        grid = {**(grid or {}), axis: [n.strip() for n in names.split(",") if n.strip()]}
     with err_console.status("reading the cache file", spinner="dots"):
-        cache = read_cache_file(file, device_name=gpu)
+        cache = read_cache_file(file, device_name=gpu, block_size_names=block, grid_div=grid)
     known = find_gpu(cache.device_name)
     with Store(node_state(state_dir).store_path) as store:
         result = import_cache(store, cache, known.key)
@@ -74,7 +95,11 @@ def kernels_list(
         ["kernel", "space", "gpu", "configurations", "failed", "best ms"],
         [
             (
-                r["kernel"], r["space_id"], r["gpu"], r["configurations"], r["failed"],
+                r["kernel"],
+                r["space_id"],
+                r["gpu"],
+                r["configurations"],
+                r["failed"],
                 f"{r['best_ms']:.4g}",
             )
             for r in rows
@@ -88,12 +113,26 @@ def kernels_import(
     gpu: str | None = typer.Option(
         None, "--gpu", help="the GPU, where the file names none (e.g. MI250X)"
     ),
+    block_size_names: str | None = typer.Option(
+        None,
+        "--block-size-names",
+        help="the thread block's parameters, as Kernel Tuner's block_size_names (e.g. MDIMC,NDIMC)",
+    ),
+    grid_div: list[str] | None = typer.Option(
+        None,
+        "--grid-div",
+        help="what one block covers per axis, as grid_div_x/y/z: x=MWG (repeat per axis)",
+    ),
+    search_space: Path | None = typer.Option(
+        None, "--search-space", help="a T1 search-space description (its LocalSize, GridDiv)"
+    ),
     json_out: Json = False,
     verbose: Verbose = False,
     state_dir: StateDir = None,
 ) -> None:
     """Store a Kernel Tuner cache file's measurements (labelled measured, by GPU)."""
-    print_import(import_kernel_cache(state_dir, file, gpu), json_out)
+    result = import_kernel_cache(state_dir, file, gpu, block_size_names, grid_div, search_space)
+    print_import(result, json_out)
 
 
 def print_import(result: dict[str, object], json_out: bool) -> None:
@@ -110,8 +149,9 @@ def kernels_train(
         ..., "--kernel", help="the kernel to rank: its kernel name, or its space id (`kernels`)"
     ),
     probe_kernels: list[str] = typer.Option(
-        ..., "--probe-kernel", help="a kernel (name or space id) whose fixed configurations "
-        "are the probes",
+        ...,
+        "--probe-kernel",
+        help="a kernel (name or space id) whose fixed configurations are the probes",
     ),
     out: Path = typer.Option(..., "--out", help="where to write the kernel model"),
     probes: int = typer.Option(8, "--probes", min=1, max=12, help="probes per probe kernel"),

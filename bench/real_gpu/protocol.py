@@ -25,6 +25,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -206,6 +207,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-scratch", action="store_true", help="skip the from-scratch peers")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--out", type=Path, default=Path("runs/real_gpu"))
+    parser.add_argument(
+        "--report", action="store_true",
+        help="then write docs/results/real_transfer.{md,json,png} (bench.real_gpu.report)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     global _HUB
     kernels = [k for k in args.kernels.split(",") if k]
@@ -233,7 +238,8 @@ def main(argv: list[str] | None = None) -> None:
     results.sort(key=lambda r: (r["kernel"], r["target"], r["seed"]))
     args.out.mkdir(parents=True, exist_ok=True)
     run = {
-        "command": "python -m bench.real_gpu.protocol " + " ".join(argv or []),
+        "command": "python -m bench.real_gpu.protocol "
+        + " ".join(sys.argv[1:] if argv is None else argv),
         "seeds": seeds,
         "budget": BUDGET,
         "scratch_budget": SCRATCH_BUDGET,
@@ -251,6 +257,11 @@ def main(argv: list[str] | None = None) -> None:
     }
     (args.out / "traces.json").write_text(json.dumps(run))
     print(f"wrote {args.out / 'traces.json'} ({run['wall_s']:.0f} s)")
+    if args.report:
+        from bench.real_gpu import report
+
+        report_args = ["--traces", str(args.out / "traces.json"), "--keep-traces"]
+        report.main([*report_args, *(["--hub", args.hub] if args.hub else [])])
 
 
 if __name__ == "__main__":

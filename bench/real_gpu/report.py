@@ -11,6 +11,7 @@ GPUs (a GPU that is the target of two kernels is one cluster).
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 from collections import defaultdict
@@ -129,6 +130,77 @@ def interval(rows: dict, a: str, b: str, n: int, gpus: set[str] | None = None) -
     return clustered_bootstrap(diffs)
 
 
+def nvidia_md(rows: dict, methods: list[str], nvidia: set[str]) -> list[str]:
+    """The fractions table over the NVIDIA targets only (geometric means)."""
+    have = [kt for kt in rows if kt[1] in nvidia]
+    lines = [
+        f"NVIDIA targets only ({len(have)} of {len(rows)}): fraction of the optimum after n "
+        "measurements (geometric mean):",
+        "",
+        "| method | n=1 | n=4 | n=16 | n=64 |",
+        "|---|---|---|---|---|",
+    ]
+    for m in methods:
+        cells = [geomean([rows[kt][m]["fraction"][n] for kt in have if m in rows[kt]]) for n in NS]
+        lines.append(f"| {m} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
+    return [*lines, ""]
+
+
+def choices_md(run: dict) -> list[str]:
+    """How often each setting was chosen on the fleets (leave-one-out, never the target)."""
+    lines = ["## Choices made on the fleet (counts over targets x seeds)", ""]
+    for label, key in (("SiMoE", "chosen"), ("SiMoE with sharing", "chosen_sharing")):
+        picked = [r[key] for r in run["results"] if key in r]
+        if not picked:
+            continue
+        parts = []
+        for setting in ("probes_per_kernel", "sharpness", "temperature", "share_weight"):
+            counts: dict = defaultdict(int)
+            for p in picked:
+                counts[p.get(setting, "-")] += 1
+            parts.append(f"{setting} " + ", ".join(f"{v}: {n}" for v, n in sorted(counts.items())))
+        lines.append(f"- {label}: " + "; ".join(parts))
+    return [*lines, ""]
+
+
+def why_md(rows: dict, summary: dict) -> list[str]:
+    """What the data says about where the fleet-based methods fall short."""
+    no_source = [
+        f"{k}/{t} ({r['oracle-source']['fraction'][16]:.2f})"
+        for (k, t), r in sorted(rows.items())
+        if "oracle-source" in r and r["oracle-source"]["fraction"][16] < 0.95
+    ]
+    behind_oracle = sum(
+        1
+        for r in rows.values()
+        if "oracle-source" in r
+        and r["simoe"]["fraction"][1] < r["oracle-source"]["fraction"][1] - 0.01
+    )
+    lines = [
+        "## What limits the fleet-based methods (from the data)",
+        "",
+        f"- The fleet's ceiling: on {len(no_source)} targets no single training GPU's 16 best "
+        f"configurations reach 0.95 on the target ({', '.join(no_source) or 'none'}): "
+        "what is best there was never best on another GPU of the fleet, so only measuring "
+        "on the target finds it.",
+        f"- Picking the source: the hindsight oracle keeps "
+        f"{summary['oracle-source']['geomean'][1]:.3f} at the first measurement, SiMoE "
+        f"{summary['simoe']['geomean'][1]:.3f}; SiMoE's first pick is more than 0.01 below "
+        f"the oracle's on {behind_oracle} of {len(rows)} targets. With 3 to 5 training GPUs "
+        "per kernel, the gate and the similarity encoder learn from 3 to 5 devices.",
+    ]
+    if "simoe-no-online" in summary:
+        lines.append(
+            "- Measurements moving the gate: SiMoE against the same search without it, "
+            f"{summary['simoe']['geomean'][4]:.3f} against "
+            f"{summary['simoe-no-online']['geomean'][4]:.3f} after 4 and "
+            f"{summary['simoe']['geomean'][16]:.3f} against "
+            f"{summary['simoe-no-online']['geomean'][16]:.3f} after 16: the fleet's "
+            "leave-one-out often chose not to move it (sharpness 0, counts above)."
+        )
+    return [*lines, ""]
+
+
 def goal_lines(method: str, rows: dict, summary: dict, hard: list) -> tuple[list[str], dict]:
     """The issue's goals for one SiMoE variant: met or missed, and by how much."""
     g = summary[method]["geomean"]
@@ -238,6 +310,7 @@ def render(run: dict, scored: dict, hub: Hub) -> tuple[str, dict]:
         "configurations (model time not included: the fleet's experts are trained before "
         "the new GPU arrives; SiMoE ranks a space in well under a second here).",
         "",
+        *nvidia_md(rows, order, nvidia),
         "## SiMoE against each peer: mean log-ratio of fractions, 95% interval clustered by GPU",
         "",
         "| pair | n=1 | n=4 | n=16 | n=1 NVIDIA only | n=4 NVIDIA only |",
@@ -278,6 +351,7 @@ def render(run: dict, scored: dict, hub: Hub) -> tuple[str, dict]:
         )
         if SPEC_TRANSFER in r and r[SPEC_TRANSFER]["fraction"][16] < 0.95:
             hard.append((kernel, target))
+    lines += ["", *choices_md(run), *why_md(rows, summary)]
     goals = {}
     lines += ["", "## Goals", ""]
     for method in ("simoe", "simoe-sharing"):
@@ -304,8 +378,10 @@ def plot(run: dict, hub: Hub, path: Path) -> None:
 
     kernels = sorted({r["kernel"] for r in run["results"]})
     fig, axes = plt.subplots(1, len(kernels), figsize=(4.2 * len(kernels), 3.6), squeeze=False)
-    shown = ("simoe", "transfer-spec-1", "transfer-learned-3", "oracle-source", "pooled",
-             "kt-random_sample", "kt-genetic_algorithm", "xgb")  # fmt: skip
+    shown = (
+        "simoe", "simoe-sharing", "transfer-spec-1", "transfer-learned-3", "oracle-source",
+        "pooled", "kt-random_sample", "kt-genetic_algorithm", "xgb",
+    )  # fmt: skip
     for ax, kernel in zip(axes[0], kernels, strict=True):
         for method in shown:
             curves = []
@@ -336,16 +412,30 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--traces", type=Path, default=Path("runs/real_gpu/traces.json"))
     parser.add_argument("--hub", default=None)
     parser.add_argument("--out", type=Path, default=DOCS)
+    parser.add_argument("--name", default="real_transfer", help="the report's file name stem")
+    parser.add_argument("--note", default="", help="a paragraph to put under the title")
+    parser.add_argument(
+        "--keep-traces", action="store_true",
+        help="also write the traces, gzipped, beside the report (to re-render it later)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    run = json.loads(args.traces.read_text())
+    raw = args.traces.read_bytes()
+    run = json.loads(gzip.decompress(raw) if args.traces.suffix == ".gz" else raw)
     hub = Hub.load(args.hub, sorted({r["kernel"] for r in run["results"]}))
     scored = score(run, hub)
     text, data = render(run, scored, hub)
+    if args.note:
+        title, rest = text.split("\n", 1)
+        text = f"{title}\n\n{args.note}\n{rest}"
     args.out.mkdir(parents=True, exist_ok=True)
-    plot(run, hub, args.out / "real_transfer.png")
-    text += "\n![curves](real_transfer.png)\n"
-    (args.out / "real_transfer.md").write_text(text)
-    (args.out / "real_transfer.json").write_text(json.dumps(data, indent=1, default=str))
+    plot(run, hub, args.out / f"{args.name}.png")
+    text += f"\n![curves]({args.name}.png)\n"
+    (args.out / f"{args.name}.md").write_text(text)
+    (args.out / f"{args.name}.json").write_text(json.dumps(data, indent=1, default=str))
+    if args.keep_traces:
+        (args.out / f"{args.name}_traces.json.gz").write_bytes(
+            gzip.compress(json.dumps(run).encode(), mtime=0)
+        )
     print(text)
 
 
@@ -381,6 +471,16 @@ def benchmarks_section(path: Path = DOCS / "real_transfer.json") -> list[str]:
             + " | ".join(f"{g[str(n)]:.3f}" for n in NS)
             + f" | {_fmt(summary[m]['median_measurements_to']['0.95'], 0)} |"
         )
+    budgets = run.get("scratch_budgets", {})
+    lines += [
+        "",
+        f"Budgets: fleet-based methods {run['budget']} measurements; Kernel Tuner's strategies "
+        f"{run['scratch_budget']}"
+        + "".join(f", {k} {v}" for k, v in budgets.items())
+        + " (never: not within that budget). The hindsight oracle reads the target's times: "
+        "a ceiling for any method that only picks a source GPU, not a method.",
+        "",
+    ]
     for method, goal in goals.items():
         fractions = [goal[f"fraction@{n}"] for n in GOALS]
         lines.append(
@@ -392,5 +492,5 @@ def benchmarks_section(path: Path = DOCS / "real_transfer.json") -> list[str]:
             )
             + "."
         )
-    lines.append("")
+        lines.append("")
     return lines

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -89,7 +90,8 @@ def main(argv: list[str] | None = None) -> None:
     ]
     kernels = list(KERNELS)
     result = {
-        "command": "python -m bench.real_gpu.similarity " + " ".join(argv or []),
+        "command": "python -m bench.real_gpu.similarity "
+        + " ".join(sys.argv[1:] if argv is None else argv),
         "seeds": seeds,
         "pairs": len(rows),
         "learned_vs_agreement": _rho(rows, "learned"),
@@ -118,8 +120,7 @@ def main(argv: list[str] | None = None) -> None:
             f"| {k} | {v['learned']:.3f} | {v['spec']:.3f} |"
             for k, v in result["per_kernel"].items()
         ],
-        f"| all pairs | {result['learned_vs_agreement']:.3f} | "
-        f"{result['spec_vs_agreement']:.3f} |",
+        f"| all pairs | {result['learned_vs_agreement']:.3f} | {result['spec_vs_agreement']:.3f} |",
         "",
     ]
     args.out.mkdir(parents=True, exist_ok=True)
