@@ -112,7 +112,7 @@ def test_real_loop(tmp_path: Path) -> None:
             assert not list((queue / "failed").glob("*.json"))
             time.sleep(1.0)
         restart_log = (demo.logs / f"{node.name}.restart.log").read_text()
-        assert "left by a killed daemon" in restart_log  # its old SuperNode, job: stopped
+        assert "left by a killed predecessor" in restart_log  # its old SuperNode, job: stopped
         after = candidate_ids(store_path)
         assert committed <= after  # nothing committed before the kill was lost
         assert not list((queue / "running").glob("*.json"))
