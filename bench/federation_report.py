@@ -198,8 +198,9 @@ class FederationHelpsSeeds(BaseModel):
 
 
 def _interval(ours: dict[str, float], theirs: dict[str, float]) -> tuple[float, float, float]:
-    """Mean unit difference (ours - theirs) and its 95 % paired bootstrap interval (units
-    resampled; each unit's value is its mean over the seeds)."""
+    """Mean unit difference (ours - theirs) and its 95 % paired bootstrap interval (GPU models
+    resampled, each with all its units: units of one model rank alike; each unit's value is
+    its mean over the seeds)."""
     from bench.protocol_report import paired_interval
 
     wrap = {u: np.array([v]) for u, v in ours.items()}
@@ -286,8 +287,8 @@ def markdown_seeds(report: FederationHelpsSeeds) -> str:
         "same training effort).  ",
         f"Runs: {loads}; {first.threads} torch thread(s).",
         "",
-        "Each unit's value is its mean over the seeds; intervals: 95 % paired bootstrap over "
-        "units (4,000 resamples).",
+        "Each unit's value is its mean over the seeds; intervals: 95 % paired bootstrap "
+        "clustered by GPU model (models resampled, each with all its units; 4,000 resamples).",
         "",
         "| what | mean | difference [95 %] | per seed |",
         "|---|---|---|---|",
@@ -338,7 +339,8 @@ def variants_markdown(reports: dict[str, FederationHelpsSeeds]) -> str:
         "Each row is one `python -m bench.federation_helps` run over the same seeds (its "
         "command in the row's report, `federation_helps_<split>_<tag>.md`); the central "
         "reference gets rounds x epochs per round epochs (the same training effort). "
-        "Intervals: 95 % paired bootstrap over units of their seed means.",
+        "Intervals: 95 % paired bootstrap over units of their seed means, clustered by GPU "
+        "model.",
         "",
         "| tag | split | rounds x epochs | local batch | prox mu | server | newcomers get | "
         "nodes: federated - own-only | better | newcomer gap (central - federated) | "
