@@ -79,9 +79,12 @@ HELD_OUT_TASKS: tuple[str, ...] = (
     "depthwise_conv2d:1,384,14,14,3,3,1,1",
     "dense:1,1000,2048",
 )
-# Scaled down for 2 shared cores: each training unit keeps this many candidates per task
-# (the same candidates, smallest ids, on every unit); target units keep all of theirs.
-TRAIN_PER_TASK = 48
+# Candidates per task each training unit keeps (the same candidates, smallest ids, on every
+# unit; 0: all). All of them: schedule transfer can rank only the candidates the training
+# units measured, so with fewer (48 of 128, until issue 24) it ranked about 24 of a target's
+# 64 test candidates while SiMoE, trained on the same 48, ranked all 64. With all of them
+# every method sees the same training candidates and every method can rank every test one.
+TRAIN_PER_TASK = 0
 POOL = 64  # per task on a target unit: the measurements a budget draws from; the rest is scored
 BUDGETS: tuple[int, ...] = (0, 16, 64)
 RULE = (
@@ -348,7 +351,9 @@ def markdown() -> str:
         "",
         f"Seeds {list(SEEDS)}; {len(WORKLOADS)} workloads, {PER_WORKLOAD} candidates each "
         f"(sampling seed {SAMPLE_SEED}); pool {POOL} per task on a target unit; budgets "
-        f"{list(BUDGETS)}; held-out tasks (federation-helps, every node): "
+        f"{list(BUDGETS)}; training units keep "
+        f"{TRAIN_PER_TASK or 'all'} candidates per task (schedule transfer ranks every test "
+        "candidate SiMoE ranks); held-out tasks (federation-helps, every node): "
         f"{', '.join(HELD_OUT_TASKS)}.",
         "",
         f"```\n{json.dumps(summary, indent=1)}\n```",
