@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bench.protocol import SAMPLE_SEED, TRAIN_UNITS
+from bench.protocol import SAMPLE_SEED, TRAIN_UNITS, UnitLabels
 from bench.report_model import CompileSettings, NetworkInfo, TunedTask
 from simoe_model.task_data import DeviceDataset, TaskData
 from simoe_model.tvm_compat import step_lr_accepts_verbose
@@ -510,6 +510,9 @@ def prepare(
 
     torch.set_num_threads(2)
     cpu0 = time.process_time()
+    # the training GPUs' labels (the models' data, the fleet search's steer, schedule
+    # transfer's tables) pass the protocol's reader: a test unit among them is refused
+    UnitLabels().allow_all({g: "train" for g in settings.train_gpus})
     # every run labels the same GPUs (the sample's generic target depends on them), so a run
     # on one test unit and a run on three share their cached candidates
     labelled = [*TEST_UNITS_COMPILE, *settings.unseen_gpus]

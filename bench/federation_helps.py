@@ -453,7 +453,7 @@ def main(argv: list[str] | None = None) -> None:
         node_names, newcomer_names = list(fleet)[:6], list(fleet)[6:8]
         data, offline = "synthetic fleet (simoe_model.synthetic)", {}
     elif args.data:
-        fleet = load_gpus(args.data, node_names + newcomer_names)
+        fleet = load_gpus(args.data, node_names, newcomer_names)
         data = f"fleet dataset, {len(args.data)} dir(s), one store per simulated GPU"
         offline = offline_figures()
     else:

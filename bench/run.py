@@ -181,7 +181,11 @@ def section_offline(report: Report, args: argparse.Namespace, say: Callable[[str
     out = report.out / "offline"
     command = [sys.executable, "-m", "bench.offline_transfer", "--out", str(out)]
     if fleet.exists() and any(fleet.glob("*.sqlite")):
+        # the training GPUs: the section's (the protocol's training split), never the other
+        # test units whose stores the fleet directory also holds
+        train = [g for g in settings.train_gpus if (fleet / f"{g}.sqlite").exists()]
         command += ["--data", str(fleet), "--held-out", ",".join(settings.unseen_gpus)]
+        command += ["--train", ",".join(train)]
         data = f"fleet stores of the tuned tasks of {', '.join(settings.networks)} (simulated GPUs)"
     else:
         command += ["--synthetic", "--synthetic-size", "12,8,120"]

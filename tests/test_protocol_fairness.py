@@ -66,3 +66,113 @@ def test_schedule_transfer_can_rank_every_test_candidate_simoe_ranks() -> None:
     # scaled down, it cannot: the report says by how much
     keep_per_task(train, 48)
     assert transfer_coverage(train, [split_device(target, 0)])["sim:4090-ref"] < 0.5
+
+
+# -- every bench path that trains reads labels through the protocol's reader -----------------
+LABEL_READERS = {  # the agent's ways to read measured latencies out of a store
+    "load_device_dataset", "load_store_file", "node_dataset", "labelled_candidates",
+    "best_records", "best_summaries", "_load_unit",
+}  # fmt: skip
+NOT_TRAINING = {  # bench modules that read labels and train or select nothing
+    "bench/model_throughput.py": "times the model on stored features",
+    "bench/sim_diversity.py": "the simulator's own statistics per unit",
+}
+
+
+def test_only_the_protocol_reader_reads_labels_in_bench() -> None:
+    """No bench module but bench/protocol.py (UnitLabels, whose guard refuses a test unit's
+    labels to training and selection) names a label reader of the agent, so every bench path
+    that trains is under the guard and under tests/test_protocol.py's leakage test by
+    construction. (bench/real_gpu reads benchmark_hub's real cache files, not stores.)"""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    offenders = {}
+    for path in sorted((root / "bench").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel == "bench/protocol.py" or rel in NOT_TRAINING:
+            continue
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Name):
+                names.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                names.add(node.attr)
+            elif isinstance(node, ast.ImportFrom):
+                names.update(a.name for a in node.names)
+        if names & LABEL_READERS:
+            offenders[rel] = sorted(names & LABEL_READERS)
+    assert not offenders, f"label reads outside bench/protocol.py's reader: {offenders}"
+
+
+def test_offline_transfer_refuses_test_units_in_its_training_set(tmp_path, capsys) -> None:  # noqa: ANN001
+    """BENCHMARKS section 2 ran `offline_transfer --held-out a30-u1` on the compile fleet,
+    whose stores also hold the test units 2080ti-ref and titanxp-u1: it trained on them. It
+    is refused now, before any label is read (the stores here are empty files)."""
+    import pytest
+
+    from bench import offline_transfer
+
+    for unit in ("a30-u1", "2080ti-ref", "titanxp-u1", "a100-sxm4-400w", "3090-fe"):
+        (tmp_path / f"{unit}.sqlite").write_bytes(b"")
+    argv = ["--data", str(tmp_path), "--held-out", "a30-u1", "--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as exit_:
+        offline_transfer.main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "2080ti-ref" in err and "titanxp-u1" in err and "--train" in err
+    # naming them in --train is refused alike
+    with pytest.raises(SystemExit):
+        offline_transfer.main([*argv, "--train", "a100-sxm4-400w,titanxp-u1"])
+
+
+def test_fleet_loaders_and_the_compile_section_refuse_test_units_in_training(
+    tmp_path,  # noqa: ANN001
+) -> None:
+    import pytest
+
+    from bench import compile_data, protocol
+    from bench.fleet import load_gpus
+
+    for unit in ("4090-ref", "a100-sxm4-400w"):
+        (tmp_path / f"{unit}.sqlite").write_bytes(b"")
+    with pytest.raises(protocol.LeakageError, match="4090-ref"):
+        load_gpus([tmp_path], ["a100-sxm4-400w", "4090-ref"])  # federation_helps, poisoning
+    settings = compile_data.QUICK.model_copy(
+        update={"train_gpus": [*compile_data.QUICK.train_gpus, "2080ti-ref"]}
+    )
+    with pytest.raises(protocol.LeakageError, match="2080ti-ref"):
+        compile_data.prepare(settings, tmp_path, say=print, max_tasks=1, fleet_stores=False)
+
+
+def test_the_offline_section_trains_on_the_training_split_only(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """bench/run.py's offline section names its training GPUs: the compile fleet's training
+    units, none of the other test units the fleet directory holds."""
+    import argparse
+    import subprocess
+
+    import pytest
+
+    from bench import compile_data, protocol
+    from bench import run as bench_run
+
+    fleet = tmp_path / "fleet" / "suite"
+    fleet.mkdir(parents=True)
+    for unit in [*protocol.TRAIN_UNITS, *compile_data.TEST_UNITS_COMPILE]:
+        (fleet / f"{unit}.sqlite").write_bytes(b"")
+    seen: list[list[str]] = []
+
+    def fake_run(command, **_kw):  # noqa: ANN001, ANN202
+        seen.append(command)
+        return subprocess.CompletedProcess(command, 1, "", "stopped by the test")
+
+    monkeypatch.setattr(bench_run.subprocess, "run", fake_run)
+    report = argparse.Namespace(out=tmp_path / "out")
+    args = argparse.Namespace(full=False, work=tmp_path)
+    with pytest.raises(RuntimeError, match="stopped by the test"):
+        bench_run.section_offline(report, args, say=print)  # type: ignore[arg-type]
+    (command,) = seen
+    train = command[command.index("--train") + 1].split(",")
+    assert train == list(protocol.TRAIN_UNITS)
+    assert not {protocol.split_of(g) for g in train} - {"train"}
