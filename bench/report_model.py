@@ -262,6 +262,20 @@ class OtherRun(_Row):
     load_average_at_start: list[float]
 
 
+class EarlierRun(_Row):
+    """A section's run that a merge replaced (`bench.run --merge ... --replace`, or a merged
+    run's federation or CPU section over this report's): a report adds runs and never drops
+    one, so it is kept here, with the invocation that ran it, and listed in the report."""
+
+    section: str
+    command: str  # the invocation that ran it
+    replaced_by: str  # what replaced it
+    sections: Sections  # that one section, as it was
+    repeats: list[Repeat] = Field(default_factory=list)  # its repeats (compile, budget)
+    wall_s: float | None = None
+    cpu_s: float | None = None
+
+
 class ReferenceSummary(_Row):
     """One MetaSchedule-20K reference's progress (bench/reference.py's summary.json)."""
 
@@ -323,3 +337,4 @@ class BenchReport(_Row):
     references: list[ReferenceSummary] = Field(default_factory=list)
     reference_trial_cost: TrialCost | None = None
     merge_commands: list[str] = Field(default_factory=list)  # `bench.run --merge` runs
+    earlier_runs: list[EarlierRun] = Field(default_factory=list)  # replaced, never dropped

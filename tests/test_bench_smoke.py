@@ -346,8 +346,9 @@ def test_a_flops_share_keeps_the_fewest_top_tasks_covering_it() -> None:
 
 
 def test_merge_with_replace_takes_the_section_from_the_merged_runs(tmp_path: Path) -> None:
-    """--merge A B --replace compile: the report's own compile section and its repeats are
-    dropped; A's becomes the section and B's its repeat (two seeds of one section)."""
+    """--merge A B --replace compile: the report's own compile section and its repeats make
+    way (kept as an earlier run); A's becomes the section and B's its repeat (two seeds of one
+    section)."""
     out, a, b = tmp_path / "out", tmp_path / "a", tmp_path / "b"
     for d in (out, a, b):
         d.mkdir()
@@ -366,3 +367,51 @@ def test_merge_with_replace_takes_the_section_from_the_merged_runs(tmp_path: Pat
     assert repeat.settings.seed == 1 and len(repeat.rows) == 2
     with pytest.raises(SystemExit):
         run.main(["--replace", "compile"])  # only with --merge
+
+
+def test_a_report_never_drops_a_run_it_only_adds(tmp_path: Path) -> None:
+    """--merge --replace used to drop the replaced section's runs (the budget section's earlier
+    runs that missed were gone from the report): they are kept as earlier runs, with the
+    command that ran them and their repeats, listed in BENCHMARKS.md; a merged run's second
+    offline or federation section is kept alike."""
+    from bench.report_model import FederationRow, FederationSection
+
+    out, a, b = tmp_path / "out", tmp_path / "a", tmp_path / "b"
+    for d in (out, a, b):
+        d.mkdir()
+    missed = _row("simoe-fast", 9.9e-3, 20.0, [])  # the earlier run that missed
+    old = CompileSection(settings=compile_data.QUICK, rows=[missed])
+    fed = FederationSection(
+        engine="in-process", shared_arrays_bytes=1, model_parameters=1, profiles_from=[],
+        results=[FederationRow(nodes=4, rounds=3, round_s=[1.0], median_round_s=1.0,
+                               steady_round_s=1.0, total_s=3.0, bytes_down_per_node_per_round=7.0,
+                               bytes_up_per_node_per_round=7.0)],
+    )  # fmt: skip
+    report = _report(budget=old)
+    report.sections.federation = fed
+    report.budget_repeats = [
+        Repeat(command="python -m bench.run --seed 1", rows=[missed], settings=old.settings,
+               load_average_at_start=[1.0])
+    ]  # fmt: skip
+    run.write_report(report, out / "report.json")
+    new = _report(budget=CompileSection(settings=compile_data.QUICK, rows=ROWS))
+    new.command = "python -m bench.run --sections budget --seed 2"
+    run.write_report(new, a / "report.json")
+    again = _report()
+    again.sections.federation = fed.model_copy(update={"engine": "again"})
+    again.command = "python -m bench.run --sections federation"
+    run.write_report(again, b / "report.json")
+    run.merge_reports(out, [a / "report.json", b / "report.json"], ["budget"], command="MERGE")
+    merged = run.load_report(out / "report.json")
+    assert merged.sections.budget.rows == ROWS and merged.sections.federation.engine == "again"
+    budget, federation = merged.earlier_runs
+    assert budget.section == "budget" and budget.command == "python -m bench.run --quick"
+    assert budget.sections.budget.rows == [missed] and len(budget.repeats) == 1
+    assert budget.replaced_by == "MERGE"
+    assert federation.section == "federation" and federation.sections.federation == fed
+    md = markdown(merged)
+    assert "## Earlier runs (replaced by a later merge, kept)" in md
+    assert "9.9000" in md  # the missed run's network latency (ms) is still in the report
+    # a later merge keeps what the earlier ones kept
+    run.merge_reports(out, [a / "report.json"], ["budget"], command="MERGE 2")
+    assert len(run.load_report(out / "report.json").earlier_runs) == 3
