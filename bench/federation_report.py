@@ -66,6 +66,9 @@ class FederationHelpsReport(BaseModel):
     server_lr: float = 1.0  # server learning rate on the averaged change (1: FedAvg)
     server_optimizer: str = "sgd"  # sgd: FedAvg(M without momentum); adam: FedAdam
     matched_global: bool = False  # newcomers get the global their experts were trained on
+    # the own-only baseline's epochs (one per round) as chosen on validation
+    # (bench/federation_own_only.json); None: the federation's rounds x epochs (not chosen)
+    own_only_epochs: int | None = None
     bytes_per_node_last_round: dict[str, dict[str, int]]
     federation_wall_s: float
     own_only_wall_s: float
@@ -98,8 +101,15 @@ def markdown(report: FederationHelpsReport) -> str:
         "## Each node's held-out tasks: top-1 score (SIMULATED)",
         "",
         "federated = the node's model after the rounds (global shared parts, the experts the "
-        "server sent it, its own expert); own-only = same architecture, epochs and seeds, "
-        "trained on the node's own train tasks alone.",
+        "server sent it, its own expert); own-only = same architecture, trained on the "
+        "node's own train tasks alone, "
+        + (
+            f"for {report.own_only_epochs} epochs (its budget chosen on validation, "
+            "bench/federation_own_only.json)."
+            if report.own_only_epochs is not None
+            else f"for the federation's {report.rounds} x {report.epochs} epochs (a budget not "
+            "chosen on validation)."
+        ),
         "",
         _split_note(report.split),
         "",

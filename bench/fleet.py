@@ -66,19 +66,23 @@ def protocol_gpus(split: str) -> tuple[list[FleetGPU], list[FleetGPU]]:
 
     Labels come through the protocol's guard: newcomers of the test split only for scoring.
     """
+    nodes = protocol_units("train", "train")
+    return nodes, protocol_units(split, "test" if split == "test" else "select")
+
+
+def protocol_units(split: str, purpose: str) -> list[FleetGPU]:
+    """The protocol's `split` units as FleetGPUs, their labels read for `purpose`."""
     from bench import protocol
 
     labels = protocol.UnitLabels()
 
-    def gpu(unit: str, purpose: str) -> FleetGPU:
+    def gpu(unit: str) -> FleetGPU:
         dataset = labels.load(unit, purpose)  # type: ignore[arg-type]
         cached = labels.data_dir / "profiles" / f"{unit}.json"
         profile = HardwareProfile.model_validate_json(cached.read_text())
         return FleetGPU(unit, profile, dataset)
 
-    nodes = [gpu(u, "train") for u in protocol.units("train")]
-    purpose = "test" if split == "test" else "select"
-    return nodes, [gpu(u, purpose) for u in protocol.units(split)]  # type: ignore[arg-type]
+    return [gpu(u) for u in protocol.units(split)]  # type: ignore[arg-type]
 
 
 def synthetic_gpus(n_devices: int, n_tasks: int, per_task: int) -> dict[str, FleetGPU]:

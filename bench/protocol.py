@@ -96,6 +96,30 @@ RULE = (
     "every report says which split it shows."
 )
 
+# -- rules that pick among variants: written here before any of their runs (rule 8) ----------
+# Federation helps (bench/federation_helps.py). The own-only baseline (a node's own expert on
+# its own train tasks, no federation) gets its training budget on validation, as every peer
+# does: the validation units, each its own node, train on their tasks but the held-out ones
+# for each budget of the grid and are scored on the held-out ones; the budget with the best
+# mean top-1 over the units and seeds (ties: the smaller) is kept in
+# bench/federation_own_only.json, and every federation-helps run reads it from there.
+OWN_ONLY_GRID: tuple[int, ...] = (3, 6, 12, 24, 48, 96)  # epochs, one per round (the ClientApp's)
+OWN_ONLY_RULE = (
+    "The own-only baseline's budget (epochs of its own expert on its own train tasks, one per "
+    f"round) is the point of {list(OWN_ONLY_GRID)} with the best mean top-1 on the validation "
+    "units' held-out tasks (each validation unit trained on its other tasks alone), over the "
+    "protocol's seeds; ties go to the smaller budget. Chosen by `python -m "
+    "bench.federation_helps --select-own-only`, kept in bench/federation_own_only.json."
+)
+FEDERATION_VARIANT_RULE = (
+    "Among the federation-helps variants (rounds x epochs, server optimizer and learning "
+    "rate, local batch, FedProx mu, experts sent, matched global), the one scored on the test "
+    "split is the variant with the highest mean node difference (federated minus own-only, "
+    "own-only at its validated budget) on the validation split over the protocol's seeds; "
+    "ties go to the fewer training epochs. Every variant's validation result is reported, "
+    "and the test split is scored once, with that variant only."
+)
+
 Split = Literal["train", "validation", "test"]
 Purpose = Literal["train", "select", "test"]
 # git-ignored: built by --build-data, with the simulator's register and shared-memory
@@ -411,6 +435,11 @@ def markdown() -> str:
         f"{', '.join(HELD_OUT_TASKS)}.",
         "",
         f"```\n{json.dumps(summary, indent=1)}\n```",
+        "",
+        "## Rules that pick among variants (written before their runs)",
+        "",
+        f"- Federation helps, own-only baseline: {OWN_ONLY_RULE}",
+        f"- Federation helps, variant: {FEDERATION_VARIANT_RULE}",
     ]
     return "\n".join(lines) + "\n"
 

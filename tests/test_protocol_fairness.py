@@ -176,3 +176,94 @@ def test_the_offline_section_trains_on_the_training_split_only(tmp_path, monkeyp
     train = command[command.index("--train") + 1].split(",")
     assert train == list(protocol.TRAIN_UNITS)
     assert not {protocol.split_of(g) for g in train} - {"train"}
+
+
+# -- federation helps: the own-only budget on validation, the variant rule written first --------
+def test_the_rules_that_pick_variants_are_in_the_protocol_file() -> None:
+    """bench/protocol.py states how federation-helps' own-only budget and its variant are
+    chosen, and its report (docs/results/protocol.md, `python -m bench.protocol`) says so."""
+    from pathlib import Path
+
+    from bench import protocol
+
+    for rule in (protocol.OWN_ONLY_RULE, protocol.FEDERATION_VARIANT_RULE):
+        assert "validation" in rule
+        assert rule in protocol.markdown()
+    assert "federation_own_only.json" in protocol.OWN_ONLY_RULE
+    written = Path(protocol.ROOT / "docs" / "results" / "protocol.md").read_text()
+    assert protocol.markdown() == written, "regenerate it: python -m bench.protocol"
+
+
+def test_own_only_budget_comes_from_the_validation_choice_file(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """The own-only baseline was 12 optimizer epochs (the federation's rounds x epochs), a
+    budget never chosen on validation. Under the protocol it is now read from the choice
+    `--select-own-only` writes on the validation units; without it a run is refused."""
+    import json
+
+    import pytest
+
+    from bench import federation_helps as fh
+    from bench import protocol
+    from schemas import BadInputError
+
+    fleet = fh.synthetic_gpus(3, 4, 16)
+    units = list(fleet.values())
+    held = sorted(t.task_name for t in units[0].dataset.tasks)[:1]
+    choice = fh.select_own_only(units, held, seeds=[0], grid=[1, 2, 3])
+    assert choice["chosen_on"] == "validation" and set(choice["mean_top1"]) == {"1", "2", "3"}
+    best = max(choice["mean_top1"].values())
+    assert choice["chosen"]["own_only_epochs"] == min(
+        int(b) for b, v in choice["mean_top1"].items() if v == best
+    )
+    assert all(len(per_unit) == 3 for [per_unit] in choice["per_seed_unit_top1"].values())
+
+    path = tmp_path / "federation_own_only.json"
+    monkeypatch.setattr(fh, "OWN_ONLY_CHOICE", path)
+    monkeypatch.setattr(protocol, "fleet_hashes", lambda *a, **k: {"digest": "FLEET"})
+    with pytest.raises(BadInputError, match="select-own-only"):
+        fh.main(["--protocol", "test"])  # not chosen yet: refused before anything runs
+    path.write_text(json.dumps({**choice, "fleet": "ANOTHER"}))
+    with pytest.raises(BadInputError, match="another fleet"):
+        fh.main(["--protocol", "test"])
+    path.write_text(json.dumps({**choice, "fleet": "FLEET", "chosen": {"own_only_epochs": 24}}))
+
+    class Stop(Exception):
+        pass
+
+    seen: dict = {}
+
+    def capture(*_a, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(fh, "protocol_gpus", lambda split: (units[:2], units[2:]))
+    monkeypatch.setattr(fh, "run_federation_helps", capture)
+    with pytest.raises(Stop):
+        fh.main(["--protocol", "validation", "--seeds", "0"])
+    assert seen["own_only_epochs"] == 24
+
+
+def test_own_only_trains_for_its_chosen_budget(monkeypatch) -> None:  # noqa: ANN001
+    """run_federation_helps trains the own-only baseline for `own_only_epochs` rounds of one
+    epoch (the chosen budget), not for the federation's rounds x epochs."""
+    import tempfile
+    from pathlib import Path
+
+    from bench import federation_helps as fh
+
+    fleet = fh.synthetic_gpus(3, 4, 16)
+    calls: list[tuple[int, int]] = []
+    original = fh.own_only_model
+
+    def spy(gpu, tasks, rounds, epochs, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        calls.append((rounds, epochs))
+        return original(gpu, tasks, rounds, epochs, *a, **k)
+
+    monkeypatch.setattr(fh, "own_only_model", spy)
+    with tempfile.TemporaryDirectory() as work:
+        report = fh.run_federation_helps(
+            list(fleet.values()), [], Path(work), rounds=2, epochs=1, k_experts=1, seed=0,
+            own_only_epochs=5,
+        )  # fmt: skip
+    assert calls == [(5, 1)] * 3 and report.own_only_epochs == 5
+    assert "5 epochs (its budget chosen on validation" in fh.markdown(report)
