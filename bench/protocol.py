@@ -114,10 +114,12 @@ OWN_ONLY_RULE = (
 FEDERATION_VARIANT_RULE = (
     "Among the federation-helps variants (rounds x epochs, server optimizer and learning "
     "rate, local batch, FedProx mu, experts sent, matched global), the one scored on the test "
-    "split is the variant with the highest mean node difference (federated minus own-only, "
-    "own-only at its validated budget) on the validation split over the protocol's seeds; "
-    "ties go to the fewer training epochs. Every variant's validation result is reported, "
-    "and the test split is scored once, with that variant only."
+    "split is, on the validation split over the protocol's seeds, the variant with the "
+    "smallest mean newcomer gap (central minus federated) among those whose nodes gain on "
+    "average (federated minus own-only above 0, own-only at its validated budget); if no "
+    "variant's nodes gain, the one with the largest node difference; ties go to the fewer "
+    "training epochs. Every variant's validation result is reported, and the test split is "
+    "scored once, with that variant only."
 )
 
 Split = Literal["train", "validation", "test"]
