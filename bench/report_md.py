@@ -107,11 +107,27 @@ def markdown(report: BenchReport) -> str:
 
 
 def offline_md(o: OfflineSection) -> list[str]:
+    from bench.protocol import split_of
+
+    leaked = [g.removeprefix("sim:") for g in o.result.train_gpus
+              if split_of(g.removeprefix("sim:")) == "test"]  # fmt: skip
+    warning = (
+        [
+            f"**This run trained on test units of bench/protocol.py ({', '.join(leaked)}): "
+            "its figures are not transfer to unseen hardware.** Since issue 24 such a "
+            "training set is refused (`--train` names the training split); "
+            "rerun: `python -m bench.run --quick --sections compile,offline`.",
+            "",
+        ]
+        if leaked
+        else []
+    )
     return [
         "## 2. Offline transfer to unseen GPUs (SIMULATED)",
         "",
         f"`{o.command}` (data: {o.data}; {o.wall_s:.0f} s)",
         "",
+        *warning,
         "Ranking quality on the held-out GPUs' test candidates (higher is better); budget = "
         "measurements per task on the held-out GPU.",
         "",

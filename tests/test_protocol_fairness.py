@@ -267,3 +267,17 @@ def test_own_only_trains_for_its_chosen_budget(monkeypatch) -> None:  # noqa: AN
         )  # fmt: skip
     assert calls == [(5, 1)] * 3 and report.own_only_epochs == 5
     assert "5 epochs (its budget chosen on validation" in fh.markdown(report)
+
+
+def test_a_reported_offline_run_that_trained_on_test_units_says_so() -> None:
+    from bench.report_md import offline_md
+    from bench.report_model import OfflineResult, OfflineSection
+
+    def section(train: list[str]) -> OfflineSection:
+        result = OfflineResult(held_out=["sim:a30-u1"], train_gpus=train, budgets=[0], results={})
+        return OfflineSection(command="c", data="d", wall_s=1.0, markdown="# t\n", plot="p.png",
+                              result=result)  # fmt: skip
+
+    leaky = "\n".join(offline_md(section(["sim:a100-sxm4-400w", "sim:2080ti-ref"])))
+    assert "trained on test units of bench/protocol.py (2080ti-ref)" in leaky
+    assert "trained on test units" not in "\n".join(offline_md(section(["sim:a100-sxm4-400w"])))
