@@ -164,7 +164,36 @@ def markdown(result: dict) -> str:
         lines += probes_matter(result)
     lines += gates_markdown(result.get("gates", {}))
     lines += grid_table(result.get("grid_scores", {}))
+    lines += earlier_runs(result.get("earlier_runs", []))
     return "\n".join(lines) + "\n"
+
+
+def earlier_runs(runs: list[dict]) -> list[str]:
+    """The runs this report replaced, kept (a report adds runs, it never drops one): each
+    one's command and mean top-1 per method and budget, as it reported them."""
+    if not runs:
+        return []
+    lines = ["", "## Earlier runs of this report (replaced, kept in its JSON)", ""]
+    for i, run in enumerate(runs, 1):
+        lines += [
+            f"{i}. `{run.get('command', '?')}`: seeds {run.get('seeds')}, hyperparameters "
+            f"`{json.dumps(run.get('hyperparameters', {}))}`, training units kept "
+            f"{run.get('train_per_task', 48)} candidates per task.",
+            "",
+            "| method | " + " | ".join(f"budget {b}" for b in protocol.BUDGETS) + " |",
+            "|---|" + "---|" * len(protocol.BUDGETS),
+        ]
+        methods = list(dict.fromkeys(m for r in run["per_task_top1"].values() for m in r))
+        for m in methods:
+            cells = []
+            for b in protocol.BUDGETS:
+                got = seed_mean(run, m, b)
+                cells.append(
+                    "" if got is None else f"{np.mean(np.concatenate(list(got.values()))):.3f}"
+                )
+            lines.append(f"| {m} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
 
 
 def per_unit(

@@ -395,9 +395,7 @@ def main() -> None:
         return
     if args.merge:
         result = merge(args.merge)
-        stem = f"protocol_transfer_{result['split']}"
-        (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=float))
-        (args.out / f"{stem}.md").write_text(markdown(result))
+        write_result(result, args.out, f"protocol_transfer_{result['split']}")
         print(markdown(result))
         return
     import os
@@ -425,10 +423,8 @@ def main() -> None:
             total_seconds=time.perf_counter() - started,
             label_reads=sorted({f"{u}:{p}" for u, p in labels.reads}),
         )
-        args.out.mkdir(parents=True, exist_ok=True)
         stem = "protocol_transfer_validation" + (f"_{args.tag}" if args.tag else "")
-        (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=float))
-        (args.out / f"{stem}.md").write_text(markdown(result))
+        write_result(result, args.out, stem)
         print(markdown(result))
         return
     choices = json.loads(CHOICES.read_text()) if CHOICES.exists() else {}
@@ -477,11 +473,30 @@ def main() -> None:
         total_seconds=time.perf_counter() - started,
         label_reads=sorted({f"{u}:{p}" for u, p in labels.reads}),
     )
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = f"protocol_transfer_{args.split}" + (f"_{args.tag}" if args.tag else "")
-    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=float))
-    (args.out / f"{stem}.md").write_text(markdown(result))
+    write_result(result, args.out, stem)
     print(markdown(result))
+
+
+def write_result(result: dict, out: Path, stem: str) -> None:
+    """OUT/STEM.json and .md. A report adds runs and never drops one: the run the file held
+    before (if another) is kept in the new one's `earlier_runs`, which the Markdown lists."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{stem}.json"
+    earlier: list[dict] = []
+    if path.exists():
+        previous = json.loads(path.read_text())
+        earlier = previous.pop("earlier_runs", [])
+        ours = json.loads(json.dumps(result.get("per_task_top1"), default=float))  # str keys
+        same = (previous.get("command"), previous.get("per_task_top1")) == (
+            result.get("command"),
+            ours,
+        )
+        if not same:
+            earlier.append(previous)
+    result["earlier_runs"] = [*result.get("earlier_runs", []), *earlier]
+    path.write_text(json.dumps(result, indent=1, default=float))
+    (out / f"{stem}.md").write_text(markdown(result))
 
 
 def merge(paths: list[Path]) -> dict:
@@ -511,6 +526,8 @@ def merge(paths: list[Path]) -> dict:
     }
     merged["gates"] = {str(k): v for r in runs for k, v in r.get("gates", {}).items()}
     merged["total_seconds"] = sum(r.get("total_seconds", 0.0) for r in runs)
+    earlier = {e.get("command"): e for r in runs for e in r.get("earlier_runs", [])}
+    merged["earlier_runs"] = list(earlier.values())  # the parts' earlier runs, once each
     merged["transfer_coverage"] = {
         str(k): v for r in runs for k, v in r.get("transfer_coverage", {}).items()
     }

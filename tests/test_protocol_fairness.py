@@ -281,3 +281,29 @@ def test_a_reported_offline_run_that_trained_on_test_units_says_so() -> None:
     leaky = "\n".join(offline_md(section(["sim:a100-sxm4-400w", "sim:2080ti-ref"])))
     assert "trained on test units of bench/protocol.py (2080ti-ref)" in leaky
     assert "trained on test units" not in "\n".join(offline_md(section(["sim:a100-sxm4-400w"])))
+
+
+def test_a_protocol_report_rewritten_keeps_the_run_it_held(tmp_path) -> None:  # noqa: ANN001
+    """Rerunning a split used to overwrite protocol_transfer_<split>.json: the run it held is
+    now kept in the new report's earlier_runs and listed in its Markdown."""
+    import json
+
+    from bench.protocol_transfer import write_result
+
+    def result(command: str, top1: float) -> dict:
+        return {
+            "split": "validation", "units": ["sim:t4-hot"], "seeds": [0], "command": command,
+            "hyperparameters_source": "test", "hyperparameters": {}, "fidelity": {},
+            "per_task_top1": {0: {"simoe": {b: {"sim:t4-hot": [top1]} for b in (0, 16, 64)}}},
+        }  # fmt: skip
+
+    write_result(result("first", 0.5), tmp_path, "protocol_transfer_validation")
+    write_result(result("first", 0.5), tmp_path, "protocol_transfer_validation")  # the same run
+    write_result(result("second", 0.7), tmp_path, "protocol_transfer_validation")
+    saved = json.loads((tmp_path / "protocol_transfer_validation.json").read_text())
+    assert [e["command"] for e in saved["earlier_runs"]] == ["first"]
+    md = (tmp_path / "protocol_transfer_validation.md").read_text()
+    assert "## Earlier runs of this report" in md and "`first`" in md and "0.500" in md
+    write_result(result("third", 0.9), tmp_path, "protocol_transfer_validation")
+    saved = json.loads((tmp_path / "protocol_transfer_validation.json").read_text())
+    assert [e["command"] for e in saved["earlier_runs"]] == ["first", "second"]
