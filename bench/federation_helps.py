@@ -614,6 +614,13 @@ def main(argv: list[str] | None = None) -> None:
     stem = f"federation_helps_{args.protocol}" if args.protocol else stem
     stem += f"_{args.tag}" if args.tag else ""
     over_seeds = FederationHelpsSeeds(command=command, runs=runs)
+    previous = args.out / f"{stem}.json"
+    if previous.exists():  # a report adds runs, it never drops one: the one it held is kept
+        before = reporting.read_report(previous, FederationHelpsSeeds)
+        over_seeds.earlier_runs = [
+            *before.earlier_runs,
+            before.model_copy(update={"earlier_runs": []}),
+        ]
     reporting.write_report(over_seeds, markdown_seeds, args.out, stem)
     print(markdown_seeds(over_seeds))
 

@@ -7,7 +7,7 @@ Everything it shows is SIMULATED (the fleet's latencies come from the analytical
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from bench.reporting import load_text
 
@@ -205,6 +205,8 @@ class FederationHelpsSeeds(BaseModel):
     simulated: bool = True
     command: str
     runs: list[FederationHelpsReport]
+    # the runs this report's file held before (a report adds runs, it never drops one)
+    earlier_runs: list[FederationHelpsSeeds] = Field(default_factory=list)
 
 
 def _interval(ours: dict[str, float], theirs: dict[str, float]) -> tuple[float, float, float]:
@@ -336,6 +338,16 @@ def markdown_seeds(report: FederationHelpsSeeds) -> str:
             lines.append(
                 f"| {row.gpu} | {', '.join(row.experts)} | {zero[row.gpu]:.3f} | {_num(c)} "
                 f"| {gap} |"
+            )
+    if report.earlier_runs:
+        lines += ["", "## Earlier runs of this report (replaced, kept in its JSON)", ""]
+        lines += ["| command | seeds | nodes: federated - own-only | newcomer gap |"]
+        lines.append("|---|---|---|---|")
+        for earlier in report.earlier_runs:
+            e = summary(earlier)
+            gap = _ci(e["newcomer_gap"]) if "newcomer_gap" in e else "n/a"
+            lines.append(
+                f"| `{earlier.command}` | {e['seeds']} | {_ci(e['node_difference'])} | {gap} |"
             )
     return "\n".join(lines) + "\n"
 

@@ -307,3 +307,23 @@ def test_a_protocol_report_rewritten_keeps_the_run_it_held(tmp_path) -> None:  #
     write_result(result("third", 0.9), tmp_path, "protocol_transfer_validation")
     saved = json.loads((tmp_path / "protocol_transfer_validation.json").read_text())
     assert [e["command"] for e in saved["earlier_runs"]] == ["first", "second"]
+
+
+def test_a_federation_helps_report_rewritten_keeps_the_run_it_held(tmp_path) -> None:  # noqa: ANN001
+    """The same for federation helps' over-seeds report: a second run with the same --out and
+    --tag keeps the first in earlier_runs, and the Markdown lists it."""
+    from bench import federation_helps as fh
+    from bench.federation_report import FederationHelpsSeeds
+
+    out = tmp_path / "out"
+    argv = ["--synthetic", "--rounds", "2", "--epochs", "1", "--central-epochs", "0",
+            "--out", str(out), "--tag", "t"]  # fmt: skip
+    fh.main([*argv, "--k-experts", "1"])
+    fh.main([*argv, "--k-experts", "2"])
+    saved = FederationHelpsSeeds.model_validate_json(
+        (out / "federation_helps_synthetic_t.json").read_text()
+    )
+    assert [e.runs[0].k_experts for e in saved.earlier_runs] == [1]
+    assert saved.runs[0].k_experts == 2
+    md = (out / "federation_helps_synthetic_t.md").read_text()
+    assert "## Earlier runs of this report" in md and "--k-experts 1" in md
