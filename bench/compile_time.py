@@ -4,7 +4,11 @@ For each network and each unseen GPU, every method tunes the same tasks on the s
 simulated GPU (`sim:<gpu>`, the analytical latency model: everything here is SIMULATED):
 
 - ms-xgb-full: MetaSchedule's default (XGB cost model) at the full budget.
-- ms-xgb-<k>: the same at TLM's budget (k = 32 measurements per task) and other small ones.
+- ms-xgb-<k>: the same at TLM's budget (k = 32 measurements per task) and other small ones,
+  in `xgb_small_rounds` searches of k / rounds with a warm-up of one search, so that XGB is
+  fitted after the first search and ranks the candidates of the others within the budget.
+- ms-random-<k> (k = TLM's budget): MetaSchedule's search with random scores, one search of
+  k: what ms-xgb-<k> was before issue 24 (XGB's warm-up outlasted the budget).
 - ms-mlp-pretrained-<k>: MetaSchedule's segment-sum MLP pre-trained on the other GPUs'
   data (TenSet-style transfer, as bench/offline_transfer.py does), fine-tuned while tuning.
 - simoe-fast: SiMoE zero-shot (trained on the other GPUs only), chained model-only
@@ -297,7 +301,9 @@ def simoe_fast(
 
 
 # -- the section -------------------------------------------------------------------------------
-Plan = tuple[str, Callable[[], Any], int, int, int, dict[str, int]]
+# (method, cost model factory, trials, population, genetic iterations, snapshots,
+#  measurements per search)
+Plan = tuple[str, Callable[[], Any], int, int, int, dict[str, int], int]
 
 
 def _run_plans(
@@ -311,15 +317,16 @@ def _run_plans(
     say: Say,
     on_row: OnRow,
 ) -> None:
-    for method, make_model, trials, pop, iters, snapshots in plans:
+    for method, make_model, trials, pop, iters, snapshots, per_iter in plans:
         also = f", snapshot {', '.join(snapshots)}" if snapshots else ""
-        say(f"{network} on sim:{gpu}: {method} ({trials} trials/task{also})")
+        say(f"{network} on sim:{gpu}: {method} ({trials} trials/task in searches of "
+            f"{per_iter}{also})")  # fmt: skip
         try:
             with step_lr_accepts_verbose():
                 rows = tune_method(
                     tasks, gpu, method, make_model(), trials=trials, population=pop,
                     genetic_iters=iters, seed=settings.seed, network=network,
-                    work_dir=work_dir, trials_per_iter=settings.trials_per_iter,
+                    work_dir=work_dir, trials_per_iter=per_iter,
                     snapshots=snapshots, init_min_unmeasured=settings.init_min(pop),
                 )  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - one failed method must not lose the rest
@@ -338,6 +345,24 @@ def _xgb_model(warmup: int) -> Callable[[], Any]:
         return XGBModel(num_warmup_samples=warmup, num_tuning_cores=2, tree_method="auto")
 
     return make
+
+
+def _random_model() -> Any:
+    """MetaSchedule's random cost model: the search's candidates in random order."""
+    from tvm.s_tir.meta_schedule.cost_model import RandomModel
+
+    return RandomModel()
+
+
+def small_xgb_plan(settings: CompileSettings, budget: int) -> Plan:
+    """The XGB peer at a small budget: `xgb_small_rounds` searches of budget / rounds
+    measurements, XGB's warm-up one search, so its model is fitted after the first search and
+    ranks every later one within the budget (one search of the whole budget never used it)."""
+    rounds = settings.xgb_small_rounds or 1
+    per_iter = max(1, budget // rounds)
+    warmup = min(settings.xgb_warmup, per_iter) if rounds > 1 else settings.xgb_warmup
+    return (f"ms-xgb-{budget}", _xgb_model(warmup), budget, settings.population,
+            settings.genetic_iters, {}, per_iter)  # fmt: skip
 
 
 def _mlp_model(trainer: Any) -> Any:
@@ -517,25 +542,26 @@ def run_section(
     k = settings.tlm_budget
     per_iter = settings.trials_per_iter
     xgb = _xgb_model(settings.xgb_warmup)
-    # a small budget that is a whole number of searches is the full run stopped there
-    xgb_snaps = {
-        f"ms-xgb-{b}": b for b in sorted({k, *settings.small_budgets}) if b % per_iter == 0
-    }
+    # a small budget that is a whole number of searches, past XGB's warm-up, is the full run
+    # stopped there
+    xgb_snaps = {f"ms-xgb-{b}": b for b in settings.xgb_snapshot_budgets()}
     plans: list[Plan] = []
     if settings.runs("ms-xgb-full"):
         plans.append(
             ("ms-xgb-full", xgb, settings.full_budget, settings.population,
-             settings.genetic_iters, xgb_snaps)
+             settings.genetic_iters, xgb_snaps, per_iter)
         )  # fmt: skip
     else:  # no full run to take snapshots of: each small budget is its own run
         xgb_snaps = {}
     for budget in sorted({k, *settings.small_budgets} - set(xgb_snaps.values())):
-        plans.append(
-            (f"ms-xgb-{budget}", xgb, budget, settings.population, settings.genetic_iters, {})
-        )
+        plans.append(small_xgb_plan(settings, budget))
+    plans.append(
+        (f"ms-random-{k}", _random_model, k, settings.population, settings.genetic_iters, {},
+         min(per_iter, k))
+    )  # fmt: skip
     plans.append(
         (f"ms-mlp-pretrained-{k}", lambda: _mlp_model(data.mlp), k, settings.population,
-         settings.genetic_iters, {})
+         settings.genetic_iters, {}, min(per_iter, k))
     )  # fmt: skip
     plans = [p for p in plans if settings.runs(p[0])]
     plans.sort(key=lambda p: (p[2], p[0]))  # cheap runs first: a timeout keeps the comparison
@@ -566,7 +592,8 @@ def _resumable(rows: list[MethodRow], settings: CompileSettings) -> list[MethodR
             return True
         if r.method == "simoe-fast":
             return (r.network, r.gpu, "simoe-full") in have
-        if r.method.startswith("ms-xgb-") and settings.runs("ms-xgb-full"):
+        snapshots = {f"ms-xgb-{b}" for b in settings.xgb_snapshot_budgets()}
+        if r.method in snapshots and settings.runs("ms-xgb-full"):
             return (r.network, r.gpu, "ms-xgb-full") in have
         return True
 
@@ -598,7 +625,7 @@ def run_budget_section(
                section, say, on_row, full=default_iter)  # fmt: skip
     plans: list[Plan] = [
         (f"ms-xgb-{settings.long_budget}", _xgb_model(100), settings.long_budget,
-         settings.population, settings.genetic_iters, {}),
+         settings.population, settings.genetic_iters, {}, default_iter.trials_per_iter),
     ]  # fmt: skip
     _run_plans(plans, tasks, network, gpu, default_iter, work_dir / "budget", section, say, on_row)
     section.summary = summarize(

@@ -11,8 +11,8 @@ The reference is MetaSchedule-20K in issue 12's protocol; none has finished, so 
 reference of a panel is the best latency of its tuned tasks that any MetaSchedule run
 reached with its default cost model (XGB): the panel's runs, the repeats the report merged,
 or the MetaSchedule-20K reference as far as it has run (bench/reference.py), whichever is
-best (named in the panel's title). A curve that ends where a longer one continues (ms-xgb-32 is
-the start of ms-xgb-full, simoe-fast the start of simoe-full) is drawn on top of it.
+best (named in the panel's title). A curve that ends where a longer one continues (a snapshot
+ms-xgb-k is the start of ms-xgb-full, simoe-fast the start of simoe-full) is drawn on top of it.
 
     python -m bench.curves --report bench/reports/report.json --out bench/reports
 """

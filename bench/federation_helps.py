@@ -29,8 +29,10 @@ After the rounds, on each node's held-out tasks (all candidates), the top-1 scor
 (TenSet definition, simoe_model.metrics) of:
 - federated: the node's model.pt as the ClientApp left it (global shared parts, the
   experts the server sent, its own expert): what the node tunes with;
-- own-only: the same architecture trained on the node's own train tasks alone with
-  the same epochs and seeds as its ClientApp (one `train_expert` per round), no federation.
+- own-only: the same architecture trained on the node's own train tasks alone (one
+  `train_expert` per round, as its ClientApp), no federation; under the protocol for the
+  budget chosen on validation (`--select-own-only`, bench/protocol.py OWN_ONLY_RULE, kept in
+  bench/federation_own_only.json), otherwise for the federation's rounds x epochs.
 
 Newcomers: GPUs that are none of the nodes enrol at the last round (hello, then a
 train message with no local data: served the global model and its k nearest
@@ -68,7 +70,15 @@ from bench.federation_report import (  # noqa: F401 (the report's names, as they
     markdown_seeds,
     variants_markdown,
 )
-from bench.fleet import FleetGPU, load_gpus, protocol_gpus, split_tasks, synthetic_gpus, write_node
+from bench.fleet import (
+    FleetGPU,
+    load_gpus,
+    protocol_gpus,
+    protocol_units,
+    split_tasks,
+    synthetic_gpus,
+    write_node,
+)
 from bench.reporting import load_average
 from schemas import BadInputError  # noqa: E402
 from simoe_model.task_data import DeviceDataset, TaskData  # noqa: E402
@@ -97,10 +107,17 @@ def top1(model, tasks: Sequence[TaskData], hardware_vector: np.ndarray) -> float
 
 
 def own_only_model(  # noqa: ANN201
-    gpu: FleetGPU, tasks: list[TaskData], rounds: int, epochs: int, seed: int, local_batch: int = 8
+    gpu: FleetGPU,
+    tasks: list[TaskData],
+    rounds: int,
+    epochs: int,
+    seed: int,
+    local_batch: int = 8,
+    after_round: Callable[[int, Any], None] | None = None,
 ):
     """The node's model without federation: what its ClientApp trains, round after round
-    (the same tasks per step)."""
+    (the same tasks per step). `after_round(round, model)`: called after each round (the
+    budget selection scores every grid point of one run)."""
     from server.similarity import initial_shared_arrays
     from simoe_model.model import SiMoE, load_shared_arrays
     from simoe_model.train import train_expert
@@ -113,7 +130,73 @@ def own_only_model(  # noqa: ANN201
             model, gpu.name, dataset, epochs=max(epochs, 1), seed=seed + server_round,
             tasks_per_step=local_batch,
         )  # fmt: skip
+        if after_round is not None:
+            after_round(server_round, model)
     return model
+
+
+# -- the own-only baseline's budget, chosen on validation (bench/protocol.py OWN_ONLY_RULE) -----
+OWN_ONLY_CHOICE = Path(__file__).with_name("federation_own_only.json")
+
+
+def select_own_only(
+    units: Sequence[FleetGPU],
+    held_out_tasks: Sequence[str],
+    seeds: Sequence[int],
+    grid: Sequence[int],
+    local_batch: int = 8,
+    say: Say = lambda _text: None,
+) -> dict[str, Any]:
+    """The protocol's OWN_ONLY_RULE: each validation unit, its own node, trains its own expert
+    on its tasks but `held_out_tasks` (one epoch per round, as the ClientApp does) and is
+    scored on those after every grid point's rounds (one run to the largest budget per unit
+    and seed); the budget with the best mean top-1 over units and seeds, ties to the smaller."""
+    scores: dict[int, list[list[float]]] = {b: [] for b in grid}  # budget -> per seed, per unit
+    for seed in seeds:
+        per_unit: dict[int, list[float]] = {b: [] for b in grid}
+        for gpu in units:
+            train, held = split_tasks(gpu, 0.0, seed, True, held_out_tasks)
+            hv = gpu.dataset.hardware_vector
+
+            def score(
+                server_round: int, model: Any, held: Any = held, hv: Any = hv, out: Any = per_unit
+            ) -> None:
+                if server_round in out:
+                    out[server_round].append(top1(model, held, hv))
+
+            own_only_model(gpu, train, max(grid), 1, seed, local_batch, after_round=score)
+        for b in grid:
+            scores[b].append(per_unit[b])
+        say(f"seed {seed}: " + ", ".join(f"{b}: {np.mean(per_unit[b]):.4f}" for b in grid))
+    means = {b: float(np.mean(scores[b])) for b in grid}
+    best = max(means.values())
+    chosen = min(b for b in grid if means[b] == best)
+    return {
+        "chosen_on": "validation",
+        "rule": "bench/protocol.py OWN_ONLY_RULE",
+        "units": [g.name for g in units],
+        "seeds": list(seeds),
+        "held_out_tasks": list(held_out_tasks),
+        "grid": list(grid),
+        "mean_top1": {str(b): means[b] for b in grid},
+        "per_seed_unit_top1": {str(b): scores[b] for b in grid},
+        "chosen": {"own_only_epochs": chosen},
+    }
+
+
+def own_only_budget(fleet_digest: str, path: Path | None = None) -> int:
+    """The own-only budget chosen on validation (OWN_ONLY_CHOICE) for this fleet; BadInputError
+    when it was not chosen, or chosen on another fleet."""
+    path = path or OWN_ONLY_CHOICE
+    if not path.exists():
+        raise BadInputError(
+            f"no {path.name}: choose the own-only budget on validation first "
+            "(python -m bench.federation_helps --select-own-only)"
+        )
+    choice = json.loads(path.read_text())
+    if choice.get("fleet") != fleet_digest or choice.get("chosen_on") != "validation":
+        raise BadInputError(f"{path.name} was chosen on another fleet: run --select-own-only")
+    return int(choice["chosen"]["own_only_epochs"])
 
 
 def central_model(
@@ -188,6 +271,7 @@ def run_federation_helps(
     server_lr: float = 1.0,
     server_optimizer: str = "sgd",
     matched_global: bool = False,
+    own_only_epochs: int | None = None,
     command: str = "",
     data: str = "",
     threads: int = 1,
@@ -260,7 +344,11 @@ def run_federation_helps(
         train, held = splits[gpu.name]
         node = NodeState(work_dir / "nodes" / gpu.name)
         federated = top1(node.load_model(), held, gpu.dataset.hardware_vector)
-        alone = own_only_model(gpu, train, rounds, epochs, seed, local_batch)
+        alone = (
+            own_only_model(gpu, train, rounds, epochs, seed, local_batch)
+            if own_only_epochs is None  # the federation's rounds x epochs
+            else own_only_model(gpu, train, own_only_epochs, 1, seed, local_batch)
+        )
         own = top1(alone, held, gpu.dataset.hardware_vector)
         row = NodeRow(
             gpu=gpu.name,
@@ -327,6 +415,7 @@ def run_federation_helps(
         server_lr=server_lr,
         server_optimizer=server_optimizer,
         matched_global=matched_global,
+        own_only_epochs=own_only_epochs,
         bytes_per_node_last_round=traffic,
         federation_wall_s=federation_wall,
         own_only_wall_s=own_wall,
@@ -403,6 +492,12 @@ def main(argv: list[str] | None = None) -> None:
         "_TAG.md (TAG: --tag); runs nothing",
     )
     parser.add_argument(
+        "--select-own-only",
+        action="store_true",
+        help="choose the own-only baseline's budget on the validation units (bench/protocol.py "
+        f"OWN_ONLY_RULE) into {OWN_ONLY_CHOICE.name}, then exit",
+    )
+    parser.add_argument(
         "--refresh-offline",
         action="store_true",
         help="with --render: take the offline figures from the current offline report",
@@ -440,9 +535,26 @@ def main(argv: list[str] | None = None) -> None:
     node_names = [g for g in args.nodes.split(",") if g]
     newcomer_names = [g for g in args.newcomers.split(",") if g]
     held_out_tasks = None
+    own_only_epochs = None  # outside the protocol: the federation's rounds x epochs
     from bench import protocol
 
+    if args.select_own_only:
+        seeds = [int(v) for v in args.seeds.split(",")] if args.seeds else list(protocol.SEEDS)
+        units = protocol_units("validation", "select")
+        choice = select_own_only(
+            units, protocol.HELD_OUT_TASKS, seeds, protocol.OWN_ONLY_GRID, args.local_batch,
+            say=lambda text: print(text, flush=True),
+        )  # fmt: skip
+        choice["fleet"] = protocol.fleet_hashes()["digest"]
+        choice["command"] = reporting.public_command(
+            "federation_helps", sys.argv[1:] if argv is None else argv
+        )
+        OWN_ONLY_CHOICE.write_text(json.dumps(choice, indent=1) + "\n")
+        print(json.dumps({k: choice[k] for k in ("mean_top1", "chosen")}))
+        return
     if args.protocol:
+        # the own-only budget was chosen on validation (bench/protocol.py OWN_ONLY_RULE)
+        own_only_epochs = own_only_budget(protocol.fleet_hashes()["digest"])
         nodes, newcomers = protocol_gpus(args.protocol)
         fleet = {g.name: g for g in [*nodes, *newcomers]}
         node_names, newcomer_names = [g.name for g in nodes], [g.name for g in newcomers]
@@ -453,7 +565,7 @@ def main(argv: list[str] | None = None) -> None:
         node_names, newcomer_names = list(fleet)[:6], list(fleet)[6:8]
         data, offline = "synthetic fleet (simoe_model.synthetic)", {}
     elif args.data:
-        fleet = load_gpus(args.data, node_names + newcomer_names)
+        fleet = load_gpus(args.data, node_names, newcomer_names)
         data = f"fleet dataset, {len(args.data)} dir(s), one store per simulated GPU"
         offline = offline_figures()
     else:
@@ -488,6 +600,7 @@ def main(argv: list[str] | None = None) -> None:
                     server_lr=args.server_lr,
                     server_optimizer=args.server_optimizer,
                     matched_global=args.matched_global,
+                    own_only_epochs=own_only_epochs,
                     command=command,
                     data=data,
                     threads=args.threads,
@@ -501,6 +614,13 @@ def main(argv: list[str] | None = None) -> None:
     stem = f"federation_helps_{args.protocol}" if args.protocol else stem
     stem += f"_{args.tag}" if args.tag else ""
     over_seeds = FederationHelpsSeeds(command=command, runs=runs)
+    previous = args.out / f"{stem}.json"
+    if previous.exists():  # a report adds runs, it never drops one: the one it held is kept
+        before = reporting.read_report(previous, FederationHelpsSeeds)
+        over_seeds.earlier_runs = [
+            *before.earlier_runs,
+            before.model_copy(update={"earlier_runs": []}),
+        ]
     reporting.write_report(over_seeds, markdown_seeds, args.out, stem)
     print(markdown_seeds(over_seeds))
 

@@ -7,7 +7,7 @@ Everything it shows is SIMULATED (the fleet's latencies come from the analytical
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from bench.reporting import load_text
 
@@ -66,6 +66,9 @@ class FederationHelpsReport(BaseModel):
     server_lr: float = 1.0  # server learning rate on the averaged change (1: FedAvg)
     server_optimizer: str = "sgd"  # sgd: FedAvg(M without momentum); adam: FedAdam
     matched_global: bool = False  # newcomers get the global their experts were trained on
+    # the own-only baseline's epochs (one per round) as chosen on validation
+    # (bench/federation_own_only.json); None: the federation's rounds x epochs (not chosen)
+    own_only_epochs: int | None = None
     bytes_per_node_last_round: dict[str, dict[str, int]]
     federation_wall_s: float
     own_only_wall_s: float
@@ -98,8 +101,15 @@ def markdown(report: FederationHelpsReport) -> str:
         "## Each node's held-out tasks: top-1 score (SIMULATED)",
         "",
         "federated = the node's model after the rounds (global shared parts, the experts the "
-        "server sent it, its own expert); own-only = same architecture, epochs and seeds, "
-        "trained on the node's own train tasks alone.",
+        "server sent it, its own expert); own-only = same architecture, trained on the "
+        "node's own train tasks alone, "
+        + (
+            f"for {report.own_only_epochs} epochs (its budget chosen on validation, "
+            "bench/federation_own_only.json)."
+            if report.own_only_epochs is not None
+            else f"for the federation's {report.rounds} x {report.epochs} epochs (a budget not "
+            "chosen on validation)."
+        ),
         "",
         _split_note(report.split),
         "",
@@ -195,11 +205,14 @@ class FederationHelpsSeeds(BaseModel):
     simulated: bool = True
     command: str
     runs: list[FederationHelpsReport]
+    # the runs this report's file held before (a report adds runs, it never drops one)
+    earlier_runs: list[FederationHelpsSeeds] = Field(default_factory=list)
 
 
 def _interval(ours: dict[str, float], theirs: dict[str, float]) -> tuple[float, float, float]:
-    """Mean unit difference (ours - theirs) and its 95 % paired bootstrap interval (units
-    resampled; each unit's value is its mean over the seeds)."""
+    """Mean unit difference (ours - theirs) and its 95 % paired bootstrap interval (GPU models
+    resampled, each with all its units: units of one model rank alike; each unit's value is
+    its mean over the seeds)."""
     from bench.protocol_report import paired_interval
 
     wrap = {u: np.array([v]) for u, v in ours.items()}
@@ -286,8 +299,8 @@ def markdown_seeds(report: FederationHelpsSeeds) -> str:
         "same training effort).  ",
         f"Runs: {loads}; {first.threads} torch thread(s).",
         "",
-        "Each unit's value is its mean over the seeds; intervals: 95 % paired bootstrap over "
-        "units (4,000 resamples).",
+        "Each unit's value is its mean over the seeds; intervals: 95 % paired bootstrap "
+        "clustered by GPU model (models resampled, each with all its units; 4,000 resamples).",
         "",
         "| what | mean | difference [95 %] | per seed |",
         "|---|---|---|---|",
@@ -326,6 +339,16 @@ def markdown_seeds(report: FederationHelpsSeeds) -> str:
                 f"| {row.gpu} | {', '.join(row.experts)} | {zero[row.gpu]:.3f} | {_num(c)} "
                 f"| {gap} |"
             )
+    if report.earlier_runs:
+        lines += ["", "## Earlier runs of this report (replaced, kept in its JSON)", ""]
+        lines += ["| command | seeds | nodes: federated - own-only | newcomer gap |"]
+        lines.append("|---|---|---|---|")
+        for earlier in report.earlier_runs:
+            e = summary(earlier)
+            gap = _ci(e["newcomer_gap"]) if "newcomer_gap" in e else "n/a"
+            lines.append(
+                f"| `{earlier.command}` | {e['seeds']} | {_ci(e['node_difference'])} | {gap} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -338,7 +361,8 @@ def variants_markdown(reports: dict[str, FederationHelpsSeeds]) -> str:
         "Each row is one `python -m bench.federation_helps` run over the same seeds (its "
         "command in the row's report, `federation_helps_<split>_<tag>.md`); the central "
         "reference gets rounds x epochs per round epochs (the same training effort). "
-        "Intervals: 95 % paired bootstrap over units of their seed means.",
+        "Intervals: 95 % paired bootstrap over units of their seed means, clustered by GPU "
+        "model.",
         "",
         "| tag | split | rounds x epochs | local batch | prox mu | server | newcomers get | "
         "nodes: federated - own-only | better | newcomer gap (central - federated) | "

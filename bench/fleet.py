@@ -30,34 +30,33 @@ class FleetGPU:
 
 
 # -- loading ------------------------------------------------------------------------------------
-def load_gpus(directories: Sequence[Path], gpus: Sequence[str]) -> dict[str, FleetGPU]:
-    """The named GPUs of a fleet dataset (DIR/<gpu>.sqlite in each directory, tasks joined).
+def load_gpus(
+    directories: Sequence[Path], gpus: Sequence[str], scored: Sequence[str] = ()
+) -> dict[str, FleetGPU]:
+    """The named GPUs of a fleet dataset (DIR/<gpu>.sqlite in each directory, tasks joined),
+    read through the protocol's label reader (bench/protocol.py `UnitLabels`): `gpus` train
+    (a test unit of the protocol among them is refused before anything is read), `scored`
+    (newcomers) are read for scoring only.
 
-    Tasks are joined in the order of bench/offline_transfer.py's `load_fleet` (sorted
-    paths), so `split_device` draws the same test split. Profiles come from the first
-    directory's profiles/ cache (written by the offline benchmark), else are taken.
+    Tasks are joined in sorted path order, as bench/offline_transfer.py's `load_fleet`, so
+    `split_device` draws the same test split. Profiles come from the first directory's
+    profiles/ cache (written by the offline benchmark), else are taken.
     """
-    from agent.devices import get_device
-    from agent.profiler import profile_device
-    from agent.store import Store
-    from agent.store_datasets import load_device_dataset, store_devices
+    from bench import protocol
 
+    labels = protocol.UnitLabels(Path(directories[0]), more_dirs=tuple(directories[1:]))
+    purposes: dict[str, protocol.Purpose] = {g: "train" for g in gpus}
+    for g in scored:
+        purposes[g] = "test" if protocol.split_of(g) == "test" else "select"
+    try:
+        datasets = labels.load_set(purposes)  # a refused set reads nothing
+    except FileNotFoundError as exc:
+        raise BadInputError(str(exc)) from None
     out: dict[str, FleetGPU] = {}
-    for gpu in gpus:
-        paths = sorted(d / f"{gpu}.sqlite" for d in directories if (d / f"{gpu}.sqlite").exists())
-        if not paths:
-            raise BadInputError(f"GPU {gpu!r}: no {gpu}.sqlite in {[str(d) for d in directories]}")
-        cached = directories[0] / "profiles" / f"{gpu}.json"
-        if cached.exists():
-            profile = HardwareProfile.model_validate_json(cached.read_text())
-        else:
-            profile = profile_device(get_device(f"sim:{gpu}"))
-        tasks: list[TaskData] = []
-        for path in paths:
-            with Store(path) as store:
-                device = store_devices(store)[0]
-                tasks += load_device_dataset(store, device, profile).tasks
-        dataset = DeviceDataset(profile.device, _hardware_vector(profile), tasks)
+    for gpu, dataset in datasets.items():
+        cached = labels.dirs[0] / "profiles" / f"{gpu}.json"  # written by the reader
+        profile = HardwareProfile.model_validate_json(cached.read_text())
+        dataset = DeviceDataset(profile.device, _hardware_vector(profile), dataset.tasks)
         out[gpu] = FleetGPU(gpu, profile, dataset)
     return out
 
@@ -67,19 +66,23 @@ def protocol_gpus(split: str) -> tuple[list[FleetGPU], list[FleetGPU]]:
 
     Labels come through the protocol's guard: newcomers of the test split only for scoring.
     """
+    nodes = protocol_units("train", "train")
+    return nodes, protocol_units(split, "test" if split == "test" else "select")
+
+
+def protocol_units(split: str, purpose: str) -> list[FleetGPU]:
+    """The protocol's `split` units as FleetGPUs, their labels read for `purpose`."""
     from bench import protocol
 
     labels = protocol.UnitLabels()
 
-    def gpu(unit: str, purpose: str) -> FleetGPU:
+    def gpu(unit: str) -> FleetGPU:
         dataset = labels.load(unit, purpose)  # type: ignore[arg-type]
         cached = labels.data_dir / "profiles" / f"{unit}.json"
         profile = HardwareProfile.model_validate_json(cached.read_text())
         return FleetGPU(unit, profile, dataset)
 
-    nodes = [gpu(u, "train") for u in protocol.units("train")]
-    purpose = "test" if split == "test" else "select"
-    return nodes, [gpu(u, purpose) for u in protocol.units(split)]  # type: ignore[arg-type]
+    return [gpu(u) for u in protocol.units(split)]  # type: ignore[arg-type]
 
 
 def synthetic_gpus(n_devices: int, n_tasks: int, per_task: int) -> dict[str, FleetGPU]:

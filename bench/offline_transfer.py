@@ -3,7 +3,9 @@
     python -m bench.offline_transfer --data DIR            # the fleet dataset (DIR/<gpu>.sqlite)
     python -m bench.offline_transfer --synthetic           # synthetic fleet, for development
 
-The held-out GPUs are left out of all training. For each held-out GPU and each
+The held-out GPUs are left out of all training; labels are read through the protocol's
+reader (bench/protocol.py `UnitLabels`), which refuses a test unit of the protocol in the
+training set (`--train` names the training GPUs). For each held-out GPU and each
 task, the candidates are shuffled once (fixed seed): the first 64 (half of a task
 with fewer than 72) are the pool a budget of N measurements takes its first N from;
 the rest are the test set that every method and every budget is scored on (top-1,
@@ -89,33 +91,22 @@ def split_device(ds: DeviceDataset, seed: int) -> Split:
 
 
 # -- data ------------------------------------------------------------------------------
-def load_fleet(directories: list[Path]) -> dict[str, DeviceDataset]:
-    """One DeviceDataset per GPU (its stores in all directories); profiles of the sim devices."""
-    from agent.devices import get_device
-    from agent.profiler import profile_device
-    from agent.store import Store
-    from agent.store_datasets import load_device_dataset, store_devices
-    from schemas import HardwareProfile
+def load_fleet(
+    directories: list[Path], held: list[str], train: list[str] | None = None
+) -> tuple[dict[str, DeviceDataset], list[str]]:
+    """One DeviceDataset per GPU (its stores in all directories) through the protocol's label
+    reader (bench/protocol.py `UnitLabels`), and the training GPUs: `train`, or every other
+    GPU of the directories. A test unit of the protocol in the training set is refused
+    (LeakageError) before any label is read; held-out GPUs are read for scoring only."""
+    from bench import protocol
 
-    profiles_dir = directories[0] / "profiles"
-    profiles_dir.mkdir(exist_ok=True)
-    fleet: dict[str, DeviceDataset] = {}
-    for path in sorted(p for d in directories for p in d.glob("*.sqlite")):
-        gpu = path.stem
-        cached = profiles_dir / f"{gpu}.json"
-        if cached.exists():
-            profile = HardwareProfile.model_validate_json(cached.read_text())
-        else:
-            profile = profile_device(get_device(f"sim:{gpu}"))
-            cached.write_text(profile.model_dump_json(indent=1))
-        with Store(path) as store:
-            device = store_devices(store)[0]
-            dataset = load_device_dataset(store, device, profile)
-        if gpu in fleet:
-            fleet[gpu].tasks += dataset.tasks
-        else:
-            fleet[gpu] = dataset
-    return fleet
+    labels = protocol.UnitLabels(directories[0], more_dirs=tuple(directories[1:]))
+    present = labels.available()
+    train = [g for g in present if g not in held] if train is None else list(train)
+    purposes: dict[str, protocol.Purpose] = {g: "train" for g in train}
+    for g in held:
+        purposes[g] = "test" if protocol.split_of(g) == "test" else "select"
+    return labels.load_set(purposes), train  # a refused set reads nothing
 
 
 def synthetic_fleet(n_devices: int, n_tasks: int, per_task: int) -> dict[str, DeviceDataset]:
@@ -381,7 +372,7 @@ def mean_rows(rows: list[dict]) -> dict[str, float]:
     return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--data", type=Path, nargs="+", help="fleet dataset directories (DIR/<gpu>.sqlite)"
@@ -391,6 +382,12 @@ def main() -> None:
         "--synthetic-size", default="24,28,160", help="devices,tasks,candidates per task"
     )
     parser.add_argument("--held-out", default=",".join(DEFAULT_HELD_OUT))
+    parser.add_argument(
+        "--train",
+        default="",
+        help="the training GPUs, comma-separated (default: every other GPU of --data); a "
+        "test unit of bench/protocol.py is refused in it",
+    )
     parser.add_argument("--budgets", default="0,16,64")
     parser.add_argument("--expert-epochs", type=int, default=15)
     parser.add_argument("--shared-epochs", type=int, default=15)
@@ -423,7 +420,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     if args.merge:
         merge(args.merge, args.out, args.tag or "offline_transfer")
@@ -440,14 +437,22 @@ def main() -> None:
         fleet = synthetic_fleet(n_dev, n_tasks, per_task)
         held = [f"gpu{i:02d}" for i in range(0, n_dev, 4)]
     elif args.data:
-        fleet = load_fleet(args.data)
+        from bench.protocol import LeakageError
+
         held = [g for g in args.held_out.split(",") if g]
+        wanted = [g for g in args.train.split(",") if g] if args.train else None
+        try:
+            fleet, train_names = load_fleet(args.data, held, wanted)
+        except (LeakageError, FileNotFoundError) as exc:
+            parser.error(f"{exc} (--train names the training GPUs)")
     else:
         parser.error("give --data DIR or --synthetic")
     missing = [g for g in held if g not in fleet]
     if missing:
         parser.error(f"held-out GPUs not in the fleet: {missing}")
-    train = [ds for name, ds in fleet.items() if name not in held]
+    if args.synthetic:
+        train_names = [name for name in fleet if name not in held]
+    train = [fleet[name] for name in train_names]
     splits = [split_device(fleet[g], args.seed) for g in held]
     budgets = [int(b) for b in args.budgets.split(",")]
     methods = args.methods.split(",")

@@ -543,7 +543,7 @@ def main(argv: list[str] | None = None) -> None:
         liars, backwards = names[:2], names[2]
         data = "synthetic fleet (simoe_model.synthetic)"
     elif args.data:
-        fleet = load_gpus(args.data, names + newcomers)
+        fleet = load_gpus(args.data, names, newcomers)
         data = f"fleet dataset, {len(args.data)} dir(s), one store per simulated GPU"
     else:
         parser.error("give --data DIR or --synthetic")

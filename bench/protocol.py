@@ -6,10 +6,13 @@ choice) and test (scored once, by one command, at the end). No model of a test u
 is in training or validation, so transfer to the test split is transfer to unseen
 hardware. Two test GPUs are users' own spec files that the catalog does not have.
 
-Labels (measured latencies) reach a benchmark only through `UnitLabels.load`, which
-records every read with its purpose and refuses a test unit's labels to any purpose
-but "test". `tests/test_protocol.py` runs the training and selection entry points on
-a tiny fleet and fails if any of them read a test unit's labels.
+Labels (measured latencies) reach a benchmark only through `UnitLabels`, which records
+every read with its purpose and refuses a test unit's labels to any purpose but "test",
+in the protocol's fleet or any other (bench/offline_transfer.py, the federation
+benchmarks, the starter model, the compile section's training GPUs).
+`tests/test_protocol.py` runs the training and selection entry points on a tiny fleet
+and fails if any of them read a test unit's labels; tests/test_protocol_fairness.py
+fails if any other bench module reads labels itself.
 
     python -m bench.protocol                 # check the protocol, write docs/results/protocol.md
     python -m bench.protocol --build-data    # build its fleet dataset (cached sampling)
@@ -79,15 +82,44 @@ HELD_OUT_TASKS: tuple[str, ...] = (
     "depthwise_conv2d:1,384,14,14,3,3,1,1",
     "dense:1,1000,2048",
 )
-# Scaled down for 2 shared cores: each training unit keeps this many candidates per task
-# (the same candidates, smallest ids, on every unit); target units keep all of theirs.
-TRAIN_PER_TASK = 48
+# Candidates per task each training unit keeps (the same candidates, smallest ids, on every
+# unit; 0: all). All of them: schedule transfer can rank only the candidates the training
+# units measured, so with fewer (48 of 128, until issue 24) it ranked about 24 of a target's
+# 64 test candidates while SiMoE, trained on the same 48, ranked all 64. With all of them
+# every method sees the same training candidates and every method can rank every test one.
+TRAIN_PER_TASK = 0
 POOL = 64  # per task on a target unit: the measurements a budget draws from; the rest is scored
 BUDGETS: tuple[int, ...] = (0, 16, 64)
 RULE = (
     "Every hyperparameter, epoch count, threshold and design choice is made on the "
     "validation units; the test units are scored once, by one command, at the end; "
     "every report says which split it shows."
+)
+
+# -- rules that pick among variants: written here before any of their runs (rule 8) ----------
+# Federation helps (bench/federation_helps.py). The own-only baseline (a node's own expert on
+# its own train tasks, no federation) gets its training budget on validation, as every peer
+# does: the validation units, each its own node, train on their tasks but the held-out ones
+# for each budget of the grid and are scored on the held-out ones; the budget with the best
+# mean top-1 over the units and seeds (ties: the smaller) is kept in
+# bench/federation_own_only.json, and every federation-helps run reads it from there.
+OWN_ONLY_GRID: tuple[int, ...] = (3, 6, 12, 24, 48, 96)  # epochs, one per round (the ClientApp's)
+OWN_ONLY_RULE = (
+    "The own-only baseline's budget (epochs of its own expert on its own train tasks, one per "
+    f"round) is the point of {list(OWN_ONLY_GRID)} with the best mean top-1 on the validation "
+    "units' held-out tasks (each validation unit trained on its other tasks alone), over the "
+    "protocol's seeds; ties go to the smaller budget. Chosen by `python -m "
+    "bench.federation_helps --select-own-only`, kept in bench/federation_own_only.json."
+)
+FEDERATION_VARIANT_RULE = (
+    "Among the federation-helps variants (rounds x epochs, server optimizer and learning "
+    "rate, local batch, FedProx mu, experts sent, matched global), the one scored on the test "
+    "split is, on the validation split over the protocol's seeds, the variant with the "
+    "smallest mean newcomer gap (central minus federated) among those whose nodes gain on "
+    "average (federated minus own-only above 0, own-only at its validated budget); if no "
+    "variant's nodes gain, the one with the largest node difference; ties go to the fewer "
+    "training epochs. Every variant's validation result is reported, and the test split is "
+    "scored once, with that variant only."
 )
 
 Split = Literal["train", "validation", "test"]
@@ -186,30 +218,71 @@ class LeakageError(RuntimeError):
 
 @dataclass
 class UnitLabels:
-    """Reads units' labelled datasets from the protocol's fleet dataset, logging each read."""
+    """Reads units' labelled datasets from a fleet dataset, logging each read.
+
+    The one reader of labels of every bench path that trains or selects (the protocol's
+    benchmarks, bench/offline_transfer.py, the federation benchmarks, the starter model,
+    the compile section's training GPUs): a test unit of the protocol is refused to any
+    purpose but "test", whatever fleet it was built in. `more_dirs`: further fleet
+    directories whose stores of the same unit join (tasks appended in sorted path order).
+    """
 
     data_dir: Path = DATA_DIR
     reads: list[tuple[str, str]] = field(default_factory=list)  # (unit, purpose)
+    more_dirs: tuple[Path, ...] = ()
 
-    def load(self, unit: str, purpose: Purpose):  # noqa: ANN201 - DeviceDataset
-        """The unit's DeviceDataset. A test unit's labels only for purpose 'test'."""
+    @property
+    def dirs(self) -> list[Path]:
+        return [Path(self.data_dir), *map(Path, self.more_dirs)]
+
+    def allow(self, unit: str, purpose: Purpose) -> None:
+        """The guard, and the log of every label read: raises LeakageError for a test unit's
+        labels read for training or selection."""
         if split_of(unit) == "test" and purpose != "test":
             raise LeakageError(f"{purpose} read the labels of test unit {unit}")
         self.reads.append((unit, purpose))
-        return _load_unit(self.data_dir, unit)
+
+    def allow_all(self, purposes: dict[str, Purpose]) -> None:
+        """Every (unit, purpose) checked before any is read: a refused set reads nothing."""
+        refused = [u for u, p in purposes.items() if split_of(u) == "test" and p != "test"]
+        if refused:
+            raise LeakageError(
+                f"test units of bench/protocol.py in a training or selection set: {refused}"
+            )
+        for unit, purpose in purposes.items():
+            self.allow(unit, purpose)
+
+    def load(self, unit: str, purpose: Purpose):  # noqa: ANN201 - DeviceDataset
+        """The unit's DeviceDataset. A test unit's labels only for purpose 'test'."""
+        self.allow(unit, purpose)
+        return _load_unit(self.dirs, unit)
 
     def load_many(self, names: Iterable[str], purpose: Purpose) -> list:
         return [self.load(u, purpose) for u in names]
 
+    def load_set(self, purposes: dict[str, Purpose]) -> dict:
+        """Several units' DeviceDatasets, each for its purpose; every purpose is checked
+        before any label is read (`allow_all`), so a refused set reads nothing."""
+        self.allow_all(purposes)
+        present = self.available()
+        missing = [u for u in purposes if u not in present]
+        if missing:
+            raise FileNotFoundError(f"no store of {missing} in {[str(d) for d in self.dirs]}")
+        return {u: _load_unit(self.dirs, u) for u in purposes}
 
-def _load_unit(data_dir: Path, unit: str):  # noqa: ANN202
+    def available(self) -> list[str]:
+        """The units that have a store in the fleet directories."""
+        return sorted({p.stem for d in self.dirs for p in d.glob("*.sqlite")})
+
+
+def _load_unit(data_dirs: list[Path], unit: str):  # noqa: ANN202
     from agent.devices import get_device
     from agent.profiler import profile_device
     from agent.store import Store
     from agent.store_datasets import load_device_dataset, store_devices
     from schemas import HardwareProfile
 
-    profiles = data_dir / "profiles"
+    profiles = data_dirs[0] / "profiles"
     profiles.mkdir(parents=True, exist_ok=True)
     cached = profiles / f"{unit}.json"
     if cached.exists():
@@ -217,8 +290,18 @@ def _load_unit(data_dir: Path, unit: str):  # noqa: ANN202
     else:
         profile = profile_device(get_device(device_of(unit)))
         cached.write_text(profile.model_dump_json(indent=1))
-    with Store(data_dir / f"{unit}.sqlite") as store:
-        return load_device_dataset(store, store_devices(store)[0], profile)
+    paths = sorted(d / f"{unit}.sqlite" for d in data_dirs if (d / f"{unit}.sqlite").exists())
+    if not paths:
+        raise FileNotFoundError(f"no {unit}.sqlite in {[str(d) for d in data_dirs]}")
+    dataset = None
+    for path in paths:
+        with Store(path) as store:
+            part = load_device_dataset(store, store_devices(store)[0], profile)
+        if dataset is None:
+            dataset = part
+        else:
+            dataset.tasks += part.tasks
+    return dataset
 
 
 def profile_vector(unit: str, data_dir: Path = DATA_DIR):  # noqa: ANN201
@@ -348,10 +431,17 @@ def markdown() -> str:
         "",
         f"Seeds {list(SEEDS)}; {len(WORKLOADS)} workloads, {PER_WORKLOAD} candidates each "
         f"(sampling seed {SAMPLE_SEED}); pool {POOL} per task on a target unit; budgets "
-        f"{list(BUDGETS)}; held-out tasks (federation-helps, every node): "
+        f"{list(BUDGETS)}; training units keep "
+        f"{TRAIN_PER_TASK or 'all'} candidates per task (schedule transfer ranks every test "
+        "candidate SiMoE ranks); held-out tasks (federation-helps, every node): "
         f"{', '.join(HELD_OUT_TASKS)}.",
         "",
         f"```\n{json.dumps(summary, indent=1)}\n```",
+        "",
+        "## Rules that pick among variants (written before their runs)",
+        "",
+        f"- Federation helps, own-only baseline: {OWN_ONLY_RULE}",
+        f"- Federation helps, variant: {FEDERATION_VARIANT_RULE}",
     ]
     return "\n".join(lines) + "\n"
 

@@ -51,12 +51,44 @@ def seeds_of(result: dict, method: str) -> list[str]:
     return [s for s, r in result["per_task_top1"].items() if method in r]
 
 
-def paired_interval(ours: dict, theirs: dict, seed: int = 0) -> tuple[float, float, float]:
-    """Mean per-task difference and its 95 % paired bootstrap interval (tasks resampled)."""
-    diff = np.concatenate([ours[u] - theirs[u] for u in sorted(ours)])
+def model_of(unit: str) -> str:
+    """The GPU model of a unit (agent/devices/sim/units.json), the unit itself where it is no
+    catalog model's unit (a user's spec file, a synthetic GPU)."""
+    from agent.devices.sim.catalog import resolve
+
+    name = unit.removeprefix("sim:")
+    try:
+        spec = resolve(protocol.device_of(name).removeprefix("sim:"))
+    except Exception:  # noqa: BLE001 - not a simulated unit: a cluster of its own
+        return name
+    return spec.model or spec.key
+
+
+def paired_interval(
+    ours: dict, theirs: dict, seed: int = 0, n: int = 4000
+) -> tuple[float, float, float]:
+    """Mean per-task difference and its 95 % paired bootstrap interval, clustered by GPU model.
+
+    Units of one model rank alike, so their tasks are not independent draws (protocol rule
+    4, ../shared/notes/evaluation.md): the bootstrap resamples GPU models with replacement,
+    each with every task of every one of its units, and takes the mean over the drawn tasks.
+    """
+    clusters: dict[str, list[np.ndarray]] = {}
+    for u in sorted(ours):
+        clusters.setdefault(model_of(u), []).append(np.asarray(ours[u]) - np.asarray(theirs[u]))
+    diffs = [np.concatenate(v) for v in clusters.values()]
+    sums = np.array([d.sum() for d in diffs])
+    counts = np.array([len(d) for d in diffs])
     rng = np.random.default_rng(seed)
-    means = diff[rng.integers(0, len(diff), (4000, len(diff)))].mean(1)
-    return float(diff.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+    draws = rng.integers(0, len(diffs), (n, len(diffs)))
+    means = sums[draws].sum(1) / counts[draws].sum(1)
+    mean = float(sums.sum() / counts.sum())
+    return mean, float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def clusters_of(units: list[str]) -> int:
+    """How many GPU models (bootstrap clusters) the units are."""
+    return len({model_of(u) for u in units})
 
 
 def same_model_pairs(units: list[str]) -> list[tuple[str, str]]:
@@ -95,10 +127,22 @@ def markdown(result: dict) -> str:
                 "" if got is None else f"{np.mean(np.concatenate(list(got.values()))):.3f}"
             )
         lines.append(f"| {m} | {len(seeds_of(result, m))} | " + " | ".join(cells) + " |")
+    coverage = [v for by_unit in result.get("transfer_coverage", {}).values()
+                for v in by_unit.values()]  # fmt: skip
+    if coverage:
+        lines += [
+            "",
+            f"Training units keep {result.get('train_per_task', '?')} candidates per task; "
+            "schedule transfer can rank "
+            f"{np.mean(coverage):.1%} of the test candidates (mean over units and seeds; "
+            f"lowest {min(coverage):.1%}), every other method all of them.",
+        ]
     lines += [
         "",
         "SiMoE minus each baseline: per-task top-1 (averaged over the seeds), mean and 95 % "
-        "paired bootstrap interval over the units' tasks:",
+        "paired bootstrap interval clustered by GPU model (units of one model rank alike: "
+        f"the {clusters_of(result['units'])} models are resampled, each with all its units' "
+        "tasks):",
         "",
         "| baseline | budget | difference | 95% interval | interval above 0 |",
         "|---|---|---|---|---|",
@@ -120,7 +164,36 @@ def markdown(result: dict) -> str:
         lines += probes_matter(result)
     lines += gates_markdown(result.get("gates", {}))
     lines += grid_table(result.get("grid_scores", {}))
+    lines += earlier_runs(result.get("earlier_runs", []))
     return "\n".join(lines) + "\n"
+
+
+def earlier_runs(runs: list[dict]) -> list[str]:
+    """The runs this report replaced, kept (a report adds runs, it never drops one): each
+    one's command and mean top-1 per method and budget, as it reported them."""
+    if not runs:
+        return []
+    lines = ["", "## Earlier runs of this report (replaced, kept in its JSON)", ""]
+    for i, run in enumerate(runs, 1):
+        lines += [
+            f"{i}. `{run.get('command', '?')}`: seeds {run.get('seeds')}, hyperparameters "
+            f"`{json.dumps(run.get('hyperparameters', {}))}`, training units kept "
+            f"{run.get('train_per_task', 48)} candidates per task.",
+            "",
+            "| method | " + " | ".join(f"budget {b}" for b in protocol.BUDGETS) + " |",
+            "|---|" + "---|" * len(protocol.BUDGETS),
+        ]
+        methods = list(dict.fromkeys(m for r in run["per_task_top1"].values() for m in r))
+        for m in methods:
+            cells = []
+            for b in protocol.BUDGETS:
+                got = seed_mean(run, m, b)
+                cells.append(
+                    "" if got is None else f"{np.mean(np.concatenate(list(got.values()))):.3f}"
+                )
+            lines.append(f"| {m} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
 
 
 def per_unit(
@@ -186,7 +259,7 @@ def probes_matter(result: dict) -> list[str]:
     lines = [
         "",
         "Ablations at budget 0: hybrid against both one-sided hardware representations "
-        "(SiMoE minus the variant, per-task paired bootstrap):",
+        "(SiMoE minus the variant, paired bootstrap clustered by GPU model):",
         "",
         "| variant | top-1 | fidelity (mean over units) | hybrid minus variant | 95% interval |",
         "|---|---|---|---|---|",

@@ -196,6 +196,36 @@ def load_split(split: str, labels: protocol.UnitLabels) -> tuple[list, list]:
     return train, targets
 
 
+def keep_per_task(train: list[DeviceDataset], per_task: int | None) -> None:
+    """Scale the training units down to `per_task` candidates per task (the same candidates,
+    smallest ids, on every unit); None or 0 keeps them all (the protocol's default)."""
+    if not per_task:
+        return
+    for ds in train:
+        n = per_task
+        ds.tasks = [
+            t.subset(sorted(range(len(t)), key=lambda i, t=t: (t.candidate_ids or [])[i])[:n])
+            for t in ds.tasks
+        ]
+
+
+def transfer_coverage(train: list[DeviceDataset], splits: list[Split]) -> dict[str, float]:
+    """Per target unit: the fraction of its test candidates that some training unit measured,
+    i.e. that schedule transfer can rank at all (SiMoE and the models rank every one)."""
+    measured = {
+        (t.task_name, c)
+        for ds in train
+        for t in ds.tasks
+        for c, lat in zip(t.candidate_ids or [], t.latencies, strict=True)
+        if np.isfinite(lat)
+    }
+    out = {}
+    for split in splits:
+        ids = [(t.task_name, c) for t in split.test for c in t.candidate_ids or []]
+        out[split.device] = sum(k in measured for k in ids) / len(ids) if ids else 0.0
+    return out
+
+
 def evaluate(
     split: str,
     hps: dict[str, dict[str, int]],
@@ -206,16 +236,7 @@ def evaluate(
     train_tasks_per_unit: int | None = None,
 ) -> dict:
     train, targets = load_split(split, labels)
-    if train_tasks_per_unit:  # scaled down: the same candidates (smallest ids) on every unit
-        for ds in train:
-            ds.tasks = [
-                t.subset(
-                    sorted(range(len(t)), key=lambda i, t=t: (t.candidate_ids or [])[i])[
-                        :train_tasks_per_unit
-                    ]
-                )
-                for t in ds.tasks
-            ]
+    keep_per_task(train, train_tasks_per_unit)
     per_task: dict[int, TopOne] = {}
     fidelity: dict[int, dict] = {}
     gates: dict[int, dict] = {}
@@ -225,8 +246,10 @@ def evaluate(
         fleet = {d.device: d for d in [*train, *targets]}
         agreements = held_out_agreements(fleet, [d.device for d in targets], train)
     same_budget = hps.get("nearest-expert", hps.get("simoe")) == hps.get("simoe")
+    coverage: dict[int, dict[str, float]] = {}
     for seed in seeds:
         splits = [split_device(d, seed) for d in targets]
+        coverage[seed] = transfer_coverage(train, splits)
         out: TopOne = {}
         family = None
         for method in methods:
@@ -254,6 +277,8 @@ def evaluate(
         "fidelity": fidelity,
         "gates": gates,
         "seconds": seconds,
+        "train_per_task": train_tasks_per_unit or "all",
+        "transfer_coverage": coverage,
     }
 
 
@@ -346,7 +371,8 @@ def main() -> None:
         "--train-per-task",
         type=int,
         default=protocol.TRAIN_PER_TASK,
-        help="scale down: this many candidates per task of each training unit (0: all)",
+        help="scale down: this many candidates per task of each training unit (0: all, the "
+        "protocol's; fewer leaves schedule transfer unable to rank some test candidates)",
     )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
@@ -369,9 +395,7 @@ def main() -> None:
         return
     if args.merge:
         result = merge(args.merge)
-        stem = f"protocol_transfer_{result['split']}"
-        (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=float))
-        (args.out / f"{stem}.md").write_text(markdown(result))
+        write_result(result, args.out, f"protocol_transfer_{result['split']}")
         print(markdown(result))
         return
     import os
@@ -399,15 +423,20 @@ def main() -> None:
             total_seconds=time.perf_counter() - started,
             label_reads=sorted({f"{u}:{p}" for u, p in labels.reads}),
         )
-        args.out.mkdir(parents=True, exist_ok=True)
         stem = "protocol_transfer_validation" + (f"_{args.tag}" if args.tag else "")
-        (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=float))
-        (args.out / f"{stem}.md").write_text(markdown(result))
+        write_result(result, args.out, stem)
         print(markdown(result))
         return
     choices = json.loads(CHOICES.read_text()) if CHOICES.exists() else {}
     if args.split == "test" and choices.get("fleet") != protocol.fleet_hashes(args.data)["digest"]:
         parser.exit(2, f"error: {CHOICES.name} was chosen on another fleet: run --select\n")
+    if args.split == "test" and (choices.get("train_per_task") or 0) != (args.train_per_task or 0):
+        parser.exit(
+            2,
+            f"error: {CHOICES.name} was chosen with {choices.get('train_per_task') or 'all'} "
+            f"training candidates per task, this run keeps {args.train_per_task or 'all'}: "
+            "run --select\n",
+        )
     chosen = choices.get("chosen", {})
     overridden = json.loads(args.override) if args.override else {}
     chosen = {**chosen, **overridden}
@@ -444,11 +473,30 @@ def main() -> None:
         total_seconds=time.perf_counter() - started,
         label_reads=sorted({f"{u}:{p}" for u, p in labels.reads}),
     )
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = f"protocol_transfer_{args.split}" + (f"_{args.tag}" if args.tag else "")
-    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=float))
-    (args.out / f"{stem}.md").write_text(markdown(result))
+    write_result(result, args.out, stem)
     print(markdown(result))
+
+
+def write_result(result: dict, out: Path, stem: str) -> None:
+    """OUT/STEM.json and .md. A report adds runs and never drops one: the run the file held
+    before (if another) is kept in the new one's `earlier_runs`, which the Markdown lists."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{stem}.json"
+    earlier: list[dict] = []
+    if path.exists():
+        previous = json.loads(path.read_text())
+        earlier = previous.pop("earlier_runs", [])
+        ours = json.loads(json.dumps(result.get("per_task_top1"), default=float))  # str keys
+        same = (previous.get("command"), previous.get("per_task_top1")) == (
+            result.get("command"),
+            ours,
+        )
+        if not same:
+            earlier.append(previous)
+    result["earlier_runs"] = [*result.get("earlier_runs", []), *earlier]
+    path.write_text(json.dumps(result, indent=1, default=float))
+    (out / f"{stem}.md").write_text(markdown(result))
 
 
 def merge(paths: list[Path]) -> dict:
@@ -478,6 +526,11 @@ def merge(paths: list[Path]) -> dict:
     }
     merged["gates"] = {str(k): v for r in runs for k, v in r.get("gates", {}).items()}
     merged["total_seconds"] = sum(r.get("total_seconds", 0.0) for r in runs)
+    earlier = {e.get("command"): e for r in runs for e in r.get("earlier_runs", [])}
+    merged["earlier_runs"] = list(earlier.values())  # the parts' earlier runs, once each
+    merged["transfer_coverage"] = {
+        str(k): v for r in runs for k, v in r.get("transfer_coverage", {}).items()
+    }
     return merged
 
 

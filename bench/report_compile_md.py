@@ -88,10 +88,18 @@ def compile_md(c: CompileSection, repeats: list[Repeat]) -> list[str]:
         )
         + ". "
         + (
-            f"ms-xgb-{st.tlm_budget} is the first search of ms-xgb-full (the same "
+            f"ms-xgb-{st.tlm_budget} is the first searches of ms-xgb-full (the same "
             "computation, taken as a snapshot). "
-            if st.tlm_budget % st.trials_per_iter == 0 and st.runs("ms-xgb-full")
-            else ""
+            if st.tlm_budget in st.xgb_snapshot_budgets() and st.runs("ms-xgb-full")
+            else f"ms-xgb-{st.tlm_budget} searches {st.xgb_small_rounds} x "
+            f"{st.tlm_budget // st.xgb_small_rounds} with a warm-up of one search, so XGB is "
+            "fitted after the first and ranks the rest; "
+            f"ms-random-{st.tlm_budget} is one search of {st.tlm_budget} with random scores "
+            "(what ms-xgb-32 was before issue 24: XGB never trained within it). "
+            if st.xgb_small_rounds
+            else f"ms-xgb-{st.tlm_budget} is one search of {min(st.tlm_budget, st.trials_per_iter)}"
+            f" per round with XGB's warm-up of {st.xgb_warmup}: where that outlasts the budget "
+            "XGB never ranked a candidate (random search in effect). "
         )
         + (
             "mlp-fast is the fair peer of SiMoE fast: the pre-trained MLP (the same training "

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from bench.real_gpu.report import benchmarks_section
 from bench.report_compile_md import budget_md, compile_md, fmt, mlp_why, pct, verdict
-from bench.report_model import BenchReport, CpuSection, FederationSection, OfflineSection
+from bench.report_model import (
+    BenchReport,
+    CompileSection,
+    CpuSection,
+    EarlierRun,
+    FederationSection,
+    OfflineSection,
+)
 from bench.report_refs import missed_md, references_md, ten_g_md, trial_cost_md
 
 QUICK_TARGET_MIN = 15.0
@@ -84,6 +91,7 @@ def markdown(report: BenchReport) -> str:
     lines += references_md(report.references)
     lines += trial_cost_md(report.reference_trial_cost)
     lines += missed_md(report)
+    lines += earlier_md(report)
     lines += [
         "## Section timings",
         "",
@@ -99,11 +107,27 @@ def markdown(report: BenchReport) -> str:
 
 
 def offline_md(o: OfflineSection) -> list[str]:
+    from bench.protocol import split_of
+
+    leaked = [g.removeprefix("sim:") for g in o.result.train_gpus
+              if split_of(g.removeprefix("sim:")) == "test"]  # fmt: skip
+    warning = (
+        [
+            f"**This run trained on test units of bench/protocol.py ({', '.join(leaked)}): "
+            "its figures are not transfer to unseen hardware.** Since issue 24 such a "
+            "training set is refused (`--train` names the training split); "
+            "rerun: `python -m bench.run --quick --sections compile,offline`.",
+            "",
+        ]
+        if leaked
+        else []
+    )
     return [
         "## 2. Offline transfer to unseen GPUs (SIMULATED)",
         "",
         f"`{o.command}` (data: {o.data}; {o.wall_s:.0f} s)",
         "",
+        *warning,
         "Ranking quality on the held-out GPUs' test candidates (higher is better); budget = "
         "measurements per task on the held-out GPU.",
         "",
@@ -174,3 +198,91 @@ def cpu_md(c: CpuSection) -> list[str]:
     if c.failed:
         lines += ["", *[f"- FAILED: {f.op}: `{f.error}`" for f in c.failed]]
     return [*lines, ""]
+
+
+def earlier_md(report: BenchReport) -> list[str]:
+    """Every run a merge replaced: a report adds runs and never drops one (protocol rule 7)."""
+    if not report.earlier_runs:
+        return []
+    lines = [
+        "## Earlier runs (replaced by a later merge, kept)",
+        "",
+        "A report adds runs and never drops one: each run below was replaced in the sections "
+        "above by a later run (`python -m bench.run --merge ... --replace`), or came beside "
+        "one; its figures are as it reported them.",
+        "",
+    ]
+    for i, e in enumerate(report.earlier_runs, 1):
+        lines += [
+            f"### {i}. {e.section}: `{e.command}`",
+            "",
+            f"Replaced by: `{e.replaced_by}`; wall {fmt(e.wall_s, '.0f')} s, "
+            f"CPU {fmt(e.cpu_s, '.0f')} s"
+            + (
+                f"; with {len(e.repeats)} repeat(s): "
+                + "; ".join(f"`{r.command}`" for r in e.repeats)
+                if e.repeats
+                else ""
+            )
+            + ".",
+            "",
+            *_earlier_rows(e),
+            "",
+        ]
+    return lines
+
+
+def _ms(seconds: float | None) -> str:
+    return fmt(None if seconds is None else seconds * 1e3, ".4f")
+
+
+def _earlier_rows(e: EarlierRun) -> list[str]:
+    section = getattr(e.sections, e.section)
+    if isinstance(section, CompileSection):
+        runs = [("this run", section.rows), *((f"repeat {k}", r.rows)
+                                              for k, r in enumerate(e.repeats, 1))]  # fmt: skip
+        return [
+            "| run | network | GPU | method | trials/task | compile s | network latency ms |",
+            "|---|---|---|---|---|---|---|",
+            *[
+                f"| {label} | {r.network} | {r.gpu} | {r.method} | {r.trials_per_task} | "
+                f"{r.compile_s:.1f} | {_ms(r.network_latency_s)} |"
+                for label, rows in runs
+                for r in rows
+            ],
+        ]
+    if isinstance(section, OfflineSection):
+        res = section.result
+        return [
+            f"Held out {', '.join(res.held_out)}; trained on {', '.join(res.train_gpus)}.",
+            "",
+            "| method | " + " | ".join(f"top-1 at {b}" for b in res.budgets) + " |",
+            "|---|" + "---|" * len(res.budgets),
+            *[
+                f"| {m} | "
+                + " | ".join(fmt(by.get(str(b), {}).get("top1"), ".3f") for b in res.budgets)
+                + " |"
+                for m, by in res.results.items()
+            ],
+        ]
+    if isinstance(section, FederationSection):
+        return [
+            "| nodes | rounds | median round s | bytes down/node/round |",
+            "|---|---|---|---|",
+            *[
+                f"| {r.nodes} | {r.rounds} | {fmt(r.median_round_s, '.2f')} | "
+                f"{r.bytes_down_per_node_per_round:.0f} |"
+                for r in section.results
+            ],
+        ]
+    if isinstance(section, CpuSection):
+        return [
+            "| op | trials | TVM tuned ms | numpy ms | PyTorch ms |",
+            "|---|---|---|---|---|",
+            *[
+                f"| {r.op} | {r.trials} | {_ms(r.tvm_tuned_s)} | {_ms(r.numpy_s)} | "
+                f"{_ms(r.pytorch_s)} |"
+                for r in section.rows
+            ],
+        ]
+    return []

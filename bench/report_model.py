@@ -47,6 +47,10 @@ class CompileSettings(_Row):
     long_simoe_budget: int = 256
     trials_per_iter: int = 64  # measurements per evolutionary search (MetaSchedule: 64)
     xgb_warmup: int = 100  # measurements before XGB's scores are used (MetaSchedule: 100)
+    # a small-budget XGB peer (ms-xgb-<k>) runs k in this many searches of k / rounds, its
+    # warm-up one search's measurements: XGB is fitted after the first and ranks the rest.
+    # None (reports before issue 24): one search of k, where XGB was never used (random).
+    xgb_small_rounds: int | None = None
     # random valid schedules each search samples before evolving: MetaSchedule's 50 for its
     # default population of 512; scaled with the population when True (the same share)
     scale_init_min: bool = False
@@ -62,6 +66,13 @@ class CompileSettings(_Row):
     def runs(self, method: str) -> bool:
         """Whether this run includes `method` (every method when `methods` is None)."""
         return self.methods is None or method in self.methods
+
+    def xgb_snapshot_budgets(self) -> list[int]:
+        """The small budgets ms-xgb-full's run stopped there serves: a whole number of its
+        searches, and at least one search after XGB's warm-up (its model ranked something)."""
+        per_iter = self.trials_per_iter
+        budgets = sorted({self.tlm_budget, *self.small_budgets})
+        return [b for b in budgets if b % per_iter == 0 and b - per_iter >= self.xgb_warmup]
 
     def init_min(self, population: int) -> int:
         """Random valid schedules a search samples first: 50 (MetaSchedule's), or scaled."""
@@ -262,6 +273,20 @@ class OtherRun(_Row):
     load_average_at_start: list[float]
 
 
+class EarlierRun(_Row):
+    """A section's run that a merge replaced (`bench.run --merge ... --replace`, or a merged
+    run's federation or CPU section over this report's): a report adds runs and never drops
+    one, so it is kept here, with the invocation that ran it, and listed in the report."""
+
+    section: str
+    command: str  # the invocation that ran it
+    replaced_by: str  # what replaced it
+    sections: Sections  # that one section, as it was
+    repeats: list[Repeat] = Field(default_factory=list)  # its repeats (compile, budget)
+    wall_s: float | None = None
+    cpu_s: float | None = None
+
+
 class ReferenceSummary(_Row):
     """One MetaSchedule-20K reference's progress (bench/reference.py's summary.json)."""
 
@@ -323,3 +348,4 @@ class BenchReport(_Row):
     references: list[ReferenceSummary] = Field(default_factory=list)
     reference_trial_cost: TrialCost | None = None
     merge_commands: list[str] = Field(default_factory=list)  # `bench.run --merge` runs
+    earlier_runs: list[EarlierRun] = Field(default_factory=list)  # replaced, never dropped

@@ -39,6 +39,7 @@ from bench.report_model import (
     BenchReport,
     CompileSection,
     CpuSection,
+    EarlierRun,
     FederationSection,
     Machine,
     MethodRow,
@@ -181,7 +182,11 @@ def section_offline(report: Report, args: argparse.Namespace, say: Callable[[str
     out = report.out / "offline"
     command = [sys.executable, "-m", "bench.offline_transfer", "--out", str(out)]
     if fleet.exists() and any(fleet.glob("*.sqlite")):
+        # the training GPUs: the section's (the protocol's training split), never the other
+        # test units whose stores the fleet directory also holds
+        train = [g for g in settings.train_gpus if (fleet / f"{g}.sqlite").exists()]
         command += ["--data", str(fleet), "--held-out", ",".join(settings.unseen_gpus)]
+        command += ["--train", ",".join(train)]
         data = f"fleet stores of the tuned tasks of {', '.join(settings.networks)} (simulated GPUs)"
     else:
         command += ["--synthetic", "--synthetic-size", "12,8,120"]
@@ -251,13 +256,45 @@ RUNNERS = {
 
 
 # -- merging and rendering -----------------------------------------------------------------------
-def merge_reports(out: Path, others: list[Path], replace: list[str] | None = None) -> None:
+def _origin(data: BenchReport, name: str) -> str:
+    """The invocation that ran the report's section `name`."""
+    for o in data.other_runs:
+        if name in o.sections:
+            return o.command
+    return data.command
+
+
+def _keep_earlier(data: BenchReport, name: str, replaced_by: str) -> None:
+    """The report's section `name` (and its repeats) into earlier_runs, before a merge puts
+    another run in its place: a report adds runs, it never drops one."""
+    section = getattr(data.sections, name)
+    if section is None:
+        return
+    repeats = list(getattr(data, f"{name}_repeats", []))
+    data.earlier_runs.append(
+        EarlierRun(
+            section=name, command=_origin(data, name), replaced_by=replaced_by,
+            sections=Sections(**{name: section}), repeats=repeats,
+            wall_s=data.section_seconds.get(name), cpu_s=data.section_cpu_s.get(name),
+        )
+    )  # fmt: skip
+
+
+def merge_reports(
+    out: Path, others: list[Path], replace: list[str] | None = None, command: str = ""
+) -> None:
     """Sections run by other invocations (e.g. in parallel) join the main report; a compile
     or budget section this report already has joins as a repeat (the run-to-run spread).
-    `replace`: these sections (and their repeats) are dropped first, so the first of
-    `others` that has one supplies it and the rest join as its repeats."""
+    `replace`: these sections (and their repeats) make way, so the first of `others` that has
+    one supplies it and the rest join as its repeats. Nothing is dropped: a section that makes
+    way (replaced, or a federation or CPU section a merged run supplies again) and an offline
+    section a merged run brings beside the report's own are kept in `earlier_runs`, which
+    the report lists. `command`: the merge's own command line, for the record."""
     path = out / "report.json"
     data = load_report(path)
+    by = command or "python -m bench.run --merge " + " ".join(str(o) for o in others)
+    for name in replace or []:
+        _keep_earlier(data, name, by)
     for o in data.other_runs:  # the invocations that supplied a replaced section
         o.sections = [x for x in o.sections if x not in (replace or [])]
     data.other_runs = [o for o in data.other_runs if o.sections]
@@ -281,7 +318,21 @@ def merge_reports(out: Path, others: list[Path], replace: list[str] | None = Non
                         Repeat(command=extra.command, rows=section.rows, settings=section.settings,
                                load_average_at_start=extra.machine.load_average_at_start)
                     )  # fmt: skip
+                else:  # a second offline run: kept beside the shown one, not dropped
+                    data.earlier_runs.append(
+                        EarlierRun(
+                            section=name, command=extra.command,
+                            replaced_by=f"not shown: the report's own run of it stays ({by})",
+                            sections=Sections(**{name: section}),
+                            wall_s=extra.section_seconds.get(name),
+                            cpu_s=extra.section_cpu_s.get(name),
+                        )
+                    )  # fmt: skip
                 continue
+            _keep_earlier(data, name, by)  # a federation or CPU section supplied again
+            for o in data.other_runs:
+                o.sections = [x for x in o.sections if x != name]
+            data.other_runs = [o for o in data.other_runs if o.sections]
             merged.append(name)
             setattr(data.sections, name, section)
             data.section_seconds[name] = extra.section_seconds.get(name)
@@ -296,6 +347,9 @@ def merge_reports(out: Path, others: list[Path], replace: list[str] | None = Non
                 OtherRun(command=extra.command, sections=sorted(merged), elapsed_s=extra.elapsed_s,
                          load_average_at_start=extra.machine.load_average_at_start)
             )  # fmt: skip
+        data.earlier_runs += [  # what the merged report itself kept
+            e for e in extra.earlier_runs if e not in data.earlier_runs
+        ]
     write_report(data, path)
 
 
@@ -401,8 +455,8 @@ def main(argv: list[str] | None = None) -> int:
         "--replace",
         type=_names,
         default=None,
-        help=f"with --merge: drop these sections of {','.join(SECTIONS)} (and their repeats) "
-        "from the report first, so the merged runs supply them",
+        help=f"with --merge: these sections of {','.join(SECTIONS)} (and their repeats) make "
+        "way, so the merged runs supply them; the report keeps them as earlier runs",
     )
     parser.add_argument(
         "--resume",
@@ -416,7 +470,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.replace and not args.merge:
         parser.error("--replace goes with --merge")
     if args.merge:
-        merge_reports(ROOT / args.out, [ROOT / p for p in args.merge], args.replace)
+        merge_reports(
+            ROOT / args.out, [ROOT / p for p in args.merge], args.replace,
+            command=" ".join(["python -m bench.run", *argv]),
+        )  # fmt: skip
         data = load_report(ROOT / args.out / "report.json")  # the merge itself, recorded
         data.merge_commands.append(" ".join(["python -m bench.run", *argv]))
         write_report(data, ROOT / args.out / "report.json")

@@ -60,9 +60,7 @@ def _profile(unit: str, cache: Path):  # noqa: ANN202 - HardwareProfile
 def build(out: Path, work: Path, per_workload: int, seed: int) -> dict:
     from agent.devices.sim.catalog import lookup
     from agent.fleet_dataset import build_fleet_dataset
-    from agent.store import Store
-    from agent.store_datasets import load_device_dataset, store_devices
-    from bench.protocol import TRAIN_UNITS
+    from bench.protocol import TRAIN_UNITS, UnitLabels
     from simoe_model.model import SiMoE, SiMoEConfig, save_model
     from simoe_model.train import train_experts, train_shared
 
@@ -81,11 +79,12 @@ def build(out: Path, work: Path, per_workload: int, seed: int) -> dict:
     )  # fmt: skip
     profiles = work / "profiles"
     profiles.mkdir(parents=True, exist_ok=True)
-    datasets = []
-    for unit in units:
+    (data_dir / "profiles").mkdir(parents=True, exist_ok=True)
+    for unit in units:  # the profiles cached across builds, where the label reader looks
         profile = _profile(unit, profiles)
-        with Store(data_dir / f"{unit}.sqlite") as store:
-            datasets.append(load_device_dataset(store, store_devices(store)[0], profile))
+        (data_dir / "profiles" / f"{unit}.json").write_text(profile.model_dump_json(indent=1))
+    # labels through the protocol's reader: a test unit here would be refused
+    datasets = UnitLabels(data_dir).load_many(units, "train")
     records = sum(len(t) for d in datasets for t in d.tasks)
     print(f"training on {records} labelled records of {len(datasets)} units", flush=True)
     model = SiMoE(SiMoEConfig())

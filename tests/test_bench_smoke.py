@@ -221,14 +221,17 @@ def test_a_task_whose_tuned_schedule_loses_keeps_the_default() -> None:
 
 def test_resume_keeps_finished_runs_but_not_orphans() -> None:
     """A simoe-fast without its simoe-full, or a snapshot without its run, is run again."""
-    rows = [_row("simoe-fast", 1e-3, 1.0, []), _row("ms-xgb-32", 1e-3, 1.0, []),
-            _row("ms-mlp-pretrained-32", 1e-3, 1.0, [])]  # fmt: skip
-    every = compile_data.QUICK.model_copy(update={"methods": None})
+    names = ["simoe-fast", "ms-xgb-64", "ms-xgb-32", "ms-mlp-pretrained-32"]
+    rows = [_row(name, 1e-3, 1.0, []) for name in names]
+    every = compile_data.QUICK.model_copy(update={"methods": None, "small_budgets": [32, 64]})
+    # 64 is two searches of 32, the second after XGB's warm-up: a snapshot of ms-xgb-full;
+    # 32 is its own run (4 searches of 8)
+    assert every.xgb_snapshot_budgets() == [64]
     kept = compile_time._resumable(rows, every)
-    assert [r.method for r in kept] == ["ms-mlp-pretrained-32"]
+    assert [r.method for r in kept] == ["ms-xgb-32", "ms-mlp-pretrained-32"]
     assert len(compile_time._resumable(ROWS, every)) == len(ROWS)
     # --quick runs neither simoe-full nor ms-xgb-full: its fast and 32-trial rows stand alone
-    assert len(compile_time._resumable(rows, compile_data.QUICK)) == 3
+    assert len(compile_time._resumable(rows, compile_data.QUICK)) == 4
 
 
 def test_units_outside_the_test_split_are_refused(capsys: Any) -> None:
@@ -346,8 +349,9 @@ def test_a_flops_share_keeps_the_fewest_top_tasks_covering_it() -> None:
 
 
 def test_merge_with_replace_takes_the_section_from_the_merged_runs(tmp_path: Path) -> None:
-    """--merge A B --replace compile: the report's own compile section and its repeats are
-    dropped; A's becomes the section and B's its repeat (two seeds of one section)."""
+    """--merge A B --replace compile: the report's own compile section and its repeats make
+    way (kept as an earlier run); A's becomes the section and B's its repeat (two seeds of one
+    section)."""
     out, a, b = tmp_path / "out", tmp_path / "a", tmp_path / "b"
     for d in (out, a, b):
         d.mkdir()
@@ -366,3 +370,100 @@ def test_merge_with_replace_takes_the_section_from_the_merged_runs(tmp_path: Pat
     assert repeat.settings.seed == 1 and len(repeat.rows) == 2
     with pytest.raises(SystemExit):
         run.main(["--replace", "compile"])  # only with --merge
+
+
+def test_a_report_never_drops_a_run_it_only_adds(tmp_path: Path) -> None:
+    """--merge --replace used to drop the replaced section's runs (the budget section's earlier
+    runs that missed were gone from the report): they are kept as earlier runs, with the
+    command that ran them and their repeats, listed in BENCHMARKS.md; a merged run's second
+    offline or federation section is kept alike."""
+    from bench.report_model import FederationRow, FederationSection
+
+    out, a, b = tmp_path / "out", tmp_path / "a", tmp_path / "b"
+    for d in (out, a, b):
+        d.mkdir()
+    missed = _row("simoe-fast", 9.9e-3, 20.0, [])  # the earlier run that missed
+    old = CompileSection(settings=compile_data.QUICK, rows=[missed])
+    fed = FederationSection(
+        engine="in-process", shared_arrays_bytes=1, model_parameters=1, profiles_from=[],
+        results=[FederationRow(nodes=4, rounds=3, round_s=[1.0], median_round_s=1.0,
+                               steady_round_s=1.0, total_s=3.0, bytes_down_per_node_per_round=7.0,
+                               bytes_up_per_node_per_round=7.0)],
+    )  # fmt: skip
+    report = _report(budget=old)
+    report.sections.federation = fed
+    report.budget_repeats = [
+        Repeat(command="python -m bench.run --seed 1", rows=[missed], settings=old.settings,
+               load_average_at_start=[1.0])
+    ]  # fmt: skip
+    run.write_report(report, out / "report.json")
+    new = _report(budget=CompileSection(settings=compile_data.QUICK, rows=ROWS))
+    new.command = "python -m bench.run --sections budget --seed 2"
+    run.write_report(new, a / "report.json")
+    again = _report()
+    again.sections.federation = fed.model_copy(update={"engine": "again"})
+    again.command = "python -m bench.run --sections federation"
+    run.write_report(again, b / "report.json")
+    run.merge_reports(out, [a / "report.json", b / "report.json"], ["budget"], command="MERGE")
+    merged = run.load_report(out / "report.json")
+    assert merged.sections.budget.rows == ROWS and merged.sections.federation.engine == "again"
+    budget, federation = merged.earlier_runs
+    assert budget.section == "budget" and budget.command == "python -m bench.run --quick"
+    assert budget.sections.budget.rows == [missed] and len(budget.repeats) == 1
+    assert budget.replaced_by == "MERGE"
+    assert federation.section == "federation" and federation.sections.federation == fed
+    md = markdown(merged)
+    assert "## Earlier runs (replaced by a later merge, kept)" in md
+    assert "9.9000" in md  # the missed run's network latency (ms) is still in the report
+    # a later merge keeps what the earlier ones kept
+    run.merge_reports(out, [a / "report.json"], ["budget"], command="MERGE 2")
+    assert len(run.load_report(out / "report.json").earlier_runs) == 3
+
+
+def test_the_small_budget_xgb_peer_trains_and_ranks_within_its_budget(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """ms-xgb-32 used to be one search of 32 with XGB's warm-up of 32: XGB was fitted only
+    after the budget was spent and never ranked a candidate (random search in effect; now
+    ms-random-32). Now it searches 4 x 8 with a warm-up of 8: XGB is fitted after the first
+    search and its model ranks the candidates of the later ones, within the 32."""
+    import tvm
+    from tvm.s_tir.meta_schedule.cost_model import XGBModel
+
+    from agent.tune_harness import TuneTask
+    from agent.workloads import parse_workload, prim_func
+
+    settings = compile_data.QUICK.model_copy(update={"population": 16})
+    name, make_model, trials, pop, iters, _snaps, per_iter = compile_time.small_xgb_plan(
+        settings, settings.tlm_budget
+    )
+    assert (name, trials, per_iter) == ("ms-xgb-32", 32, 8)
+    assert "ms-xgb-32" not in {f"ms-xgb-{b}" for b in settings.xgb_snapshot_budgets()}
+    events: list[tuple[str, int]] = []  # (fit | ranked, measurements seen so far)
+    cls = XGBModel._cls
+    train, predict = cls._train, cls.predict
+
+    def counting_train(self: Any, *a: Any, **k: Any) -> Any:
+        events.append(("fit", self.data_size))
+        return train(self, *a, **k)
+
+    def counting_predict(self: Any, context: Any, candidates: Any) -> Any:
+        if self.data_size >= self.num_warmup_samples and self.booster is not None:
+            events.append(("ranked", self.data_size))
+        return predict(self, context, candidates)
+
+    monkeypatch.setattr(cls, "_train", counting_train)
+    monkeypatch.setattr(cls, "predict", counting_predict)
+    task = TuneTask(
+        "matmul", tvm.IRModule({"main": prim_func(parse_workload("matmul:64,64,64"))}), 1.0, 0.0
+    )
+    [row] = compile_time.tune_method(
+        [task], "a100-40gb", name, make_model(), trials=trials, population=pop,
+        genetic_iters=iters, seed=0, network="net", work_dir=tmp_path,
+        trials_per_iter=per_iter, init_min_unmeasured=8,
+    )  # fmt: skip
+    assert row.measured <= trials
+    fits = [n for e, n in events if e == "fit"]
+    ranked = [n for e, n in events if e == "ranked"]
+    assert fits and fits[0] < trials, events  # fitted within the budget
+    assert ranked and ranked[0] < trials, events  # and its model chose what was measured next
