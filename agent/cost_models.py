@@ -46,9 +46,7 @@ def simoe_cost_model(device: Device, node: NodeState | None) -> ms.cost_model.Co
     config = node.config()
     expert = config.name or TARGET_EXPERT
     sharpness = DEFAULT_SHARPNESS if config.gate_sharpness is None else config.gate_sharpness
-    model = SiMoECostModel.for_device(
-        profile, used.path, expert_name=expert, sharpness=sharpness
-    )
+    model = SiMoECostModel.for_device(profile, used.path, expert_name=expert, sharpness=sharpness)
     model.model_used = used  # reported by tune (`TuneResult.model_used`)
     return model
 

@@ -90,7 +90,7 @@ BUDGETS: tuple[int, ...] = (0, 16, 64)
 # candidates' order, per task (the own, adapted expert exempt). Scored at these budgets:
 ONLINE_GATE_BUDGETS: tuple[int, ...] = (4, 16)
 ONLINE_GATE_SHARPNESS: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)
-# Written before any run of it (2026-12-01 15:50 UTC):
+# Written before any run of it (2026-12-01 15:30 UTC):
 ONLINE_GATE_RULE = (
     "The default sharpness (simoe_model.online_gate.DEFAULT_SHARPNESS) is the value of "
     "ONLINE_GATE_SHARPNESS with the highest mean top-1 of simoe-online on the VALIDATION "

@@ -30,7 +30,7 @@ from schemas.records import failed_run
 from simoe_model.features import extract_features
 from simoe_model.hardware import hardware_vector as profile_vector
 from simoe_model.model import SiMoE, load_model, save_model
-from simoe_model.online_gate import online_predict, task_evidence
+from simoe_model.online_gate import DEFAULT_SHARPNESS, online_predict, task_evidence
 from simoe_model.task_data import DeviceDataset, TaskData
 from simoe_model.train import ReplayBuffer, adapt, predict, train_expert
 
@@ -54,7 +54,8 @@ class SiMoECostModel(PyCostModel):
         update_epochs: epochs of each online update.
         max_per_task: measured candidates kept per task for online training.
         sharpness: how fast a task's measurements move the experts' gate weights
-            (simoe_model.online_gate; 0: never, the gate alone). The own expert is exempt.
+            (simoe_model.online_gate; 0: never, the gate alone; the default was chosen on
+            the protocol's validation split). The own expert is exempt.
     """
 
     def __init__(
@@ -67,7 +68,7 @@ class SiMoECostModel(PyCostModel):
         update_epochs: int = 8,
         max_per_task: int = 512,
         seed: int = 0,
-        sharpness: float = 0.0,
+        sharpness: float = DEFAULT_SHARPNESS,
     ) -> None:
         super().__init__()
         self.model = model if model is not None else SiMoE()

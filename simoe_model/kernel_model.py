@@ -292,7 +292,9 @@ class RankedSearch:
     def mixture(self) -> np.ndarray:
         """Mixture scores [n]: the gate's weights, reweighted by the measured order."""
         ll = (
-            order_log_likelihood(self.expert_view, np.asarray(self.measured), np.asarray(self.times))
+            order_log_likelihood(
+                self.expert_view, np.asarray(self.measured), np.asarray(self.times)
+            )
             if self.sharpness > 0 and len(self.measured) >= 2
             else np.zeros(self.prior.shape[1])
         )
