@@ -40,7 +40,9 @@ def _opposite_experts() -> tuple[SiMoE, np.ndarray, list[np.ndarray]]:
     return model, h_near, features
 
 
-def _expert_scores(model: SiMoE, h: np.ndarray, features: list[np.ndarray]) -> dict[str, np.ndarray]:
+def _expert_scores(
+    model: SiMoE, h: np.ndarray, features: list[np.ndarray]
+) -> dict[str, np.ndarray]:
     names, scores, _ = online_gate.expert_table(model, features, h)
     return {n: scores[:, i] for i, n in enumerate(names)}
 
@@ -154,9 +156,7 @@ def test_fast_mode_reranks_only_with_the_gate_on(monkeypatch: pytest.MonkeyPatch
     from agent import tune_harness
 
     found = [SimpleNamespace(score=float(i)) for i in range(200)]
-    monkeypatch.setattr(
-        "simoe_model.model_search.model_only_search", lambda *a, **k: list(found)
-    )
+    monkeypatch.setattr("simoe_model.model_search.model_only_search", lambda *a, **k: list(found))
     task = SimpleNamespace(mod=None, name="t")
     model, h, features = _opposite_experts()
     on = tune_harness.model_picks(
@@ -181,3 +181,46 @@ def test_the_kernel_search_uses_the_same_mechanism() -> None:
         search.observe(i, float(np.exp(scores[i, 0])))  # measured as expert 1 ranks
     search.mixture()
     assert search.expert_weights[1] > 0.9
+
+
+def test_proposed_candidates_rerank_the_rest_by_what_was_measured() -> None:
+    import tvm
+    import tvm_ffi
+    from tvm.s_tir import meta_schedule as ms
+
+    from agent.devices import get_device
+    from agent.workloads import parse_workload, prim_func
+    from simoe_model.model_search import ProposedCandidates, ScoreCostModel, model_only_search
+
+    device = get_device("sim:a100-40gb")
+    mod = tvm.IRModule({"main": prim_func(parse_workload("matmul:64,64,64"))})
+    target = device.target()
+
+    def score(_task: object, mods: list) -> np.ndarray:
+        return np.array([o if isinstance(o, str) else o[0] for o in device.simulate_batch(
+            list(mods), repeat=1)], dtype=object).astype(float)  # fmt: skip
+
+    found = model_only_search(
+        mod, target, score, cost_model=ScoreCostModel(score), rounds=1, per_round=8,
+        population=16, init_min_unmeasured=4, seed=0,
+    )  # fmt: skip
+    assert len(found) >= 6
+
+    class Reverse:  # a model that, once measured, ranks the given order backwards
+        def predict(self, _ctx: object, cands: list) -> np.ndarray:
+            return np.array([float(order[ms_key(c)]) for c in cands])
+
+    def ms_key(cand: object) -> int:
+        return int(tvm_ffi.structural_hash(cand.sch.mod))  # type: ignore[attr-defined]
+
+    order = {int(tvm_ffi.structural_hash(f.mod)): i for i, f in enumerate(found)}
+    strategy = ProposedCandidates(found[:6], rerank=Reverse(), first=2)._inst  # noqa: SLF001
+    context = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply")
+    strategy._initialize_with_tune_context(context)  # noqa: SLF001
+    strategy.pre_tuning(6, 64, None)
+    first = [order[ms_key(c)] for c in strategy.generate_measure_candidates()]
+    second = [order[ms_key(c)] for c in strategy.generate_measure_candidates()]
+    assert first == [0, 1]  # as the search ranked them
+    assert second == [5, 4]  # the rest, ranked again by the (measured) model
+    assert len(strategy.generate_measure_candidates()) == 2
+    assert strategy.generate_measure_candidates() is None
