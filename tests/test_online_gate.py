@@ -224,3 +224,19 @@ def test_proposed_candidates_rerank_the_rest_by_what_was_measured() -> None:
     assert second == [5, 4]  # the rest, ranked again by the (measured) model
     assert len(strategy.generate_measure_candidates()) == 2
     assert strategy.generate_measure_candidates() is None
+
+
+def test_the_nodes_tuner_builds_simoe_with_the_gate(tmp_path: object) -> None:
+    from agent.cost_models import make_cost_model
+    from agent.devices import get_device
+    from agent.node_state import NodeState
+    from schemas.config import AgentConfig
+
+    node = NodeState(tmp_path)  # type: ignore[arg-type]
+    device = get_device("sim:t4")
+    default = make_cost_model("simoe", device, node)
+    assert default.sharpness == online_gate.DEFAULT_SHARPNESS
+    node.save_config(AgentConfig(device="sim:t4", gate_sharpness=1.5))
+    assert make_cost_model("simoe", device, node).sharpness == 1.5
+    node.save_config(AgentConfig(device="sim:t4", gate_sharpness=0.0))
+    assert make_cost_model("simoe", device, node).sharpness == 0.0
