@@ -271,12 +271,22 @@ def select_sharpness(
         "rule": protocol.ONLINE_GATE_RULE,
         "simoe_hyperparameters": hp,
         "train_per_task": train_per_task,
-        "fleet": protocol.fleet_hashes(labels.data_dir)["digest"],
+        **fleet_check(labels.data_dir, [*protocol.units("train"), *protocol.units("validation")]),
         "mean_top1": {str(s): means[s] for s in grid},
         "mean_top1_nofinetune": {str(s): mean_top1(s, "top1_nofinetune") for s in grid},
         "chosen": chosen,
         "runs": runs,
     }
+
+
+def fleet_check(data_dir: Path, names: list[str]) -> dict:
+    """The digest of the units this run read, and whether each unit's per-task hashes equal
+    those recorded for the protocol's fleet (docs/results/protocol_fleet_hash.json)."""
+    built = protocol.fleet_hashes(data_dir, names)
+    report = json.loads(protocol.HASHES.read_text()) if protocol.HASHES.exists() else {}
+    recorded = report.get("build", {}).get("units", {})
+    same = [u for u in names if recorded.get(u) == built["units"][u]]
+    return {"fleet": built["digest"], "units_equal_to_recorded_fleet": f"{len(same)}/{len(names)}"}
 
 
 def pick_changes(result: dict, sharpness: float, budget: int, key: str = "pick") -> dict:
@@ -307,7 +317,9 @@ def online_gate_markdown(result: dict) -> str:
         f"Command: `{result.get('command', '')}`; seeds {result['seeds']}; budgets "
         f"{result['budgets']}; {n_units} validation units: {', '.join(result['units'])}; "
         f"SiMoE's training budget {result['simoe_hyperparameters']} (protocol_choices.json); "
-        f"load {result.get('load', '?')}; {result.get('total_seconds', 0):.0f} s.",
+        f"load {result.get('load', '?')}; {result.get('total_seconds', 0):.0f} s. Units whose "
+        "per-task hashes equal the recorded fleet's (protocol_fleet_hash.json): "
+        f"{result.get('units_equal_to_recorded_fleet', '?')}.",
         "",
         f"Rule (bench/protocol.py, written before the run): {result['rule']}",
         "",
@@ -610,6 +622,7 @@ def main() -> None:
         (args.out / f"{stem}.md").write_text(online_gate_markdown(result))
         if not args.tag:
             keep = ("split", "seeds", "budgets", "grid", "rule", "fleet", "mean_top1", "chosen")
+            keep += ("units_equal_to_recorded_fleet",)
             ONLINE_GATE_CHOICE.write_text(json.dumps({k: result[k] for k in keep}, indent=1))
         print(online_gate_markdown(result))
         return
