@@ -648,6 +648,9 @@ def main() -> None:
     if args.split == "test" and choices.get("fleet") != protocol.fleet_hashes(args.data)["digest"]:
         parser.exit(2, f"error: {CHOICES.name} was chosen on another fleet: run --select\n")
     chosen = choices.get("chosen", {})
+    if ONLINE_GATE_CHOICE.exists() and "simoe" in chosen:  # SiMoE's budget + the sharpness
+        gate = json.loads(ONLINE_GATE_CHOICE.read_text())["chosen"]
+        chosen["simoe-online"] = {**chosen["simoe"], "sharpness": gate}
     overridden = json.loads(args.override) if args.override else {}
     chosen = {**chosen, **overridden}
     if "simoe" in overridden:
