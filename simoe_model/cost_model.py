@@ -153,16 +153,7 @@ class SiMoECostModel(PyCostModel):
         if not latencies:
             return
         key = shash2hex(context.mod)
-        old = self.measured.get(key)
-        task = TaskData(
-            key,
-            (old.features if old else []) + keep_feats,
-            np.concatenate([old.latencies if old else np.zeros(0), latencies]),
-        )
-        if len(task) > self.max_per_task:  # keep the best half and the newest
-            task = task.subset(_keep_index(task.latencies, self.max_per_task))
-        self.measured[key] = task
-        self._evidence.pop(key, None)
+        task = self._remember(key, keep_feats, np.asarray(latencies))
         if len(task) < 2 or not self.online:  # the online gate alone: no fine-tuning
             return
         dataset = DeviceDataset(self.expert_name, self.hardware_vector, [task])
@@ -182,6 +173,26 @@ class SiMoECostModel(PyCostModel):
                 replay=self.replay,
             )
         self.updates += 1
+
+    def observe(self, mod: object, features: list[np.ndarray], latencies: np.ndarray) -> None:
+        """Measurements of a task made before this run (the node's store): they move the
+        gate for that task (with `sharpness` > 0) and are kept with the task's new ones;
+        nothing is trained on them here."""
+        if len(features):
+            self._remember(shash2hex(mod), list(features), np.asarray(latencies, np.float64))
+
+    def _remember(self, key: str, features: list[np.ndarray], latencies: np.ndarray) -> TaskData:
+        old = self.measured.get(key)
+        task = TaskData(
+            key,
+            (old.features if old else []) + features,
+            np.concatenate([old.latencies if old else np.zeros(0), latencies]),
+        )
+        if len(task) > self.max_per_task:  # keep the best half and the newest
+            task = task.subset(_keep_index(task.latencies, self.max_per_task))
+        self.measured[key] = task
+        self._evidence.pop(key, None)
+        return task
 
 
 def _keep_index(latencies: np.ndarray, limit: int) -> np.ndarray:

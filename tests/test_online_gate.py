@@ -240,3 +240,30 @@ def test_the_nodes_tuner_builds_simoe_with_the_gate(tmp_path: object) -> None:
     assert make_cost_model("simoe", device, node).sharpness == 1.5
     node.save_config(AgentConfig(device="sim:t4", gate_sharpness=0.0))
     assert make_cost_model("simoe", device, node).sharpness == 0.0
+
+
+def test_the_tuner_hands_the_nodes_earlier_measurements_to_the_gate(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
+
+    from agent.devices import get_device
+    from agent.store import Store
+    from agent.tune_harness import TuneTask
+    from agent.tuner import observe_stored, tune_workload
+    from agent.workloads import parse_workload, prim_func
+
+    device = get_device("sim:t4")
+    workload = parse_workload("matmul:32,32,32")
+    with Store(Path(str(tmp_path)) / "store.sqlite") as store:
+        tune_workload(workload, device, store, trials=4, cost_model="random", baseline=False)
+        measured = [c for c in store.labelled_candidates(device=device.name) if c.latency_s]
+        assert len(measured) >= 2
+        task = TuneTask(name="m", mod=_normalize_mod(prim_func(workload)), weight=1.0, flops=1)
+        model, h, features = _opposite_experts()
+        off = SiMoECostModel(model, h, sharpness=0.0)
+        assert observe_stored(off, [task], store, device.name) == 0  # the gate off: nothing
+        on = SiMoECostModel(model, h, sharpness=2.0)
+        assert observe_stored(on, [task], store, device.name) == len(measured)
+        (kept,) = on.measured.values()
+        assert sorted(kept.latencies) == sorted(c.latency_s for c in measured)
