@@ -367,6 +367,9 @@ def markdown() -> str:
         f"{list(BUDGETS)}; held-out tasks (federation-helps, every node): "
         f"{', '.join(HELD_OUT_TASKS)}.",
         "",
+        f"Online gate (issue 23): simoe-online at budgets {list(ONLINE_GATE_BUDGETS)}, "
+        f"sharpness grid {list(ONLINE_GATE_SHARPNESS)}. Rule: {ONLINE_GATE_RULE}",
+        "",
         f"```\n{json.dumps(summary, indent=1)}\n```",
     ]
     return "\n".join(lines) + "\n"
