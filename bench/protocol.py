@@ -89,7 +89,7 @@ BUDGETS: tuple[int, ...] = (0, 16, 64)
 # experts' gate weights are multiplied by each expert's likelihood of the N measured
 # candidates' order, per task (the own, adapted expert exempt). Scored at these budgets:
 ONLINE_GATE_BUDGETS: tuple[int, ...] = (4, 16)
-ONLINE_GATE_SHARPNESS: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # 8: the kernel grid's top
+ONLINE_GATE_SHARPNESS: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # 8: kernels' top
 # Written before any run of it (2026-12-01 15:30 UTC):
 ONLINE_GATE_RULE = (
     "The default sharpness (simoe_model.online_gate.DEFAULT_SHARPNESS) is the value of "
