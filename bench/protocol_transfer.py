@@ -369,6 +369,27 @@ def online_gate_markdown(result: dict) -> str:
                 f"{np.mean([g['unit_tasks'] for g in per_seed.values()]):.1f} | "
                 f"{np.mean([g['gain'] for g in per_seed.values()]):+.4f} |"
             )
+    lines += [
+        "",
+        "Every sharpness: mean over seeds of units moved / unit-tasks moved / top-1 gain over "
+        "budget 0, adapted + online gate | online gate only (no fine-tuning):",
+        "",
+        "| sharpness | " + " | ".join(f"budget {b}" for b in result["budgets"]) + " |",
+        "|---|" + "---|" * len(result["budgets"]),
+    ]
+    for s in grid:
+        cells = []
+        for b in result["budgets"]:
+            parts = []
+            for key in ("pick", "pick_nofinetune"):
+                got = list(pick_changes(result, s, b, key).values())
+                parts.append(
+                    f"{np.mean([g['units'] for g in got]):.1f} / "
+                    f"{np.mean([g['unit_tasks'] for g in got]):.1f} / "
+                    f"{np.mean([g['gain'] for g in got]):+.4f}"
+                )
+            cells.append(" ; ".join(parts))
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
     if grid[1:]:
         from bench.protocol_report import paired_interval
 
