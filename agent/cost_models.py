@@ -33,16 +33,20 @@ def _builtin(name: str) -> CostModelFactory:
 
 def simoe_cost_model(device: Device, node: NodeState | None) -> ms.cost_model.CostModel:
     """SiMoE for this node: its profile of `device` (taken if missing) and the model
-    `choose_model` picks; the node's own expert learns while it tunes."""
+    `choose_model` picks; the node's own expert learns while it tunes, and its
+    measurements move the gate (`AgentConfig.gate_sharpness`, simoe_model.online_gate)."""
     from agent.model_choice import choose_model
     from simoe_model.cost_model import TARGET_EXPERT, SiMoECostModel
+    from simoe_model.online_gate import DEFAULT_SHARPNESS
 
     if node is None:
         raise BadInputError("cost model 'simoe' needs a node's state (its profile and model)")
     profile = node.profile(device)
     used = choose_model(node)
-    expert = node.config().name or TARGET_EXPERT
-    model = SiMoECostModel.for_device(profile, used.path, expert_name=expert)
+    config = node.config()
+    expert = config.name or TARGET_EXPERT
+    sharpness = DEFAULT_SHARPNESS if config.gate_sharpness is None else config.gate_sharpness
+    model = SiMoECostModel.for_device(profile, used.path, expert_name=expert, sharpness=sharpness)
     model.model_used = used  # reported by tune (`TuneResult.model_used`)
     return model
 

@@ -70,6 +70,11 @@ def evolutionary(
     )
 
 
+# Fast mode with the online gate: the device measures the model's picks in batches of this
+# many, and the model ranks the rest again after each batch.
+GATE_BATCH = 8
+
+
 def model_picks(
     task: TuneTask,
     target: tvm.target.Target,
@@ -90,6 +95,11 @@ def model_picks(
     (default: min(64, trials)), then the device measures the model's top `trials` (a
     strategy that proposes exactly those).
 
+    With the online gate on (`model.sharpness` > 0, simoe_model.online_gate), the device
+    measures the model's top candidates in batches of `GATE_BATCH`, and before each later
+    batch the model ranks the rest of its top 4 x `trials` again with the measurements
+    so far moving its gate (`ProposedCandidates(rerank=model)`).
+
     `score` None: the search scores with `model` itself, frozen and cached (one prediction
     per distinct candidate; it learns from real measurements only, after the search)."""
     from simoe_model.model_search import ProposedCandidates, model_only_search
@@ -107,6 +117,9 @@ def model_picks(
         else init_min_unmeasured,
         seed=seed, task_name=task.name, num_threads=num_threads, seeds=seeds,
     )  # fmt: skip
+    if getattr(model, "sharpness", 0.0) > 0:  # measurements move the gate: re-rank
+        first = max(1, min(GATE_BATCH, trials))
+        return ProposedCandidates(found[: 4 * trials], rerank=model, first=first)
     return ProposedCandidates(found[:trials])
 
 

@@ -159,6 +159,7 @@ def _run_search(
         store, device=device.name, profile_id=profile_id, simulated=device.simulated
     )
     model = make_cost_model(cost_model, device, node)
+    observe_stored(model, tasks, store, device.name)
     target = device.target()
     counts = [0] * len(tasks)
     budgets = [trials_per_task] * len(tasks)
@@ -189,6 +190,30 @@ def _run_search(
     if modelled_before is not None:
         modelled = float(device.modelled_measure_seconds) - float(modelled_before)
     return database, counts, wall, modelled, model_used_by(model)
+
+
+def observe_stored(model: Any, tasks: list[TuneTask], store: Store, device: str) -> int:
+    """The node's earlier measurements of these tasks on this device, handed to a cost model
+    whose gate they move (SiMoE with `sharpness` > 0, simoe_model.online_gate), so its
+    search (fast mode's chained model-only searches too) starts from what this device has
+    already shown about the experts. Nothing is trained on them here. How many it handed."""
+    if isinstance(model, str) or getattr(model, "sharpness", 0.0) <= 0:
+        return 0
+    from agent.store_datasets import cache_missing_features
+
+    by_key = {workload_key_of(t.mod): t for t in tasks}
+    if not any(store.records(device=device, workload_key=k) for k in by_key):
+        return 0
+    cache_missing_features(store, device)
+    found: dict[str, tuple[list[np.ndarray], list[float]]] = {}
+    for item in store.labelled_candidates(device=device):
+        if item.workload_key in by_key and item.latency_s and item.features is not None:
+            feats, lats = found.setdefault(item.workload_key, ([], []))
+            feats.append(item.features)
+            lats.append(float(item.latency_s))
+    for key, (feats, lats) in found.items():
+        model.observe(by_key[key].mod, feats, np.asarray(lats))
+    return sum(len(lats) for _, lats in found.values())
 
 
 def warm_start_seeds(tasks: list[TuneTask], path: Path, k: int) -> list[list[Any]]:

@@ -90,6 +90,22 @@ HELD_OUT_TASKS: tuple[str, ...] = (
 TRAIN_PER_TASK = 0
 POOL = 64  # per task on a target unit: the measurements a budget draws from; the rest is scored
 BUDGETS: tuple[int, ...] = (0, 16, 64)
+# Issue 23, item 1: measurements move the gate (simoe_model.online_gate), for TVM programs.
+# `simoe-online` is SiMoE at budget N (adapted on the N measurements, as `simoe`) whose
+# experts' gate weights are multiplied by each expert's likelihood of the N measured
+# candidates' order, per task (the own, adapted expert exempt). Scored at these budgets:
+ONLINE_GATE_BUDGETS: tuple[int, ...] = (4, 16)
+ONLINE_GATE_SHARPNESS: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # 8: kernels' top
+# Written before any run of it (2026-12-01 15:30 UTC):
+ONLINE_GATE_RULE = (
+    "The default sharpness (simoe_model.online_gate.DEFAULT_SHARPNESS) is the value of "
+    "ONLINE_GATE_SHARPNESS with the highest mean top-1 of simoe-online on the VALIDATION "
+    "split: seeds 0-2, budgets 4 and 16, the 8 validation units and all their tasks, "
+    "SiMoE's training budget as chosen in protocol_choices.json. A larger sharpness is "
+    "chosen over a smaller one only if its mean is higher by more than 0.001; so 0 (off, "
+    "today's behaviour) stays unless a sharpness beats it by more than 0.001. The test "
+    "split is not scored for this choice. Every value's result is reported."
+)
 RULE = (
     "Every hyperparameter, epoch count, threshold and design choice is made on the "
     "validation units; the test units are scored once, by one command, at the end; "
@@ -435,6 +451,9 @@ def markdown() -> str:
         f"{TRAIN_PER_TASK or 'all'} candidates per task (schedule transfer ranks every test "
         "candidate SiMoE ranks); held-out tasks (federation-helps, every node): "
         f"{', '.join(HELD_OUT_TASKS)}.",
+        "",
+        f"Online gate (issue 23): simoe-online at budgets {list(ONLINE_GATE_BUDGETS)}, "
+        f"sharpness grid {list(ONLINE_GATE_SHARPNESS)}. Rule: {ONLINE_GATE_RULE}",
         "",
         f"```\n{json.dumps(summary, indent=1)}\n```",
         "",

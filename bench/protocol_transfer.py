@@ -3,6 +3,8 @@
     python -m bench.protocol_transfer --select              # choose budgets on validation
     python -m bench.protocol_transfer --split validation    # report the validation split
     python -m bench.protocol_transfer --split test          # score the test split (once)
+    python -m bench.protocol_transfer --select-sharpness    # the online gate's sharpness,
+                                                            # on validation (issue 23)
 
 Every method ranks the same candidates: for each target unit, task and seed, the
 candidates are shuffled; the first 64 are the pool a budget of N measurements takes its
@@ -17,6 +19,12 @@ anew per seed on the same experts), with similarity fidelity and top-1 per unit.
 
 Each method's training budget is chosen on validation by `--select` and kept in
 bench/protocol_choices.json; `--split test` refuses to run without it.
+
+simoe-online (issue 23, item 1): SiMoE at budgets 4 and 16 (protocol.ONLINE_GATE_BUDGETS)
+with its measurements moving the gate (simoe_model.online_gate); `--select-sharpness`
+scores every sharpness of protocol.ONLINE_GATE_SHARPNESS on validation and applies
+protocol.ONLINE_GATE_RULE (bench/protocol_online_gate.json, docs/results/
+protocol_online_gate_validation.md), with how often the top pick moves from budget 0.
 """
 
 from __future__ import annotations
@@ -43,11 +51,13 @@ from bench.offline_transfer import (  # noqa: E402
 from bench.protocol_diagnostics import unit_diagnostics  # noqa: E402
 from bench.protocol_report import markdown, side_by_side  # noqa: E402
 from simoe_model.metrics import top_k_score  # noqa: E402
-from simoe_model.model import SiMoEConfig  # noqa: E402
+from simoe_model.model import SiMoE, SiMoEConfig  # noqa: E402
+from simoe_model.online_gate import expert_table, measured_evidence  # noqa: E402
 from simoe_model.task_data import DeviceDataset  # noqa: E402
-from simoe_model.train import predict  # noqa: E402
+from simoe_model.train import adapt, predict  # noqa: E402
 
 CHOICES = Path(__file__).with_name("protocol_choices.json")
+ONLINE_GATE_CHOICE = Path(__file__).with_name("protocol_online_gate.json")
 # The grid --select searches, per method (small: 2 shared cores).
 GRID: dict[str, list[dict[str, int]]] = {
     # s20: each grid widened at the edge its s19 choice sat on (SiMoE low; pooled, MLP high)
@@ -125,6 +135,14 @@ def run_method(
                 for name in names:
                     out.setdefault(name, {}).setdefault(b, {})[split.device] = got[name]
         return own if method == "simoe" else family
+    if method == "simoe-online":
+        own = family or SiMoEFamily(SiMoEConfig(), train, namespace(seed, **hp))
+        sharpness = float(hp.get("sharpness", 0.0))
+        for split in splits:
+            for b in protocol.ONLINE_GATE_BUDGETS:
+                got = online_gate_scores(own.base, split, b, [sharpness], own.args.adapt_epochs)
+                record.setdefault(b, {})[split.device] = got["top1"][sharpness]
+        return own
     if method == "pooled":
         pooled = Pooled(SiMoEConfig(), train, namespace(seed, **hp))
         for split in splits:
@@ -154,6 +172,250 @@ def run_method(
     else:
         raise ValueError(f"unknown method {method}")
     return family
+
+
+def online_gate_scores(
+    base: SiMoE, split: Split, budget: int, grid: list[float], adapt_epochs: int
+) -> dict:
+    """SiMoE at `budget` (adapted as `simoe`: SiMoEFamily.evaluate) with the online gate at
+    each sharpness of `grid`, per task: top-1 and the top pick (index in the task's test
+    set); also the budget-0 pick and the gate alone without fine-tuning ("nofinetune").
+
+    Sharpness 0 is the adapted model's `predict`, exactly `simoe`'s scores at `budget`."""
+    import copy
+
+    hv = split.hardware_vector
+    adapted = copy.deepcopy(base)
+    few = split.budget(budget)
+    adapt(adapted, split.device, few, epochs=adapt_epochs)
+    measured = {t.task_name: t for t in few.tasks}
+    out: dict = {"top1": {s: [] for s in grid}, "pick": {s: [] for s in grid}}
+    out.update(top1_nofinetune={s: [] for s in grid}, pick_nofinetune={s: [] for s in grid})
+    out.update(pick0=[], top1_0=[])
+    for test in split.test:
+        zero = predict(base, test.features, hv)
+        out["pick0"].append(int(np.argmax(zero)))
+        out["top1_0"].append(top_k_score(zero, test.latencies, 1))
+        few_task = measured.get(test.task_name)
+        for label, model in (("", adapted), ("_nofinetune", base)):
+            names, scores, prior = expert_table(model, test.features, hv)
+            m_scores = (
+                expert_table(model, few_task.features, hv)[1] if few_task is not None else None
+            )
+            exempt = np.array([n == split.device for n in names])
+            for s in grid:
+                if s == 0 or few_task is None:
+                    mix = predict(model, test.features, hv)  # the gate alone, as today
+                else:
+                    ev = measured_evidence(m_scores, few_task.latencies, s, exempt)
+                    w = prior * ev[None, :]
+                    mix = ((w / w.sum(1, keepdims=True)) * scores).sum(1)
+                out["top1" + label][s].append(top_k_score(mix, test.latencies, 1))
+                out["pick" + label][s].append(int(np.argmax(mix)))
+    return out
+
+
+def select_sharpness(
+    labels: protocol.UnitLabels, seeds: list[int], train_per_task: int | None
+) -> dict:
+    """Every sharpness of protocol.ONLINE_GATE_SHARPNESS on the validation units, seeds,
+    budgets 4 and 16; the choice by protocol.ONLINE_GATE_RULE. Also: per unit and seed,
+    whether SiMoE's top pick at each budget differs from its budget-0 pick (on any task;
+    and on how many unit-tasks), with and without the online gate."""
+    import torch
+
+    choices = json.loads(CHOICES.read_text())
+    hp = choices["chosen"]["simoe"]
+    train, targets = load_split("validation", labels)
+    keep_per_task(train, train_per_task)
+    grid = list(protocol.ONLINE_GATE_SHARPNESS)
+    runs: dict = {}
+    for seed in seeds:
+        torch.manual_seed(seed)
+        t0 = time.perf_counter()
+        family = SiMoEFamily(SiMoEConfig(), train, namespace(seed, **hp))
+        per_seed: dict = {}
+        for split in (split_device(d, seed) for d in targets):
+            per_seed[split.device] = {
+                str(b): online_gate_scores(family.base, split, b, grid, family.args.adapt_epochs)
+                for b in protocol.ONLINE_GATE_BUDGETS
+            }
+        runs[str(seed)] = per_seed
+        print(f"seed {seed}: {time.perf_counter() - t0:.0f} s", flush=True)
+
+    def mean_top1(s: float, key: str = "top1") -> float:
+        return float(
+            np.mean(
+                [
+                    v
+                    for by_unit in runs.values()
+                    for by_budget in by_unit.values()
+                    for got in by_budget.values()
+                    for v in got[key][s]
+                ]
+            )
+        )
+
+    means = {s: mean_top1(s) for s in grid}
+    chosen = grid[0]
+    for s in grid[1:]:  # ONLINE_GATE_RULE: a larger value only if higher by more than 0.001
+        if means[s] > means[chosen] + 0.001:
+            chosen = s
+    return {
+        "split": "validation",
+        "simulated": True,
+        "units": [d.device for d in targets],
+        "seeds": seeds,
+        "budgets": list(protocol.ONLINE_GATE_BUDGETS),
+        "grid": grid,
+        "rule": protocol.ONLINE_GATE_RULE,
+        "simoe_hyperparameters": hp,
+        "train_per_task": train_per_task,
+        **fleet_check(labels.data_dir, [*protocol.units("train"), *protocol.units("validation")]),
+        "mean_top1": {str(s): means[s] for s in grid},
+        "mean_top1_nofinetune": {str(s): mean_top1(s, "top1_nofinetune") for s in grid},
+        "chosen": chosen,
+        "runs": runs,
+    }
+
+
+def fleet_check(data_dir: Path, names: list[str]) -> dict:
+    """The digest of the units this run read, and whether each unit's per-task hashes equal
+    those recorded for the protocol's fleet (docs/results/protocol_fleet_hash.json)."""
+    built = protocol.fleet_hashes(data_dir, names)
+    report = json.loads(protocol.HASHES.read_text()) if protocol.HASHES.exists() else {}
+    recorded = report.get("build", {}).get("units", {})
+    same = [u for u in names if recorded.get(u) == built["units"][u]]
+    return {"fleet": built["digest"], "units_equal_to_recorded_fleet": f"{len(same)}/{len(names)}"}
+
+
+def pick_changes(result: dict, sharpness: float, budget: int, key: str = "pick") -> dict:
+    """Per seed: units whose top pick at `budget` differs from the budget-0 pick on any
+    task, unit-tasks that differ, and the mean top-1 gain over budget 0."""
+    out = {}
+    for seed, by_unit in result["runs"].items():
+        units = tasks = 0
+        gains = []
+        for got in (by_unit[u][str(budget)] for u in by_unit):
+            picks = got[key][str(sharpness)] if str(sharpness) in got[key] else got[key][sharpness]
+            moved = sum(int(a != b) for a, b in zip(picks, got["pick0"], strict=True))
+            units += int(moved > 0)
+            tasks += moved
+            top = got["top1" + key[4:]]
+            top = top[str(sharpness)] if str(sharpness) in top else top[sharpness]
+            gains.extend(np.asarray(top) - np.asarray(got["top1_0"]))
+        out[seed] = {"units": units, "unit_tasks": tasks, "gain": float(np.mean(gains))}
+    return out
+
+
+def online_gate_markdown(result: dict) -> str:
+    grid, chosen = result["grid"], result["chosen"]
+    n_units = len(result["units"])
+    lines = [
+        "# The online gate's sharpness, on the validation split (SIMULATED units)",
+        "",
+        f"Command: `{result.get('command', '')}`; seeds {result['seeds']}; budgets "
+        f"{result['budgets']}; {n_units} validation units: {', '.join(result['units'])}; "
+        f"SiMoE's training budget {result['simoe_hyperparameters']} (protocol_choices.json); "
+        f"load {result.get('load', '?')}; {result.get('total_seconds', 0):.0f} s. Units whose "
+        "per-task hashes equal the recorded fleet's (protocol_fleet_hash.json): "
+        f"{result.get('units_equal_to_recorded_fleet', '?')}.",
+        "",
+        f"Rule (bench/protocol.py, written before the run): {result['rule']}",
+        "",
+        "| sharpness | mean top-1 (adapted + online gate) | mean top-1 (gate only, no "
+        "fine-tuning) |",
+        "|---|---|---|",
+    ]
+    for s in grid:
+        mark = "**" if s == chosen else ""
+        lines.append(
+            f"| {mark}{s}{mark} | {mark}{result['mean_top1'][str(s)]:.4f}{mark} | "
+            f"{result['mean_top1_nofinetune'][str(s)]:.4f} |"
+        )
+    lines += [
+        "",
+        f"Chosen: sharpness **{chosen}**. Sharpness 0 is `simoe` exactly (today's scores).",
+        "",
+        "Top pick at each budget against the budget-0 pick, per seed: units (of "
+        f"{n_units}) where it differs on at least one task, unit-tasks where it differs, "
+        "mean top-1 gain over budget 0 (all unit-tasks).",
+        "",
+        "| budget | variant | seed | units moved | unit-tasks moved | top-1 gain over budget 0 |",
+        "|---|---|---|---|---|---|",
+    ]
+    # with the gate: the chosen sharpness, or (0 chosen) the best other one, said so
+    shown = chosen
+    if chosen == 0.0:
+        shown = max(grid[1:], key=lambda v: result["mean_top1"][str(v)])
+        lines.insert(-4, f"With the gate on below: sharpness {shown}, the best of the others "
+                     "(NOT chosen).\n")  # fmt: skip
+    variants = [
+        ("simoe (gate off, sharpness 0)", 0.0, "pick"),
+        (f"simoe-online (sharpness {shown})", shown, "pick"),
+        (f"online gate only, no fine-tuning (sharpness {shown})", shown, "pick_nofinetune"),
+    ]
+    for b in result["budgets"]:
+        for label, s, key in variants:
+            per_seed = pick_changes(result, s, b, key)
+            for seed, got in per_seed.items():
+                lines.append(
+                    f"| {b} | {label} | {seed} | {got['units']} | {got['unit_tasks']} | "
+                    f"{got['gain']:+.4f} |"
+                )
+            lines.append(
+                f"| {b} | {label} | mean | "
+                f"{np.mean([g['units'] for g in per_seed.values()]):.1f} | "
+                f"{np.mean([g['unit_tasks'] for g in per_seed.values()]):.1f} | "
+                f"{np.mean([g['gain'] for g in per_seed.values()]):+.4f} |"
+            )
+    lines += [
+        "",
+        "Every sharpness: mean over seeds of units moved / unit-tasks moved / top-1 gain over "
+        "budget 0, adapted + online gate | online gate only (no fine-tuning):",
+        "",
+        "| sharpness | " + " | ".join(f"budget {b}" for b in result["budgets"]) + " |",
+        "|---|" + "---|" * len(result["budgets"]),
+    ]
+    for s in grid:
+        cells = []
+        for b in result["budgets"]:
+            parts = []
+            for key in ("pick", "pick_nofinetune"):
+                got = list(pick_changes(result, s, b, key).values())
+                parts.append(
+                    f"{np.mean([g['units'] for g in got]):.1f} / "
+                    f"{np.mean([g['unit_tasks'] for g in got]):.1f} / "
+                    f"{np.mean([g['gain'] for g in got]):+.4f}"
+                )
+            cells.append(" ; ".join(parts))
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    if grid[1:]:
+        from bench.protocol_report import paired_interval
+
+        lines += [
+            "",
+            f"simoe-online (sharpness {shown}) minus simoe (gate off), per unit-task top-1 "
+            "averaged over the seeds; 95 % paired bootstrap over unit-tasks:",
+            "",
+            "| budget | difference | 95 % interval |",
+            "|---|---|---|",
+        ]
+        for b in result["budgets"]:
+            ours, theirs = seed_averaged(result, b, shown), seed_averaged(result, b, 0.0)
+            mean, low, high = paired_interval(ours, theirs)
+            lines.append(f"| {b} | {mean:+.4f} | [{low:+.4f}, {high:+.4f}] |")
+    return "\n".join(lines) + "\n"
+
+
+def seed_averaged(result: dict, budget: int, sharpness: float) -> dict[str, np.ndarray]:
+    """Per unit: each task's top-1 at `budget` and `sharpness`, averaged over the seeds."""
+    out: dict[str, list] = {}
+    for by_unit in result["runs"].values():
+        for unit, by_budget in by_unit.items():
+            top = by_budget[str(budget)]["top1"]
+            out.setdefault(unit, []).append(top.get(sharpness, top.get(str(sharpness))))
+    return {u: np.mean(np.asarray(v, dtype=float), axis=0) for u, v in out.items()}
 
 
 def run_ablations(
@@ -363,6 +625,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", choices=["validation", "test"], default="validation")
     parser.add_argument("--select", action="store_true", help="choose budgets on validation")
+    parser.add_argument(
+        "--select-sharpness",
+        action="store_true",
+        help="choose the online gate's sharpness on validation (protocol.ONLINE_GATE_RULE)",
+    )
     parser.add_argument("--seeds", default=",".join(str(s) for s in protocol.SEEDS))
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--no-ablations", action="store_true")
@@ -411,6 +678,25 @@ def main() -> None:
         )
     labels = protocol.UnitLabels(args.data)
     seeds = [int(s) for s in args.seeds.split(",")]
+    if args.select_sharpness:
+        started = time.perf_counter()
+        result = select_sharpness(labels, seeds, args.train_per_task)
+        result.update(
+            command="python -m bench.protocol_transfer " + " ".join(sys.argv[1:]),
+            load=" ".join(f"{x:.1f}" for x in os.getloadavg()),
+            total_seconds=time.perf_counter() - started,
+            label_reads=sorted({f"{u}:{p}" for u, p in labels.reads}),
+        )
+        args.out.mkdir(parents=True, exist_ok=True)
+        stem = "protocol_online_gate_validation" + (f"_{args.tag}" if args.tag else "")
+        (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=float))
+        (args.out / f"{stem}.md").write_text(online_gate_markdown(result))
+        if not args.tag:
+            keep = ("split", "seeds", "budgets", "grid", "rule", "fleet", "mean_top1", "chosen")
+            keep += ("units_equal_to_recorded_fleet",)
+            ONLINE_GATE_CHOICE.write_text(json.dumps({k: result[k] for k in keep}, indent=1))
+        print(online_gate_markdown(result))
+        return
     if args.select:
         import os
 
@@ -438,6 +724,9 @@ def main() -> None:
             "run --select\n",
         )
     chosen = choices.get("chosen", {})
+    if ONLINE_GATE_CHOICE.exists() and "simoe" in chosen:  # SiMoE's budget + the sharpness
+        gate = json.loads(ONLINE_GATE_CHOICE.read_text())["chosen"]
+        chosen["simoe-online"] = {**chosen["simoe"], "sharpness": gate}
     overridden = json.loads(args.override) if args.override else {}
     chosen = {**chosen, **overridden}
     if "simoe" in overridden:

@@ -22,6 +22,13 @@ class AgentConfig(BaseModel):
         default="xgb", min_length=1, description="a name of agent.tuner.COST_MODELS"
     )
     num_cores: PositiveInt | None = Field(default=None, description="None: all physical cores")
+    gate_sharpness: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=100.0,
+        description="how fast measurements move SiMoE's gate (simoe_model.online_gate; "
+        "0: off; None: the default chosen on the protocol's validation split)",
+    )
     supernode_port: int | None = Field(
         default=None, ge=1, le=65535, description="the SuperNode's local port (enroll --port)"
     )

@@ -5,6 +5,10 @@ expert bank, which includes the target's own expert once it has one.
 `update` is few-shot learning while tuning: measured candidates accumulate per
 task, and the target's own expert (started from the most similar expert, see
 `train.adapt`) is re-trained on them with earlier tasks replayed.
+With `sharpness` > 0 the measurements also move the gate (simoe_model.online_gate): on a
+task with measured candidates, each expert's gate weight is multiplied by how well it
+ranks them, so `predict` stops following an expert the target's measurements contradict,
+whether or not the own expert is fine-tuned (`online`).
 
 Built by `SiMoECostModel.for_device(profile, model_path)` from plain inputs; the agent
 (agent.cost_models) gives it the node's model file, profile and expert name.
@@ -26,6 +30,7 @@ from schemas.records import failed_run
 from simoe_model.features import extract_features
 from simoe_model.hardware import hardware_vector as profile_vector
 from simoe_model.model import SiMoE, load_model, save_model
+from simoe_model.online_gate import DEFAULT_SHARPNESS, online_predict, task_evidence
 from simoe_model.task_data import DeviceDataset, TaskData
 from simoe_model.train import ReplayBuffer, adapt, predict, train_expert
 
@@ -48,6 +53,9 @@ class SiMoECostModel(PyCostModel):
         online: train the own expert in `update` (False: a frozen, zero-shot model).
         update_epochs: epochs of each online update.
         max_per_task: measured candidates kept per task for online training.
+        sharpness: how fast a task's measurements move the experts' gate weights
+            (simoe_model.online_gate; 0: never, the gate alone; the default was chosen on
+            the protocol's validation split). The own expert is exempt.
     """
 
     def __init__(
@@ -60,6 +68,7 @@ class SiMoECostModel(PyCostModel):
         update_epochs: int = 8,
         max_per_task: int = 512,
         seed: int = 0,
+        sharpness: float = DEFAULT_SHARPNESS,
     ) -> None:
         super().__init__()
         self.model = model if model is not None else SiMoE()
@@ -75,6 +84,9 @@ class SiMoECostModel(PyCostModel):
         self.measured: dict[str, TaskData] = {}
         self.replay = ReplayBuffer(max_tasks=32, per_task=128, seed=seed)
         self.updates = 0
+        self.sharpness = float(sharpness)
+        # task key -> (model version, expert names, evidence): recomputed after an update
+        self._evidence: dict[str, tuple[int, list[str], np.ndarray]] = {}
 
     @classmethod
     def for_device(
@@ -87,6 +99,7 @@ class SiMoECostModel(PyCostModel):
     # -- PyCostModel --------------------------------------------------------------------
     def load(self, path: str) -> None:
         self.model = load_model(path)
+        self._evidence.clear()
 
     def save(self, path: str) -> None:
         save_model(self.model, path)
@@ -97,7 +110,30 @@ class SiMoECostModel(PyCostModel):
         if not self.model.expert_names:  # nothing learned yet: every candidate alike
             return np.zeros(len(candidates), dtype=np.float64)
         features = extract_features(context, candidates, self.extractor)
-        return predict(self.model, features, self.hardware_vector)
+        evidence = self.task_evidence(shash2hex(context.mod))
+        if evidence is None:  # the gate alone: today's scores, exactly
+            return predict(self.model, features, self.hardware_vector)
+        return online_predict(self.model, features, self.hardware_vector, evidence)
+
+    def task_evidence(self, key: str) -> tuple[list[str], np.ndarray] | None:
+        """The experts' evidence from the task's measured candidates (None: the gate off,
+        or fewer than 2 measured)."""
+        task = self.measured.get(key)
+        if self.sharpness <= 0 or task is None or len(task) < 2:
+            return None
+        cached = self._evidence.get(key)
+        if cached is None or cached[0] != self.updates:
+            names, ev = task_evidence(
+                self.model,
+                task.features,
+                task.latencies,
+                self.hardware_vector,
+                self.sharpness,
+                exempt=(self.expert_name,),
+            )
+            cached = (self.updates, names, ev)
+            self._evidence[key] = cached
+        return cached[1], cached[2]
 
     def update(
         self,
@@ -105,7 +141,7 @@ class SiMoECostModel(PyCostModel):
         candidates: list[MeasureCandidate],
         results: list[RunnerResult],
     ) -> None:
-        if not self.online or not candidates:
+        if not (self.online or self.sharpness > 0) or not candidates:
             return
         features = extract_features(context, candidates, self.extractor)
         keep_feats, latencies = [], []
@@ -117,16 +153,8 @@ class SiMoECostModel(PyCostModel):
         if not latencies:
             return
         key = shash2hex(context.mod)
-        old = self.measured.get(key)
-        task = TaskData(
-            key,
-            (old.features if old else []) + keep_feats,
-            np.concatenate([old.latencies if old else np.zeros(0), latencies]),
-        )
-        if len(task) > self.max_per_task:  # keep the best half and the newest
-            task = task.subset(_keep_index(task.latencies, self.max_per_task))
-        self.measured[key] = task
-        if len(task) < 2:
+        task = self._remember(key, keep_feats, np.asarray(latencies))
+        if len(task) < 2 or not self.online:  # the online gate alone: no fine-tuning
             return
         dataset = DeviceDataset(self.expert_name, self.hardware_vector, [task])
         others = [n for n in self.model.expert_names if n != self.expert_name]
@@ -145,6 +173,26 @@ class SiMoECostModel(PyCostModel):
                 replay=self.replay,
             )
         self.updates += 1
+
+    def observe(self, mod: object, features: list[np.ndarray], latencies: np.ndarray) -> None:
+        """Measurements of a task made before this run (the node's store): they move the
+        gate for that task (with `sharpness` > 0) and are kept with the task's new ones;
+        nothing is trained on them here."""
+        if len(features):
+            self._remember(shash2hex(mod), list(features), np.asarray(latencies, np.float64))
+
+    def _remember(self, key: str, features: list[np.ndarray], latencies: np.ndarray) -> TaskData:
+        old = self.measured.get(key)
+        task = TaskData(
+            key,
+            (old.features if old else []) + features,
+            np.concatenate([old.latencies if old else np.zeros(0), latencies]),
+        )
+        if len(task) > self.max_per_task:  # keep the best half and the newest
+            task = task.subset(_keep_index(task.latencies, self.max_per_task))
+        self.measured[key] = task
+        self._evidence.pop(key, None)
+        return task
 
 
 def _keep_index(latencies: np.ndarray, limit: int) -> np.ndarray:

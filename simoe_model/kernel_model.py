@@ -10,7 +10,8 @@ runs the search a new GPU tunes with:
     measured:  after each batch, each expert's weight follows how well it ranked the
                configurations measured so far on this GPU (an online mixture: the
                likelihood of the measured order under each expert's scores), so a GPU
-               whose measurements contradict its nearest expert stops following it.
+               whose measurements contradict its nearest expert stops following it
+               (simoe_model.online_gate, which TVM tensor programs use too).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 
 from simoe_model.features import pack_rows
 from simoe_model.model import SiMoE, SiMoEConfig, expert_outputs
+from simoe_model.online_gate import order_log_likelihood, reweight, standardize
 from simoe_model.task_data import DeviceDataset, TaskData
 from simoe_model.train import fit_feature_normalizer_rows, train_shared
 
@@ -245,27 +247,6 @@ def gate_weights(
     return model.mixture(e, h, experts)[1].numpy().astype(np.float64)
 
 
-def _standardize(scores: np.ndarray) -> np.ndarray:
-    """Per expert: zero mean, unit spread, so no expert outvotes the others by its scale."""
-    return (scores - scores.mean(0)) / np.maximum(scores.std(0), 1e-9)
-
-
-def order_log_likelihood(scores: np.ndarray, measured: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """Per expert: mean log-likelihood of the measured order (Bradley-Terry on its scores).
-
-    `scores` [n, K] standardized; `measured` indices; `times` their measured times (NaN:
-    failed, slower than all that ran). 0 where fewer than two measurements differ.
-    """
-    t = np.where(np.isfinite(times), times, np.inf)
-    s = scores[measured]  # [m, K]
-    faster = t[:, None] < t[None, :]  # [m, m]: i ran faster than j
-    if not faster.any():
-        return np.zeros(scores.shape[1])
-    diff = s[:, None, :] - s[None, :, :]  # [m, m, K]
-    logsig = -np.logaddexp(0.0, -diff)
-    return logsig[faster].mean(0)
-
-
 @dataclass
 class RankedSearch:
     """SiMoE's search over a finite space: the next configurations to measure.
@@ -288,7 +269,7 @@ class RankedSearch:
     share_weight: float = 0.0
 
     def __post_init__(self) -> None:
-        self.expert_view = _standardize(np.asarray(self.scores, dtype=np.float64))
+        self.expert_view = standardize(np.asarray(self.scores, dtype=np.float64))
         self.scores = self.expert_view
         if self.shared is not None and self.share_weight > 0:
             self.scores = self.expert_view + self.share_weight * np.asarray(self.shared, float)
@@ -300,14 +281,14 @@ class RankedSearch:
 
     def mixture(self) -> np.ndarray:
         """Mixture scores [n]: the gate's weights, reweighted by the measured order."""
-        weights = self.prior
-        if self.sharpness > 0 and len(self.measured) >= 2:
-            ll = order_log_likelihood(
+        ll = (
+            order_log_likelihood(
                 self.expert_view, np.asarray(self.measured), np.asarray(self.times)
             )
-            evidence = np.exp(self.sharpness * len(self.measured) ** 0.5 * (ll - ll.max()))
-            weights = weights * evidence[None, :]
-            weights = weights / weights.sum(1, keepdims=True)
+            if self.sharpness > 0 and len(self.measured) >= 2
+            else np.zeros(self.prior.shape[1])
+        )
+        weights = reweight(self.prior, ll, len(self.measured), self.sharpness)
         self.expert_weights = weights.mean(0)
         return (weights * self.scores).sum(1)
 

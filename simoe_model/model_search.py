@@ -341,18 +341,28 @@ def cost_model_scorer(cost_model: Any, target: tvm.target.Target) -> Score:
 class ProposedCandidates(ms.search_strategy.PySearchStrategy):
     """A search strategy that proposes given candidates, best first, then stops: how fast
     mode has the device measure the model's top picks through MetaSchedule's usual
-    builder, runner, database and callbacks."""
+    builder, runner, database and callbacks.
 
-    def __init__(self, candidates: list[Scored]) -> None:
+    `rerank` (a cost model that learns from the measurements, e.g. SiMoE's with the online
+    gate on: simoe_model.online_gate): the first `first` candidates are measured as given;
+    before each later batch (of `first`), the candidates not yet measured are ranked again
+    by `rerank`, which has seen the measurements so far, so a model whose measurements
+    contradict its nearest expert stops following it within the search's own picks."""
+
+    def __init__(self, candidates: list[Scored], rerank: Any = None, first: int = 8) -> None:
         super().__init__()
         self.candidates = candidates
+        self.rerank = rerank
+        self.first = max(1, first)
         self.schedules: list[Any] = []
         self.args: list[Any] = []
+        self.context: Any = None
         self.next = 0
         self.stop = 0
         self.per_iter = 1
 
     def _initialize_with_tune_context(self, context: Any) -> None:
+        self.context = context
         self.args = ms.arg_info.ArgInfo.from_prim_func(context.mod["main"])
         self.schedules = []
         for cand in self.candidates:
@@ -370,6 +380,8 @@ class ProposedCandidates(ms.search_strategy.PySearchStrategy):
     ) -> None:
         self.next, self.stop = 0, min(max_trials, len(self.schedules))
         self.per_iter = max(1, num_trials_per_iter)
+        if self.rerank is not None:
+            self.per_iter = min(self.per_iter, self.first)
 
     def post_tuning(self) -> None:
         pass
@@ -377,6 +389,16 @@ class ProposedCandidates(ms.search_strategy.PySearchStrategy):
     def generate_measure_candidates(self) -> list[Any] | None:
         if self.next >= self.stop:
             return None
+        if self.rerank is not None and self.next > 0:  # the rest, ranked by what was measured
+            rest = self.schedules[self.next :]
+            predicted = np.asarray(
+                self.rerank.predict(
+                    self.context, [ms.MeasureCandidate(sch, self.args) for sch in rest]
+                ),
+                dtype=np.float64,
+            )
+            order = np.argsort(-predicted, kind="stable")
+            self.schedules[self.next :] = [rest[i] for i in order]
         batch = self.schedules[self.next : min(self.stop, self.next + self.per_iter)]
         self.next += len(batch)
         return [ms.MeasureCandidate(sch, self.args) for sch in batch]
@@ -385,4 +407,4 @@ class ProposedCandidates(ms.search_strategy.PySearchStrategy):
         pass
 
     def clone(self) -> ProposedCandidates:
-        return ProposedCandidates(self.candidates)
+        return ProposedCandidates(self.candidates, self.rerank, self.first)

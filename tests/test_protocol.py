@@ -107,6 +107,14 @@ def test_training_and_selection_never_read_test_labels(
     assert set(result["per_task_top1"][0]) >= {*pt.METHODS, *pt.ABLATIONS}
     rows = [r for r in per_unit(result) if r.startswith("| ") and not r.startswith("| unit")]
     assert [r.split(" | ")[0][2:] for r in rows] == [u[4:] for u in result["units"]]
+    # the online gate's sharpness (issue 23), on validation; sharpness 0 is simoe exactly
+    monkeypatch.setattr(protocol, "ONLINE_GATE_SHARPNESS", (0.0, 2.0))
+    gate = pt.select_sharpness(labels, [0], None)
+    assert gate["chosen"] in (0.0, 2.0) and gate["split"] == "validation"
+    for unit, by_budget in gate["runs"]["0"].items():
+        got = by_budget["16"]["top1"][0.0]
+        assert got == result["per_task_top1"][0]["simoe"][16][unit]
+    assert "| 16 | simoe (gate off" in pt.online_gate_markdown(gate)
     assert read, "the instrument saw no label read at all"
     assert not test_devices & set(read), "a training or selection path read test labels"
     assert all(p in ("train", "select") for _, p in labels.reads)
