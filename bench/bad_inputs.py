@@ -129,7 +129,7 @@ def _files(root: Path) -> dict[str, Path]:
     conn.execute("create table visits (url text)")
     conn.commit()
     conn.close()
-    files["damaged-server"] = _damaged_registry(root / "server-damaged")
+    files["damaged-server"] = damaged_registry(root / "server-damaged" / "registry.sqlite").parent
     files["no-ca-node"] = root / "node-no-ca"  # enrolled, its CA file since deleted
     files["no-ca-node"].mkdir()
     (files["no-ca-node"] / "agent.json").write_text(
@@ -148,11 +148,11 @@ def _files(root: Path) -> dict[str, Path]:
     return files
 
 
-def _damaged_registry(directory: Path) -> Path:
-    """A registry whose last pages are overwritten (header and schema intact)."""
+def damaged_registry(path: Path) -> Path:
+    """A registry at `path` whose last table pages are overwritten (header and schema intact):
+    what a failing disk leaves; SQLite's quick_check finds it."""
     from server.registry import Registry
 
-    path = directory / "registry.sqlite"
     with Registry(path) as registry:
         registry.db.conn.execute("create table filler (x)")
         registry.db.conn.executemany("insert into filler values (?)", [("x" * 200,)] * 500)
@@ -163,10 +163,11 @@ def _damaged_registry(directory: Path) -> Path:
     conn.close()
     data = bytearray(path.read_bytes())
     size = int.from_bytes(data[16:18], "big")
-    for page in range(len(data) // size - 5, len(data) // size - 1):
+    pages = len(data) // size
+    for page in range(pages - 5, pages - 1):
         data[page * size + 10 : page * size + 60] = b"\xff" * 50
     path.write_bytes(bytes(data))
-    return directory
+    return path
 
 
 def cases(f: dict[str, Path], scratch: Path) -> list[tuple[str, list[str]]]:

@@ -35,6 +35,21 @@ def grid_table(grid_scores: dict) -> list[str]:
     return lines
 
 
+def budget_cells(result: dict) -> list[tuple[str, list[str]]]:
+    """Per method of a run: its mean top-1 at each budget (blank where it has none)."""
+    methods = list(dict.fromkeys(m for r in result["per_task_top1"].values() for m in r))
+    rows = []
+    for m in methods:
+        cells = []
+        for b in protocol.BUDGETS:
+            got = seed_mean(result, m, b)
+            cells.append(
+                "" if got is None else f"{np.mean(np.concatenate(list(got.values()))):.3f}"
+            )
+        rows.append((m, cells))
+    return rows
+
+
 def seed_mean(result: dict, method: str, budget: int) -> dict[str, np.ndarray] | None:
     """Per unit: each task's top-1 averaged over the seeds (None if the method did not run)."""
     runs = [
@@ -118,15 +133,9 @@ def markdown(result: dict) -> str:
         "| method | seeds | " + " | ".join(f"budget {b}" for b in protocol.BUDGETS) + " |",
         "|---|---|" + "---|" * len(protocol.BUDGETS),
     ]
-    methods = list(dict.fromkeys(m for r in result["per_task_top1"].values() for m in r))
-    for m in methods:
-        cells = []
-        for b in protocol.BUDGETS:
-            got = seed_mean(result, m, b)
-            cells.append(
-                "" if got is None else f"{np.mean(np.concatenate(list(got.values()))):.3f}"
-            )
-        lines.append(f"| {m} | {len(seeds_of(result, m))} | " + " | ".join(cells) + " |")
+    table = budget_cells(result)
+    methods = [m for m, _ in table]
+    lines += [f"| {m} | {len(seeds_of(result, m))} | " + " | ".join(c) + " |" for m, c in table]
     coverage = [v for by_unit in result.get("transfer_coverage", {}).values()
                 for v in by_unit.values()]  # fmt: skip
     if coverage:
@@ -183,15 +192,7 @@ def earlier_runs(runs: list[dict]) -> list[str]:
             "| method | " + " | ".join(f"budget {b}" for b in protocol.BUDGETS) + " |",
             "|---|" + "---|" * len(protocol.BUDGETS),
         ]
-        methods = list(dict.fromkeys(m for r in run["per_task_top1"].values() for m in r))
-        for m in methods:
-            cells = []
-            for b in protocol.BUDGETS:
-                got = seed_mean(run, m, b)
-                cells.append(
-                    "" if got is None else f"{np.mean(np.concatenate(list(got.values()))):.3f}"
-                )
-            lines.append(f"| {m} | " + " | ".join(cells) + " |")
+        lines += [f"| {m} | " + " | ".join(cells) + " |" for m, cells in budget_cells(run)]
         lines.append("")
     return lines
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import one_line_error, run_main
 
+from bench.bad_inputs import damaged_registry
 from server.cli import main as server_main
 from server.registry import Registry
 
@@ -34,25 +35,6 @@ def foreign(path: Path) -> Path:
     conn.execute("insert into visits values ('x', 'y')")
     conn.commit()
     conn.close()
-    return path
-
-
-def damaged(path: Path) -> Path:
-    """A registry whose last table pages are overwritten (its header and schema intact)."""
-    with Registry(path) as registry:
-        registry.db.conn.execute("create table filler (x)")
-        registry.db.conn.executemany("insert into filler values (?)", [("x" * 200,)] * 500)
-        registry.db.conn.commit()
-    conn = sqlite3.connect(path)
-    conn.execute("pragma wal_checkpoint(truncate)")
-    conn.execute("pragma journal_mode = delete")
-    conn.close()
-    data = bytearray(path.read_bytes())
-    size = int.from_bytes(data[16:18], "big")
-    pages = len(data) // size
-    for page in range(pages - 5, pages - 1):
-        data[page * size + 10 : page * size + 60] = b"\xff" * 50
-    path.write_bytes(bytes(data))
     return path
 
 
@@ -83,7 +65,7 @@ def test_restore_refuses_a_file_that_is_not_a_registry(tmp_path: Path, monkeypat
 def test_a_damaged_registry_is_found_on_open_and_by_check(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:
-    path = damaged(tmp_path / "server" / "registry.sqlite")
+    path = damaged_registry(tmp_path / "server" / "registry.sqlite")
     for command in ("status", "nodes"):
         code, out, err = server([command, "--state-dir", str(path.parent)], monkeypatch, capsys)
         line = one_line_error("simoe-server", code, out, err, exit_code=1)
@@ -97,7 +79,7 @@ def test_a_damaged_registry_is_found_on_open_and_by_check(
 def test_start_refuses_a_damaged_registry_before_starting_anything(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:
-    path = damaged(tmp_path / "server" / "registry.sqlite")
+    path = damaged_registry(tmp_path / "server" / "registry.sqlite")
     code, out, err = server(
         ["start", "--port", "1", "--state-dir", str(path.parent)], monkeypatch, capsys
     )
