@@ -10,7 +10,6 @@ them on the GPU the file names.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -120,6 +119,3 @@ def kernel_summary(store: Store) -> list[dict[str, object]]:
         "GROUP BY r.space_id, r.gpu ORDER BY s.kernel_name, r.gpu"
     )
 
-
-def space_json(space: KernelSpace) -> str:
-    return json.dumps(space.model_dump(), sort_keys=True)

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from agent.kernels.cache_file import KernelCache, read_cache_file
+from agent.kernels.cache_file import read_cache_file
 from agent.kernels.gpus import find_gpu
 from agent.kernels.probes import gpu_probe_vector
 from schemas import BadInputError
@@ -118,6 +118,3 @@ class SiMoEStrategy:
             run_search(search, measure, min(budget, len(configs)))
         return cost.results
 
-
-def probe_caches_of(files: Mapping[str, str | Path], gpu: str) -> dict[str, KernelCache]:
-    return {k: read_cache_file(v, device_name=gpu) for k, v in files.items()}

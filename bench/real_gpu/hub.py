@@ -100,9 +100,8 @@ class Hub:
             k: probe_keys(k, [self.caches[k][g] for g in sorted(gpus)], per_kernel) for k in others
         }
 
-    def hardware_vector(
-        self, kernel: str, gpu: str, per_kernel: int, part: str = "hybrid"
-    ) -> np.ndarray:
+    def hardware_vector(self, kernel: str, gpu: str, per_kernel: int) -> np.ndarray:
+        """The GPU's h for predicting `kernel`: its spec sheet and its probe values."""
         probes = self.probe_set(kernel, per_kernel)
         values = gpu_probe_vector(probes, {k: self.caches[k][gpu] for k in probes})
         return kernel_hardware_vector(self.gpus[gpu].analytical, values)
