@@ -175,6 +175,7 @@ def train_kernel_model(
         hardware_input=training.hardware_input,  # type: ignore[arg-type]
         use_similarity_prior=training.use_similarity_prior,
     )
+    torch.manual_seed(seed)  # the initial weights: a function of the seed, not of the process
     model = SiMoE(config)
     train_kernel_experts(model, devices, steps=training.expert_steps, seed=seed)
     _train_gate(model, devices, training, seed)
@@ -210,6 +211,7 @@ def retrain_gate(
             "use_similarity_prior": training.use_similarity_prior,
         }
     )
+    torch.manual_seed(seed)  # a fresh gate and encoder: a function of the seed alone
     other = SiMoE(config)
     hardware_of = {d.name: d.hardware_vector for d in devices}
     for name in model.expert_names:

@@ -185,3 +185,24 @@ def test_representation_follows_the_space_description():
     assert row["work_per_thread_x"] == 3 and row["work_per_thread_y"] == 1
     assert row["blocks_x"] == math.ceil(1024 / 192) and row["blocks_y"] == 128
     assert row["f=b"] == 1 and row["f=a"] == 0 and row["tile=3"] == 1
+
+
+def test_a_kernel_model_is_a_function_of_its_seed_not_of_the_process():
+    """The same seed gives the same model whatever ran before it in the process (the bench's
+    worker processes run jobs in any order)."""
+    import torch
+
+    from simoe_model.kernel_model import KernelDevice, KernelTraining, train_kernel_model
+
+    rng = np.random.default_rng(0)
+    devices = [
+        KernelDevice(f"g{i}", rng.normal(size=38).astype(np.float32),
+                     rng.uniform(1, 8, size=(40, 3)).astype(np.float32),
+                     rng.uniform(1, 2, size=40), [str(k) for k in range(40)])
+        for i in range(3)
+    ]  # fmt: skip
+    training = KernelTraining(expert_steps=5, shared_epochs=1)
+    first = train_kernel_model(devices, training, seed=3).state_dict()
+    torch.rand(100)  # another job's use of the global generator
+    second = train_kernel_model(devices, training, seed=3).state_dict()
+    assert all(torch.equal(first[k], second[k]) for k in first)
