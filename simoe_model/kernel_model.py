@@ -223,12 +223,17 @@ def retrain_gate(
 
 
 @torch.no_grad()
+def _embed(model: SiMoE, features: np.ndarray) -> torch.Tensor:
+    """Program embeddings of one-row candidates (the representation of `param_features`)."""
+    model.eval()
+    rows, _ = pack_rows([features[i : i + 1] for i in range(len(features))])
+    return model.embed(torch.from_numpy(rows), torch.arange(len(features)), len(features))
+
+
+@torch.no_grad()
 def expert_scores(model: SiMoE, features: np.ndarray) -> tuple[list[str], np.ndarray]:
     """Every expert's scores of every configuration: names and [n, K] (higher = faster)."""
-    model.eval()
-    rows, offsets = pack_rows([features[i : i + 1] for i in range(len(features))])
-    seg = torch.from_numpy(np.repeat(np.arange(len(features)), np.diff(offsets)))
-    e = model.embed(torch.from_numpy(rows), seg, len(features))
+    e = _embed(model, features)
     names = model.expert_names
     return names, expert_outputs([model.expert(n) for n in names], e).numpy().astype(np.float64)
 
@@ -241,10 +246,7 @@ def gate_weights(
     experts: Sequence[str] | None = None,
 ) -> np.ndarray:
     """The gate's weights [n, K] over the experts (all, or `experts`) for the hardware."""
-    model.eval()
-    rows, offsets = pack_rows([features[i : i + 1] for i in range(len(features))])
-    seg = torch.from_numpy(np.repeat(np.arange(len(features)), np.diff(offsets)))
-    e = model.embed(torch.from_numpy(rows), seg, len(features))
+    e = _embed(model, features)
     h = torch.as_tensor(np.asarray(hardware), dtype=torch.float32)
     return model.mixture(e, h, experts)[1].numpy().astype(np.float64)
 

@@ -58,6 +58,7 @@ class Hub:
     root: Path
     caches: dict[str, dict[str, KernelCache]] = field(default_factory=dict)
     gpus: dict[str, KernelGpu] = field(default_factory=dict)
+    _probe_sets: dict[tuple[str, int], dict[str, list[str]]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, root: str | Path | None = None, kernels: list[str] | None = None) -> Hub:
@@ -93,12 +94,17 @@ class Hub:
 
     def probe_set(self, kernel: str, per_kernel: int) -> dict[str, list[str]]:
         """The probes for predicting `kernel`: `per_kernel` configurations of each other
-        kernel measured on the same GPUs (the fixed, versioned set of agent.kernels.probes)."""
+        kernel measured on the same GPUs (the fixed, versioned set of agent.kernels.probes);
+        worked out once per kernel and count (every GPU's hardware vector reads it)."""
+        if (kernel, per_kernel) in self._probe_sets:
+            return self._probe_sets[(kernel, per_kernel)]
         gpus = set(self.gpus_of(kernel))
         others = [k for k in self.caches if k != kernel and gpus <= set(self.caches[k])]
-        return {
+        probes = {
             k: probe_keys(k, [self.caches[k][g] for g in sorted(gpus)], per_kernel) for k in others
         }
+        self._probe_sets[(kernel, per_kernel)] = probes
+        return probes
 
     def hardware_vector(self, kernel: str, gpu: str, per_kernel: int) -> np.ndarray:
         """The GPU's h for predicting `kernel`: its spec sheet and its probe values."""
