@@ -123,11 +123,16 @@ def stop_orphans(
 
 
 def _running(proc: object) -> bool:
+    """Alive, or a zombie leader whose other threads still exit (they hold its sockets)."""
     import psutil
 
     try:
-        return proc.status() != psutil.STATUS_ZOMBIE  # type: ignore[attr-defined]
-    except psutil.Error:
+        if proc.status() != psutil.STATUS_ZOMBIE:  # type: ignore[attr-defined]
+            return True
+        # Linux marks a killed leader Z before its other threads have ended; its files (a
+        # listening port) close with the last thread, so a restart waits for them too.
+        return len(os.listdir(f"/proc/{proc.pid}/task")) > 1  # type: ignore[attr-defined]
+    except (psutil.Error, OSError):
         return False
 
 
