@@ -21,15 +21,14 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import sqlite_utils
-from pydantic import BaseModel, ConfigDict
 
+from agent.store_rows import DeviceCounts, LabelledCandidate, RecordSummary, StoreSummary
 from schemas import BadInputError, HardwareProfile, RunFailure, TuningRecord
 from schemas.records import FEATURE_DIM
 
@@ -40,58 +39,6 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 _OUR_TABLES = {"workloads", "records", "profiles", "features"}
 # SQLite's bound-parameter limit is 32766 on recent builds; stay far below it.
 _IN_CHUNK = 500
-
-
-@dataclass(frozen=True)
-class LabelledCandidate:
-    """One measured candidate as training reads it: its label and its cached features."""
-
-    workload_key: str
-    task_name: str
-    candidate_id: str
-    device: str
-    latency_s: float | None  # None: the build or run failed
-    features: np.ndarray | None  # float32 [n_stores, 164]; None: not extracted yet
-
-
-class RecordSummary(BaseModel):
-    """A record without its trace: what `simoe-agent records` lists."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    candidate_id: str
-    workload_key: str
-    task_name: str
-    device: str
-    latency_s: float | None
-    failed: bool
-    simulated: bool
-    profile_id: str | None
-    created_at: datetime
-    n_records: int = 1  # how many records of this workload and device (set by `best_summaries`)
-
-
-class DeviceCounts(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    device: str
-    workloads: int
-    records: int
-    failed: int
-    simulated: bool
-
-
-class StoreSummary(BaseModel):
-    """Counts for `simoe-agent status`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    schema_version: int
-    workloads: int
-    records: int
-    features: int
-    devices: list[DeviceCounts]
-    profiles: list[dict[str, Any]]
 
 
 def canonical_json(obj: Any) -> str:

@@ -9,7 +9,8 @@ import typer
 
 from agent.cli.app import StateDir, command_group, node_state
 from agent.ms_json import export_ms_json, import_ms_json
-from agent.store import RecordSummary, Store
+from agent.store import Store
+from agent.store_rows import RecordSummary
 from schemas import BadInputError
 from schemas.cli import Json, Verbose, err_console, print_json, print_table
 from schemas.errors import output_folder
