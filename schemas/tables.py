@@ -97,3 +97,14 @@ def print_table(
     rows: Sequence[Sequence[Any]],
 ) -> None:
     console.print(fit_table(console, title, columns, rows))
+
+
+def human_bytes(n: int | None) -> str:
+    """A byte count for a table: 0, 512 B, 1.5 KiB ... GiB."""
+    if not n:
+        return "0"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)

@@ -24,8 +24,9 @@ from schemas.cli import (
     state_folder,
     typer_app,
 )
-from schemas.errors import output_folder, run_cli
-from schemas.tables import Column, short_time
+from schemas.errors import run_cli
+from schemas.tables import Column, human_bytes, short_time
+from server.heatmap import check_plot_path, write_heatmap
 from server.run_config import DEFAULTS, ServerRunConfig
 
 app = typer_app(
@@ -55,16 +56,6 @@ def open_registry(state_dir: Path | None):  # noqa: ANN201 - server.registry.Reg
     if not path.exists():
         raise BadInputError(f"{path}: no registry (start the server or pass --state-dir)")
     return Registry(path, read_only=True)  # checked (quick_check); never written
-
-
-def _fmt_bytes(n: int | None) -> str:
-    if not n:
-        return "0"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 @app.callback()
@@ -113,7 +104,7 @@ def status(
     if last:
         rows.append(("last round", f"{last.round} ({last.status}, {last.finished_at or '...'})"))
         rows.append(
-            ("bytes per node, last round", _fmt_bytes(int(data["last_round_bytes_per_node"])))
+            ("bytes per node, last round", human_bytes(int(data["last_round_bytes_per_node"])))
         )
     print_table("SiMoE server", ["", "value"], rows)
 
@@ -192,8 +183,8 @@ def rounds(
                 d["status"],
                 *(d[h] for h in counts),
                 f"v{d['global_version']}",
-                _fmt_bytes(d["bytes_down"]),
-                _fmt_bytes(d["bytes_up"]),
+                human_bytes(d["bytes_down"]),
+                human_bytes(d["bytes_up"]),
                 f"{d['mean_expert_loss']:.4f}" if d["mean_expert_loss"] is not None else "",
             )
             for d in data
@@ -229,7 +220,7 @@ def experts(
                 i.version,
                 i.round,
                 i.num_examples,
-                _fmt_bytes(i.bytes),
+                human_bytes(i.bytes),
                 "yes" if i.simulated else "no",
             )
             for i in infos
@@ -272,44 +263,6 @@ def similarity(
     )
     if plot is not None:
         console.print(f"heatmap written to {plot}")
-
-
-def check_plot_path(path: Path) -> None:
-    """A `--plot` file we can write, or one line saying what to do (exit 2)."""
-    if path.is_dir():
-        raise BadInputError(
-            f"--plot {path} is a folder; give a file name, e.g. {path / 'similarity.png'}"
-        )
-    output_folder(path.parent, f"--plot {path}: its folder")
-
-
-def write_heatmap(path: Path, names: list[str], matrix: Any, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    size = max(4.0, 0.6 * len(names) + 2)
-    fig, ax = plt.subplots(figsize=(size, size * 0.85))
-    image = ax.imshow(matrix, vmin=-1, vmax=1, cmap="RdBu_r")
-    ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
-    ax.set_yticks(range(len(names)), names)
-    for i in range(len(names)):
-        for j in range(len(names)):
-            ax.text(j, i, f"{matrix[i][j]:.2f}", ha="center", va="center", fontsize=8)
-    fig.colorbar(image, ax=ax, label="cos(z_i, z_j)")
-    ax.set_title(title)
-    fig.tight_layout()
-    check_plot_path(path)
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as exc:
-        reason = (exc.strerror or type(exc).__name__).lower()
-        raise BadInputError(
-            f"--plot {path}: cannot write it ({reason}); give another path"
-        ) from None
-    finally:
-        plt.close(fig)
 
 
 @app.command("init-certs")
