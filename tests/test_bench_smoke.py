@@ -10,9 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench import claims, compile_data, compile_time, run
-from bench.report_md import markdown
-from bench.report_model import BenchReport, CompileSection, Machine, MethodRow, Repeat
+from bench import run
+from bench.compile import compile_data, compile_time
+from bench.report import claims
+from bench.report.report_md import markdown
+from bench.report.report_model import BenchReport, CompileSection, Machine, MethodRow, Repeat
 
 
 def _row(method: str, latency: float | None, compile_s: float, curve: list) -> MethodRow:
@@ -377,7 +379,7 @@ def test_a_report_never_drops_a_run_it_only_adds(tmp_path: Path) -> None:
     runs that missed were gone from the report): they are kept as earlier runs, with the
     command that ran them and their repeats, listed in BENCHMARKS.md; a merged run's second
     offline or federation section is kept alike."""
-    from bench.report_model import FederationRow, FederationSection
+    from bench.report.report_model import FederationRow, FederationSection
 
     out, a, b = tmp_path / "out", tmp_path / "a", tmp_path / "b"
     for d in (out, a, b):

@@ -67,8 +67,8 @@ def tiny_fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_training_and_selection_never_read_test_labels(
     tiny_fleet: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bench import protocol_transfer as pt
-    from bench.protocol_report import grid_table, per_unit
+    from bench.transfer import protocol_transfer as pt
+    from bench.transfer.protocol_report import grid_table, per_unit
 
     for name, value in TINY.items():
         monkeypatch.setattr(protocol, name, value)
@@ -152,7 +152,7 @@ def test_the_fleet_hash_says_what_was_built(tiny_fleet: Path, tmp_path: Path) ->
 def test_unit_pairs_report_how_alike_two_units_of_one_model_rank(
     tiny_fleet: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bench import protocol_pairs
+    from bench.transfer import protocol_pairs
 
     for name, value in TINY.items():
         monkeypatch.setattr(protocol, name, value)
