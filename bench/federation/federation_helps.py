@@ -77,8 +77,8 @@ from bench.federation.fleet import (
     protocol_units,
     split_tasks,
     synthetic_gpus,
-    write_node,
 )
+from bench.federation.inprocess_federation import InProcessFederation
 from bench.reporting import load_average
 from schemas import BadInputError  # noqa: E402
 from simoe_model.task_data import DeviceDataset, TaskData  # noqa: E402
@@ -240,18 +240,6 @@ def with_offline_figures(
 
 
 # -- the run ------------------------------------------------------------------------------------
-def members_rounds(grid: Any, strategy: Any, seed: int, rounds: int, on_round: Any) -> None:
-    """Every round but the last, from the federation's seeded start, with no wait for
-    nodes: the members federate; the newcomers join at the last round."""
-    from server.server_app import run_rounds
-    from server.similarity import initial_shared_arrays
-
-    run_rounds(
-        grid, strategy, initial_shared_arrays(seed), num_rounds=rounds - 1, wait_nodes_s=0,
-        on_round=on_round,
-    )  # fmt: skip
-
-
 def run_federation_helps(
     nodes: Sequence[FleetGPU],
     newcomers: Sequence[FleetGPU],
@@ -278,12 +266,8 @@ def run_federation_helps(
     say: Say = lambda _text: None,
 ) -> FederationHelpsReport:
     """Federate `nodes` for `rounds`, newcomers join at the last round; score everyone."""
-    from agent.client_app import app as client_app
     from agent.node_state import NodeState
     from bench.transfer.offline_transfer import split_device
-    from server.inprocess import InProcessGrid
-    from server.registry import Registry
-    from server.server_app import run_rounds
     from server.similarity import model_similarity
     from server.strategy import SiMoEStrategy
 
@@ -301,14 +285,11 @@ def run_federation_helps(
     splits = {
         g.name: split_tasks(g, held_out_fraction, seed, same_split, held_out_tasks) for g in nodes
     }
-    grid = InProcessGrid()
-    for index, gpu in enumerate(nodes):
-        state_dir = work_dir / "nodes" / gpu.name
-        write_node(state_dir, gpu, splits[gpu.name][0])
-        grid.add_node(1000 + index, client_app, {"state-dir": str(state_dir)})
+    federation = InProcessFederation(work_dir)
+    federation.add_members([(gpu, splits[gpu.name][0]) for gpu in nodes])
     say(f"{len(nodes)} nodes written; federation: {rounds} rounds, {epochs} epochs each")
 
-    registry = Registry(work_dir / "server" / "registry.sqlite")
+    registry = federation.open_registry()
     strategy = SiMoEStrategy(
         registry, model_similarity, k_experts=k_experts, epochs=epochs, seed=seed,
         local_batch=local_batch, prox_mu=prox_mu, server_lr=server_lr,
@@ -325,12 +306,7 @@ def run_federation_helps(
         if outcome.rejected or outcome.failed:
             raise RuntimeError(f"round {outcome.round}: {outcome.rejected or 'a node failed'}")
 
-    members_rounds(grid, strategy, seed, rounds, report_round)
-    for index, gpu in enumerate(newcomers):  # enrolled: key and profile, no measurements
-        state_dir = work_dir / "newcomers" / gpu.name
-        write_node(state_dir, gpu, [])
-        grid.add_node(5000 + index, client_app, {"state-dir": str(state_dir)})
-    [last] = run_rounds(grid, strategy, {}, num_rounds=1, wait_nodes_s=0, on_round=report_round)
+    last = federation.run(strategy, seed, rounds, newcomers, report_round)
     federation_wall = time.perf_counter() - fed_started
     traffic = {
         registry.node(row["node_key"])["name"]: {"down": row["bytes_down"], "up": row["bytes_up"]}
@@ -342,7 +318,7 @@ def run_federation_helps(
     node_rows = []
     for gpu in nodes:
         train, held = splits[gpu.name]
-        node = NodeState(work_dir / "nodes" / gpu.name)
+        node = NodeState(federation.member_dir(gpu.name))
         federated = top1(node.load_model(), held, gpu.dataset.hardware_vector)
         alone = (
             own_only_model(gpu, train, rounds, epochs, seed, local_batch)
@@ -371,7 +347,7 @@ def run_federation_helps(
         central = central_model(nodes, splits, central_epochs, seed)
     newcomer_rows = []
     for gpu in newcomers:
-        node = NodeState(work_dir / "newcomers" / gpu.name)
+        node = NodeState(federation.newcomer_dir(gpu.name))
         model = node.load_model()
         test = split_device(gpu.dataset, seed).test
         hv = gpu.dataset.hardware_vector

@@ -3,12 +3,13 @@
     python -m bench.federation.poisoning --data DIR [DIR2 ...]  # the fleet dataset (DIR/*.sqlite)
     python -m bench.federation.poisoning --synthetic            # a synthetic fleet (development)
 
-A federation of 12 simulated GPUs runs in this process as bench/federation/federation_helps.py runs
-one: the ServerApp's round loop (`server.server_app.run_rounds`), the real strategy the
-CLI's `--aggregation` picks (`server.aggregation.make_strategy`) and registry (SQLite),
-over the in-process Grid, which hands every message (deep-copied) to the agent's real
-ClientApp over each node's state directory. Only SuperLink processes and the network
-are left out (the chaos benchmark, bench/reliability/chaos.py, runs those).
+A federation of 12 simulated GPUs runs in this process, as federation_helps runs one
+(bench/federation/inprocess_federation.py): the ServerApp's round loop
+(`server.server_app.run_rounds`), the real strategy the CLI's `--aggregation` picks
+(`server.aggregation.make_strategy`) and registry (SQLite), over the in-process Grid, which
+hands every message (deep-copied) to the agent's real ClientApp over each node's state
+directory. Only SuperLink processes and the network are left out (the chaos benchmark,
+bench/reliability/chaos.py, runs those).
 
 In an attacked run, three of the 12 nodes lie, every round:
 - 2 nodes send a bad shared update (the attack of the run): `signflip` (their honest
@@ -49,8 +50,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from bench import reporting
-from bench.federation.federation_helps import members_rounds, top1
-from bench.federation.fleet import FleetGPU, load_gpus, split_tasks, synthetic_gpus, write_node
+from bench.federation.federation_helps import top1
+from bench.federation.fleet import FleetGPU, load_gpus, split_tasks, synthetic_gpus
+from bench.federation.inprocess_federation import InProcessFederation
 from bench.reporting import load_average, load_text
 from schemas import BadInputError  # noqa: E402
 
@@ -194,14 +196,10 @@ def run_once(
     check_measurements: int,
     say: Say,
 ) -> RunRow:
-    from agent.client_app import app as client_app
     from agent.node_state import NodeState
     from bench.transfer.offline_transfer import split_device
     from server.aggregation import make_strategy
-    from server.inprocess import InProcessGrid
-    from server.registry import Registry
     from server.run_config import ServerRunConfig
-    from server.server_app import run_rounds
     from server.similarity import model_similarity
     from simoe_model.expert_check import drop_refuted_experts
     from simoe_model.task_data import DeviceDataset
@@ -211,17 +209,15 @@ def run_once(
         shutil.rmtree(work)
     check = {"check-experts": "true" if expert_check else "false"}
     splits = {n: split_tasks(fleet[n], 1 / 3, seed, False) for n in names}
-    grid = InProcessGrid()
+    lying: dict[str, LyingNode] = {}
     for index, name in enumerate(names):
-        state_dir = work / "nodes" / name
-        write_node(state_dir, fleet[name], splits[name][0])
-        app = client_app
         if attack != "none" and name in liars:
-            app = LyingNode(attack, seed * 100 + index)
+            lying[name] = LyingNode(attack, seed * 100 + index)
         elif attack != "none" and name == backwards:
-            app = LyingNode("backwards", seed)
-        grid.add_node(1000 + index, app, {"state-dir": str(state_dir), **check})
-    registry = Registry(work / "server" / "registry.sqlite")
+            lying[name] = LyingNode("backwards", seed)
+    federation = InProcessFederation(work, check)
+    federation.add_members([(fleet[name], splits[name][0]) for name in names], lying)
+    registry = federation.open_registry()
     config = ServerRunConfig(
         aggregation=rule,  # type: ignore[arg-type]
         clip=clip or 0.0,
@@ -245,24 +241,19 @@ def run_once(
             who = node["name"] if node else key
             set_aside[who] = set_aside.get(who, 0) + 1
 
-    members_rounds(grid, strategy, seed, rounds, on_round)
-    for index, name in enumerate(newcomers):  # enrolled, no measurements
-        state_dir = work / "newcomers" / name
-        write_node(state_dir, fleet[name], [])
-        grid.add_node(5000 + index, client_app, {"state-dir": str(state_dir), **check})
-    run_rounds(grid, strategy, {}, num_rounds=1, wait_nodes_s=0, on_round=on_round)
+    federation.run(strategy, seed, rounds, [fleet[name] for name in newcomers], on_round)
     registry.close()
 
     honest = [n for n in names if attack == "none" or (n not in liars and n != backwards)]
     node_top1, dropped = {}, {}
     for name in honest:
-        node = NodeState(work / "nodes" / name)
+        node = NodeState(federation.member_dir(name))
         hv = fleet[name].dataset.hardware_vector
         node_top1[name] = top1(node.load_model(), splits[name][1], hv)
         dropped[name] = int(node.federation_state().last_metrics.get("experts-dropped", 0))
     zero_shot, experts, receivers = {}, {}, {}
     for name in newcomers:
-        node = NodeState(work / "newcomers" / name)
+        node = NodeState(federation.newcomer_dir(name))
         gpu = fleet[name]
         split = split_device(gpu.dataset, seed)
         model = node.load_model()
