@@ -37,24 +37,21 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import protocol  # noqa: E402
-from bench.transfer.baselines import ScheduleTransfer, random_scorer  # noqa: E402
-from bench.transfer.offline_transfer import (  # noqa: E402
-    MetaScheduleMLP,
-    Pooled,
-    SiMoEFamily,
-    Split,
-    held_out_agreements,
-    split_device,
-    xgb_evaluate,
+from bench import protocol
+from bench.transfer.offline_transfer import SiMoEFamily, Split, held_out_agreements, split_device
+from bench.transfer.online_gate_report import online_gate_markdown
+from bench.transfer.protocol_diagnostics import unit_diagnostics
+from bench.transfer.protocol_methods import (
+    METHODS,
+    TopOne,
+    namespace,
+    online_gate_scores,
+    run_ablations,
+    run_method,
 )
-from bench.transfer.protocol_diagnostics import unit_diagnostics  # noqa: E402
-from bench.transfer.protocol_report import markdown, side_by_side  # noqa: E402
-from simoe_model.metrics import top_k_score  # noqa: E402
-from simoe_model.model import SiMoE, SiMoEConfig  # noqa: E402
-from simoe_model.online_gate import expert_table, measured_evidence  # noqa: E402
-from simoe_model.task_data import DeviceDataset  # noqa: E402
-from simoe_model.train import adapt, predict  # noqa: E402
+from bench.transfer.protocol_report import markdown, side_by_side
+from simoe_model.model import SiMoEConfig
+from simoe_model.task_data import DeviceDataset
 
 CHOICES = Path(__file__).resolve().parents[1] / "protocol_choices.json"
 ONLINE_GATE_CHOICE = Path(__file__).resolve().parents[1] / "protocol_online_gate.json"
@@ -75,144 +72,6 @@ GRID: dict[str, list[dict[str, int]]] = {
     "mlp-finetune": [{"mlp_epochs": 10}, {"mlp_epochs": 50}, {"mlp_epochs": 100}],
     "schedule-transfer": [{"k": 1}, {"k": 3}, {"k": 5}],
 }
-METHODS = (
-    "simoe",
-    "nearest-expert",
-    "pooled",
-    "xgb",
-    "mlp-finetune",
-    "schedule-transfer",
-    "random",
-)
-ABLATIONS: dict[str, dict[str, object]] = {
-    "simoe-hybrid": {},
-    "simoe-analytical-only": {"hardware_input": "analytical"},
-    "simoe-empirical-only": {"hardware_input": "empirical"},
-    "simoe-no-prior": {"use_similarity_prior": False},
-}
-
-TopOne = dict[str, dict[int, dict[str, list[float]]]]  # method -> budget -> unit -> per task
-
-
-def top1_tasks(score, split: Split) -> list[float]:  # noqa: ANN001 - TaskData -> scores
-    return [top_k_score(score(t), t.latencies, 1) for t in split.test]
-
-
-def features_only(fn):  # noqa: ANN001, ANN201
-    return lambda task: fn(task.features)
-
-
-def namespace(seed: int, **hp: int) -> argparse.Namespace:
-    defaults = {"expert_epochs": 15, "shared_epochs": 12, "adapt_epochs": 10, "mlp_epochs": 10}
-    return argparse.Namespace(seed=seed, **{**defaults, **hp})
-
-
-def run_method(
-    method: str,
-    hp: dict[str, int],
-    train: list[DeviceDataset],
-    splits: list[Split],
-    seed: int,
-    out: TopOne,
-    family: SiMoEFamily | None = None,
-) -> SiMoEFamily | None:
-    """Score one method (all budgets, all target units) for one seed into `out`."""
-    import torch
-
-    torch.manual_seed(seed)
-    record = out.setdefault(method, {})
-    if method in ("simoe", "nearest-expert"):
-        # one family scores both (the same experts); "nearest-expert" alone (its own budget,
-        # chosen on validation apart from SiMoE's) records only itself and keeps no family
-        own = family if method == "simoe" else None
-        if own is None:
-            own = SiMoEFamily(SiMoEConfig(), train, namespace(seed, **hp))
-        names = ("simoe", "nearest-expert") if method == "simoe" else ("nearest-expert",)
-        for split in splits:
-            for b in protocol.BUDGETS:
-                mix, near = own.evaluate(own.base, split, b)
-                got = {"simoe": mix["top1_tasks"], "nearest-expert": near["top1_tasks"]}
-                for name in names:
-                    out.setdefault(name, {}).setdefault(b, {})[split.device] = got[name]
-        return own if method == "simoe" else family
-    if method == "simoe-online":
-        own = family or SiMoEFamily(SiMoEConfig(), train, namespace(seed, **hp))
-        sharpness = float(hp.get("sharpness", 0.0))
-        for split in splits:
-            for b in protocol.ONLINE_GATE_BUDGETS:
-                got = online_gate_scores(own.base, split, b, [sharpness], own.args.adapt_epochs)
-                record.setdefault(b, {})[split.device] = got["top1"][sharpness]
-        return own
-    if method == "pooled":
-        pooled = Pooled(SiMoEConfig(), train, namespace(seed, **hp))
-        for split in splits:
-            for b in protocol.BUDGETS:
-                record.setdefault(b, {})[split.device] = pooled.evaluate(split, b)["top1_tasks"]
-    elif method == "xgb":
-        for split in splits:
-            for b in protocol.BUDGETS:
-                record.setdefault(b, {})[split.device] = xgb_evaluate(split, b, seed)["top1_tasks"]
-    elif method == "mlp-finetune":
-        mlp = MetaScheduleMLP(train, namespace(seed, **hp))
-        for split in splits:
-            for b in protocol.BUDGETS:
-                record.setdefault(b, {})[split.device] = mlp.evaluate(split, b)["top1_tasks"]
-    elif method == "schedule-transfer":
-        transfer = ScheduleTransfer(train, k=hp["k"])
-        for split in splits:
-            for b in protocol.BUDGETS:
-                score = transfer.at_budget(
-                    split.hardware_vector, split.budget(b).tasks if b else []
-                )
-                record.setdefault(b, {})[split.device] = top1_tasks(score, split)
-    elif method == "random":
-        for split in splits:
-            for b in protocol.BUDGETS:
-                record.setdefault(b, {})[split.device] = top1_tasks(random_scorer(seed + b), split)
-    else:
-        raise ValueError(f"unknown method {method}")
-    return family
-
-
-def online_gate_scores(
-    base: SiMoE, split: Split, budget: int, grid: list[float], adapt_epochs: int
-) -> dict:
-    """SiMoE at `budget` (adapted as `simoe`: SiMoEFamily.evaluate) with the online gate at
-    each sharpness of `grid`, per task: top-1 and the top pick (index in the task's test
-    set); also the budget-0 pick and the gate alone without fine-tuning ("nofinetune").
-
-    Sharpness 0 is the adapted model's `predict`, exactly `simoe`'s scores at `budget`."""
-    import copy
-
-    hv = split.hardware_vector
-    adapted = copy.deepcopy(base)
-    few = split.budget(budget)
-    adapt(adapted, split.device, few, epochs=adapt_epochs)
-    measured = {t.task_name: t for t in few.tasks}
-    out: dict = {"top1": {s: [] for s in grid}, "pick": {s: [] for s in grid}}
-    out.update(top1_nofinetune={s: [] for s in grid}, pick_nofinetune={s: [] for s in grid})
-    out.update(pick0=[], top1_0=[])
-    for test in split.test:
-        zero = predict(base, test.features, hv)
-        out["pick0"].append(int(np.argmax(zero)))
-        out["top1_0"].append(top_k_score(zero, test.latencies, 1))
-        few_task = measured.get(test.task_name)
-        for label, model in (("", adapted), ("_nofinetune", base)):
-            names, scores, prior = expert_table(model, test.features, hv)
-            m_scores = (
-                expert_table(model, few_task.features, hv)[1] if few_task is not None else None
-            )
-            exempt = np.array([n == split.device for n in names])
-            for s in grid:
-                if s == 0 or few_task is None:
-                    mix = predict(model, test.features, hv)  # the gate alone, as today
-                else:
-                    ev = measured_evidence(m_scores, few_task.latencies, s, exempt)
-                    w = prior * ev[None, :]
-                    mix = ((w / w.sum(1, keepdims=True)) * scores).sum(1)
-                out["top1" + label][s].append(top_k_score(mix, test.latencies, 1))
-                out["pick" + label][s].append(int(np.argmax(mix)))
-    return out
 
 
 def select_sharpness(
@@ -287,167 +146,6 @@ def fleet_check(data_dir: Path, names: list[str]) -> dict:
     recorded = report.get("build", {}).get("units", {})
     same = [u for u in names if recorded.get(u) == built["units"][u]]
     return {"fleet": built["digest"], "units_equal_to_recorded_fleet": f"{len(same)}/{len(names)}"}
-
-
-def pick_changes(result: dict, sharpness: float, budget: int, key: str = "pick") -> dict:
-    """Per seed: units whose top pick at `budget` differs from the budget-0 pick on any
-    task, unit-tasks that differ, and the mean top-1 gain over budget 0."""
-    out = {}
-    for seed, by_unit in result["runs"].items():
-        units = tasks = 0
-        gains = []
-        for got in (by_unit[u][str(budget)] for u in by_unit):
-            picks = got[key][str(sharpness)] if str(sharpness) in got[key] else got[key][sharpness]
-            moved = sum(int(a != b) for a, b in zip(picks, got["pick0"], strict=True))
-            units += int(moved > 0)
-            tasks += moved
-            top = got["top1" + key[4:]]
-            top = top[str(sharpness)] if str(sharpness) in top else top[sharpness]
-            gains.extend(np.asarray(top) - np.asarray(got["top1_0"]))
-        out[seed] = {"units": units, "unit_tasks": tasks, "gain": float(np.mean(gains))}
-    return out
-
-
-def online_gate_markdown(result: dict) -> str:
-    grid, chosen = result["grid"], result["chosen"]
-    n_units = len(result["units"])
-    lines = [
-        "# The online gate's sharpness, on the validation split (SIMULATED units)",
-        "",
-        f"Command: `{result.get('command', '')}`; seeds {result['seeds']}; budgets "
-        f"{result['budgets']}; {n_units} validation units: {', '.join(result['units'])}; "
-        f"SiMoE's training budget {result['simoe_hyperparameters']} (protocol_choices.json); "
-        f"load {result.get('load', '?')}; {result.get('total_seconds', 0):.0f} s. Units whose "
-        "per-task hashes equal the recorded fleet's (protocol_fleet_hash.json): "
-        f"{result.get('units_equal_to_recorded_fleet', '?')}.",
-        "",
-        f"Rule (bench/protocol.py, written before the run): {result['rule']}",
-        "",
-        "| sharpness | mean top-1 (adapted + online gate) | mean top-1 (gate only, no "
-        "fine-tuning) |",
-        "|---|---|---|",
-    ]
-    for s in grid:
-        mark = "**" if s == chosen else ""
-        lines.append(
-            f"| {mark}{s}{mark} | {mark}{result['mean_top1'][str(s)]:.4f}{mark} | "
-            f"{result['mean_top1_nofinetune'][str(s)]:.4f} |"
-        )
-    lines += [
-        "",
-        f"Chosen: sharpness **{chosen}**. Sharpness 0 is `simoe` exactly (today's scores).",
-        "",
-        "Top pick at each budget against the budget-0 pick, per seed: units (of "
-        f"{n_units}) where it differs on at least one task, unit-tasks where it differs, "
-        "mean top-1 gain over budget 0 (all unit-tasks).",
-        "",
-        "| budget | variant | seed | units moved | unit-tasks moved | top-1 gain over budget 0 |",
-        "|---|---|---|---|---|---|",
-    ]
-    # with the gate: the chosen sharpness, or (0 chosen) the best other one, said so
-    shown = chosen
-    if chosen == 0.0:
-        shown = max(grid[1:], key=lambda v: result["mean_top1"][str(v)])
-        lines.insert(-4, f"With the gate on below: sharpness {shown}, the best of the others "
-                     "(NOT chosen).\n")  # fmt: skip
-    variants = [
-        ("simoe (gate off, sharpness 0)", 0.0, "pick"),
-        (f"simoe-online (sharpness {shown})", shown, "pick"),
-        (f"online gate only, no fine-tuning (sharpness {shown})", shown, "pick_nofinetune"),
-    ]
-    for b in result["budgets"]:
-        for label, s, key in variants:
-            per_seed = pick_changes(result, s, b, key)
-            for seed, got in per_seed.items():
-                lines.append(
-                    f"| {b} | {label} | {seed} | {got['units']} | {got['unit_tasks']} | "
-                    f"{got['gain']:+.4f} |"
-                )
-            lines.append(
-                f"| {b} | {label} | mean | "
-                f"{np.mean([g['units'] for g in per_seed.values()]):.1f} | "
-                f"{np.mean([g['unit_tasks'] for g in per_seed.values()]):.1f} | "
-                f"{np.mean([g['gain'] for g in per_seed.values()]):+.4f} |"
-            )
-    lines += [
-        "",
-        "Every sharpness: mean over seeds of units moved / unit-tasks moved / top-1 gain over "
-        "budget 0, adapted + online gate | online gate only (no fine-tuning):",
-        "",
-        "| sharpness | " + " | ".join(f"budget {b}" for b in result["budgets"]) + " |",
-        "|---|" + "---|" * len(result["budgets"]),
-    ]
-    for s in grid:
-        cells = []
-        for b in result["budgets"]:
-            parts = []
-            for key in ("pick", "pick_nofinetune"):
-                got = list(pick_changes(result, s, b, key).values())
-                parts.append(
-                    f"{np.mean([g['units'] for g in got]):.1f} / "
-                    f"{np.mean([g['unit_tasks'] for g in got]):.1f} / "
-                    f"{np.mean([g['gain'] for g in got]):+.4f}"
-                )
-            cells.append(" ; ".join(parts))
-        lines.append(f"| {s} | " + " | ".join(cells) + " |")
-    if grid[1:]:
-        from bench.transfer.protocol_report import paired_interval
-
-        lines += [
-            "",
-            f"simoe-online (sharpness {shown}) minus simoe (gate off), per unit-task top-1 "
-            "averaged over the seeds; 95 % paired bootstrap over unit-tasks:",
-            "",
-            "| budget | difference | 95 % interval |",
-            "|---|---|---|",
-        ]
-        for b in result["budgets"]:
-            ours, theirs = seed_averaged(result, b, shown), seed_averaged(result, b, 0.0)
-            mean, low, high = paired_interval(ours, theirs)
-            lines.append(f"| {b} | {mean:+.4f} | [{low:+.4f}, {high:+.4f}] |")
-    return "\n".join(lines) + "\n"
-
-
-def seed_averaged(result: dict, budget: int, sharpness: float) -> dict[str, np.ndarray]:
-    """Per unit: each task's top-1 at `budget` and `sharpness`, averaged over the seeds."""
-    out: dict[str, list] = {}
-    for by_unit in result["runs"].values():
-        for unit, by_budget in by_unit.items():
-            top = by_budget[str(budget)]["top1"]
-            out.setdefault(unit, []).append(top.get(sharpness, top.get(str(sharpness))))
-    return {u: np.mean(np.asarray(v, dtype=float), axis=0) for u, v in out.items()}
-
-
-def run_ablations(
-    family: SiMoEFamily,
-    train: list[DeviceDataset],
-    targets: list[DeviceDataset],
-    splits: list[Split],
-    seed: int,
-    out: TopOne,
-) -> dict[str, dict[str, float]]:
-    """Each ablation at budget 0: top-1 per unit (into out) and similarity fidelity per unit."""
-    from scipy.stats import spearmanr
-
-    fleet = {d.device: d for d in [*train, *targets]}
-    agreements = held_out_agreements(fleet, [d.device for d in targets], train)
-    fidelity: dict[str, dict[str, float]] = {}
-    for label, changes in ABLATIONS.items():
-        model = family.variant(train, seed=seed, **changes)
-        for split in splits:
-            score = features_only(lambda f, m=model, hv=split.hardware_vector: predict(m, f, hv))
-            out.setdefault(label, {}).setdefault(0, {})[split.device] = top1_tasks(score, split)
-        per_unit = {}
-        for unit, agree in agreements.items():
-            names = sorted(agree)
-            sims = [
-                model.similarity(fleet[unit].hardware_vector, model.expert(n).hardware.numpy())
-                for n in names
-            ]
-            rho = spearmanr([agree[n] for n in names], sims).statistic
-            per_unit[unit] = float(rho) if np.isfinite(rho) else 0.0
-        fidelity[label] = per_unit
-    return fidelity
 
 
 def load_split(split: str, labels: protocol.UnitLabels) -> tuple[list, list]:
