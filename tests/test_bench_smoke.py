@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bench import run
-from bench.compile import compile_data, compile_time
+from bench.compile import compile_data, compile_time, tuning_run
 from bench.report import claims
 from bench.report.report_md import markdown
 from bench.report.report_model import BenchReport, CompileSection, Machine, MethodRow, Repeat
@@ -150,7 +150,7 @@ def test_simoe_fast_then_full_continues_its_measurements(tmp_path: Any) -> None:
     )  # fmt: skip
     torch_model = SiMoE()  # untrained: scores are arbitrary, the mechanics are under test
     hv = np.zeros(torch_model.config.hardware_dim, np.float32)
-    fast, database = compile_time.simoe_fast(
+    fast, database = tuning_run.simoe_fast(
         [task], "a100-40gb", lambda: compile_time._simoe_model(torch_model, hv, False),
         settings, "net",
     )  # fmt: skip
@@ -164,7 +164,7 @@ def test_simoe_fast_then_full_continues_its_measurements(tmp_path: Any) -> None:
                                         else "tuned")  # fmt: skip
     assert len(database.get_all_tuning_records()) == 4
     assert fast.modelled_measure_s > 0 and fast.compile_s > fast.search_wall_s
-    [full] = compile_time.tune_method(
+    [full] = tuning_run.tune_method(
         [task], "a100-40gb", "simoe-full", compile_time._simoe_model(torch_model, hv, True),
         trials=4, population=16, genetic_iters=1, seed=0, network="net",
         work_dir=tmp_path, trials_per_iter=4, init_min_unmeasured=4, start=(fast, database),
@@ -181,7 +181,7 @@ def test_simoe_fast_then_full_continues_its_measurements(tmp_path: Any) -> None:
     moved = compile_time.schedule_transfer([task], "a100-40gb", [traces[:3]], settings, "net")
     assert moved.method == "schedule-transfer" and moved.measured == 3
     assert moved.network_latency_s is not None
-    warm, _db = compile_time.simoe_fast(
+    warm, _db = tuning_run.simoe_fast(
         [task], "a100-40gb", lambda: compile_time._simoe_model(torch_model, hv, False),
         settings, "net", method="simoe-fast-warm", seeds=[traces],
     )  # fmt: skip
@@ -213,7 +213,7 @@ def test_fleet_best_ranks_by_the_most_similar_training_gpus(monkeypatch: Any) ->
 
 def test_a_task_whose_tuned_schedule_loses_keeps_the_default() -> None:
     tasks = [type("T", (), {"name": n, "weight": 1.0})() for n in ("a", "b")]
-    row = compile_time.method_row(
+    row = tuning_run.method_row(
         "net", "a10", "m", 4, tasks, [1.0, 0.5], measured=8, wall=1.0, modelled=2.0, curve=[],
         default=[1.0, 3.0], tuned=[2.0, 0.5],
     )  # fmt: skip
@@ -459,7 +459,7 @@ def test_the_small_budget_xgb_peer_trains_and_ranks_within_its_budget(
     task = TuneTask(
         "matmul", tvm.IRModule({"main": prim_func(parse_workload("matmul:64,64,64"))}), 1.0, 0.0
     )
-    [row] = compile_time.tune_method(
+    [row] = tuning_run.tune_method(
         [task], "a100-40gb", name, make_model(), trials=trials, population=pop,
         genetic_iters=iters, seed=0, network="net", work_dir=tmp_path,
         trials_per_iter=per_iter, init_min_unmeasured=8,

@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from agent.devices import get_device
     from agent.tune_harness import evolutionary, run_tasks
     from bench.compile.compile_data import network_tasks
-    from bench.compile.compile_time import default_latencies
+    from bench.compile.tuning_run import default_latencies
     from bench.protocol import device_of
     from schemas import RunFailure
 
