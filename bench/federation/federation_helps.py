@@ -68,7 +68,9 @@ from bench.federation.federation_report import (  # noqa: F401 (the report's nam
     NodeRow,
     markdown,
     markdown_seeds,
+    offline_figures,
     variants_markdown,
+    with_offline_figures,
 )
 from bench.federation.fleet import (
     FleetGPU,
@@ -91,7 +93,6 @@ DEFAULT_NODES = (
 )
 # the held-out GPUs of docs/results/offline_transfer.md: never nodes here
 DEFAULT_NEWCOMERS = "k80,titanxp,2080ti,a30,4090,h100-pcie,xavier"
-OFFLINE_REPORT = Path(__file__).resolve().parents[2] / "docs/results/offline_transfer.json"
 
 Say = Callable[[str], None]
 
@@ -218,25 +219,6 @@ def central_model(
     train_experts(model, [(d.device, d) for d in data], epochs=epochs, seed=seed)
     train_shared(model, data, epochs=epochs, seed=seed)
     return model
-
-
-def offline_figures(path: Path = OFFLINE_REPORT) -> dict[str, float]:
-    """SiMoE's zero-shot top-1 per held-out GPU from the offline report (empty if absent)."""
-    if not path.exists():
-        return {}
-    report = json.loads(path.read_text())
-    rows = report.get("per_gpu", {}).get("simoe", {}).get("0", {})
-    return {device.removeprefix("sim:"): float(row["top1"]) for device, row in rows.items()}
-
-
-def with_offline_figures(
-    report: FederationHelpsReport, offline: dict[str, float]
-) -> FederationHelpsReport:
-    """The report compared against these offline figures (the offline report was rerun)."""
-    rows = [r.model_copy(update={"offline_top1": offline.get(r.gpu)}) for r in report.newcomers]
-    values = [r.offline_top1 for r in rows if r.offline_top1 is not None]
-    mean = float(np.mean(values)) if values and len(values) == len(rows) else None
-    return report.model_copy(update={"newcomers": rows, "offline_zero_shot_top1": mean})
 
 
 # -- the run ------------------------------------------------------------------------------------

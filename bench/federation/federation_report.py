@@ -6,12 +6,17 @@ Everything it shows is SIMULATED (the fleet's latencies come from the analytical
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from bench.reporting import load_text
 
 GOAL_NEWCOMER_GAP = 0.03
+# SiMoE's zero-shot top-1 per held-out GPU, offline: what the newcomers are compared with
+OFFLINE_REPORT = Path(__file__).resolve().parents[2] / "docs/results/offline_transfer.json"
 
 
 class NodeRow(BaseModel):
@@ -384,3 +389,23 @@ def variants_markdown(reports: dict[str, FederationHelpsSeeds]) -> str:
             f"{per_seed} | {sum(r.total_wall_s for r in report.runs):.0f} |"
         )
     return "\n".join(lines) + "\n"
+
+
+# -- the offline benchmark's figures, beside the newcomers' ------------------------------------
+def offline_figures(path: Path = OFFLINE_REPORT) -> dict[str, float]:
+    """SiMoE's zero-shot top-1 per held-out GPU from the offline report (empty if absent)."""
+    if not path.exists():
+        return {}
+    report = json.loads(path.read_text())
+    rows = report.get("per_gpu", {}).get("simoe", {}).get("0", {})
+    return {device.removeprefix("sim:"): float(row["top1"]) for device, row in rows.items()}
+
+
+def with_offline_figures(
+    report: FederationHelpsReport, offline: dict[str, float]
+) -> FederationHelpsReport:
+    """The report compared against these offline figures (the offline report was rerun)."""
+    rows = [r.model_copy(update={"offline_top1": offline.get(r.gpu)}) for r in report.newcomers]
+    values = [r.offline_top1 for r in rows if r.offline_top1 is not None]
+    mean = float(np.mean(values)) if values and len(values) == len(rows) else None
+    return report.model_copy(update={"newcomers": rows, "offline_zero_shot_top1": mean})
