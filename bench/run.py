@@ -125,11 +125,9 @@ class Report:
 
 # -- sections ----------------------------------------------------------------------------------
 def section_compile(report: Report, args: argparse.Namespace, say: Callable[[str], None]) -> None:
-    from bench.compile import compile_data, compile_time
+    from bench.compile import compile_time, presets
 
-    settings = (compile_data.FULL if args.full else compile_data.QUICK).model_copy(
-        update={"seed": args.seed}
-    )
+    settings = (presets.FULL if args.full else presets.QUICK).model_copy(update={"seed": args.seed})
     if args.units:
         settings = settings.model_copy(update={"unseen_gpus": args.units})
     if args.methods:
@@ -159,9 +157,9 @@ def section_compile(report: Report, args: argparse.Namespace, say: Callable[[str
 
 def section_budget(report: Report, args: argparse.Namespace, say: Callable[[str], None]) -> None:
     """One task, MetaSchedule at a realistic budget (1,000 trials) against SiMoE fast's 32."""
-    from bench.compile import compile_data, compile_time
+    from bench.compile import compile_time, presets
 
-    settings = (compile_data.FULL if args.full else compile_data.QUICK_BUDGET).model_copy(
+    settings = (presets.FULL if args.full else presets.QUICK_BUDGET).model_copy(
         update={"seed": args.seed}
     )
     full_method = f"ms-xgb-{settings.long_budget}"
@@ -178,9 +176,9 @@ def section_budget(report: Report, args: argparse.Namespace, say: Callable[[str]
 def section_offline(report: Report, args: argparse.Namespace, say: Callable[[str], None]) -> None:
     """bench/transfer/offline_transfer.py on the compile section's fleet stores (synthetic
     otherwise)."""
-    from bench.compile import compile_data
+    from bench.compile import presets
 
-    settings = compile_data.FULL if args.full else compile_data.QUICK
+    settings = presets.FULL if args.full else presets.QUICK
     fleet = args.work / "fleet" / "suite"
     out = report.out / "offline"
     command = [sys.executable, "-m", "bench.transfer.offline_transfer", "--out", str(out)]
@@ -226,10 +224,10 @@ def section_offline(report: Report, args: argparse.Namespace, say: Callable[[str
 def section_federation(
     report: Report, args: argparse.Namespace, say: Callable[[str], None]
 ) -> None:
-    from bench.compile import compile_data
+    from bench.compile import compile_data, presets
     from bench.federation import federation_overhead
 
-    settings = compile_data.FULL if args.full else compile_data.QUICK
+    settings = presets.FULL if args.full else presets.QUICK
     gpus = settings.train_gpus[:6]
     profiles = list(compile_data.profile_vectors(gpus, args.work / "profiles").values())
     counts = [4, 16, 64]
@@ -398,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from bench.compile.compile_data import QUICK_METHODS, TEST_UNITS_COMPILE
+    from bench.compile.presets import QUICK_METHODS, TEST_UNITS_COMPILE
     from bench.protocol import units
 
     argv = list(sys.argv[1:] if argv is None else argv)

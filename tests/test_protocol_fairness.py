@@ -133,15 +133,15 @@ def test_fleet_loaders_and_the_compile_section_refuse_test_units_in_training(
     import pytest
 
     from bench import protocol
-    from bench.compile import compile_data
+    from bench.compile import compile_data, presets
     from bench.federation.fleet import load_gpus
 
     for unit in ("4090-ref", "a100-sxm4-400w"):
         (tmp_path / f"{unit}.sqlite").write_bytes(b"")
     with pytest.raises(protocol.LeakageError, match="4090-ref"):
         load_gpus([tmp_path], ["a100-sxm4-400w", "4090-ref"])  # federation_helps, poisoning
-    settings = compile_data.QUICK.model_copy(
-        update={"train_gpus": [*compile_data.QUICK.train_gpus, "2080ti-ref"]}
+    settings = presets.QUICK.model_copy(
+        update={"train_gpus": [*presets.QUICK.train_gpus, "2080ti-ref"]}
     )
     with pytest.raises(protocol.LeakageError, match="2080ti-ref"):
         compile_data.prepare(settings, tmp_path, say=print, max_tasks=1, fleet_stores=False)
@@ -157,11 +157,11 @@ def test_the_offline_section_trains_on_the_training_split_only(tmp_path, monkeyp
 
     from bench import protocol
     from bench import run as bench_run
-    from bench.compile import compile_data
+    from bench.compile import presets
 
     fleet = tmp_path / "fleet" / "suite"
     fleet.mkdir(parents=True)
-    for unit in [*protocol.TRAIN_UNITS, *compile_data.TEST_UNITS_COMPILE]:
+    for unit in [*protocol.TRAIN_UNITS, *presets.TEST_UNITS_COMPILE]:
         (fleet / f"{unit}.sqlite").write_bytes(b"")
     seen: list[list[str]] = []
 

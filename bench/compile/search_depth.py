@@ -27,6 +27,7 @@ import numpy as np
 
 from bench.compile import compile_data as cd  # noqa: E402
 from bench.compile import compile_time as ct  # noqa: E402
+from bench.compile import presets  # noqa: E402
 
 
 def main() -> None:
@@ -45,7 +46,9 @@ def main() -> None:
     )
 
     load_start = os.getloadavg()
-    settings = cd.QUICK_BUDGET.model_copy(update={"networks": [args.network], "fleet_rounds": 0})
+    settings = presets.QUICK_BUDGET.model_copy(
+        update={"networks": [args.network], "fleet_rounds": 0}
+    )
     say = lambda text: print(time.strftime("%X"), text, flush=True)  # noqa: E731
     # the random-samples-only model: prepare with no tuning records
     data = cd.prepare(settings, args.work, say, 1)
@@ -55,7 +58,9 @@ def main() -> None:
     say("the training GPUs' tuning records, and SiMoE trained on them as well")
     tuned = cd.merged(
         cd.sample_task(task, gpus, settings.samples_per_task, settings.seed),
-        cd.fleet_tuning_records(task, gpus, settings.train_gpus, cd.QUICK_BUDGET, settings.seed),
+        cd.fleet_tuning_records(
+            task, gpus, settings.train_gpus, presets.QUICK_BUDGET, settings.seed
+        ),
     )
     simoe_tuned = cd.train_simoe(
         [cd.device_dataset(g, hv[g], [tuned]) for g in settings.train_gpus], settings
