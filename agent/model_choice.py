@@ -3,7 +3,7 @@
 A node with a federation uses the model the federation gave it. A node without one (a user
 with one GPU and no server) uses a model imported with `simoe-agent model import FILE`, or
 else the starter model that ships with the package: a SiMoE trained offline on simulated
-training units by `python -m bench.train_starter`, whose metadata says on what. Only when
+training units by `python -m bench.transfer.train_starter`, whose metadata says on what. Only when
 none of them exists does it start from an untrained model, and it says that too.
 """
 

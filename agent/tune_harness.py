@@ -1,6 +1,6 @@
 """The one MetaSchedule tuning harness: tasks in, `tune_tasks` run on a device, wall time out.
 
-`agent.tuner` (the `tune` command) and the benchmarks (bench/compile_time.py) both tune
+`agent.tuner` (the `tune` command) and the benchmarks (bench/compile/compile_time.py) both tune
 through `run_tasks`, so a change to how a search is set up (its strategy, builder, callbacks,
 seeds) reaches both. What differs between them is passed in: the database (the node's store,
 or a benchmark's in-memory one), the cost model, one search strategy per task

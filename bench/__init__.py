@@ -1,4 +1,4 @@
-"""Benchmarks that reproduce the paper's claims and write reports (`python -m bench.NAME`).
+"""Benchmarks that reproduce the paper's claims and write reports (`python -m bench.PART.NAME`).
 
 Every entry point calls `prepare()` first: importing the project changes nothing in
 the process, so the TVM inspect patch and Flower's offline settings are explicit.

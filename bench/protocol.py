@@ -8,7 +8,7 @@ hardware. Two test GPUs are users' own spec files that the catalog does not have
 
 Labels (measured latencies) reach a benchmark only through `UnitLabels`, which records
 every read with its purpose and refuses a test unit's labels to any purpose but "test",
-in the protocol's fleet or any other (bench/offline_transfer.py, the federation
+in the protocol's fleet or any other (bench/transfer/offline_transfer.py, the federation
 benchmarks, the starter model, the compile section's training GPUs).
 `tests/test_protocol.py` runs the training and selection entry points on a tiny fleet
 and fails if any of them read a test unit's labels; tests/test_protocol_fairness.py
@@ -113,7 +113,8 @@ RULE = (
 )
 
 # -- rules that pick among variants: written here before any of their runs (rule 8) ----------
-# Federation helps (bench/federation_helps.py). The own-only baseline (a node's own expert on
+# Federation helps (bench/federation/federation_helps.py). The own-only baseline (a node's own
+# expert on
 # its own train tasks, no federation) gets its training budget on validation, as every peer
 # does: the validation units, each its own node, train on their tasks but the held-out ones
 # for each budget of the grid and are scored on the held-out ones; the budget with the best
@@ -125,7 +126,7 @@ OWN_ONLY_RULE = (
     f"round) is the point of {list(OWN_ONLY_GRID)} with the best mean top-1 on the validation "
     "units' held-out tasks (each validation unit trained on its other tasks alone), over the "
     "protocol's seeds; ties go to the smaller budget. Chosen by `python -m "
-    "bench.federation_helps --select-own-only`, kept in bench/federation_own_only.json."
+    "bench.federation.federation_helps --select-own-only`, kept in bench/federation_own_only.json."
 )
 FEDERATION_VARIANT_RULE = (
     "Among the federation-helps variants (rounds x epochs, server optimizer and learning "
@@ -237,7 +238,7 @@ class UnitLabels:
     """Reads units' labelled datasets from a fleet dataset, logging each read.
 
     The one reader of labels of every bench path that trains or selects (the protocol's
-    benchmarks, bench/offline_transfer.py, the federation benchmarks, the starter model,
+    benchmarks, bench/transfer/offline_transfer.py, the federation benchmarks, the starter model,
     the compile section's training GPUs): a test unit of the protocol is refused to any
     purpose but "test", whatever fleet it was built in. `more_dirs`: further fleet
     directories whose stores of the same unit join (tasks appended in sorted path order).

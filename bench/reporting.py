@@ -20,8 +20,8 @@ PLACEHOLDERS = {"--data": "DIR", "--work": "WORK", "--out": "OUT"}
 
 
 def public_command(module: str, argv: Sequence[str]) -> str:
-    """`python -m bench.MODULE ...` with data, work and output directories as placeholders
-    (DIR, DIR2, ...)."""
+    """`python -m bench.MODULE ...` (MODULE: `federation.poisoning`, say) with data, work and
+    output directories as placeholders (DIR, DIR2, ...)."""
     out, current, count = [], None, 0
     for arg in argv:
         if arg.startswith("--"):

@@ -6,15 +6,17 @@
 Sections (each writes its part of bench/reports/report.json as soon as it is done, so a
 timeout still leaves the finished ones; BENCHMARKS.md is regenerated from that JSON after
 every step, never written by hand):
-1. compile: compile time and network performance on unseen simulated GPUs (bench/compile_time.py)
-2. offline: the offline transfer table (bench/offline_transfer.py, on the same fleet data)
-3. federation: round time and bytes per node for 4, 16, 64 nodes (bench/federation_overhead.py)
-4. cpu: tuned kernels on this machine's CPU against numpy and PyTorch (bench/cpu_kernels.py)
+1. compile: compile time and network performance on unseen simulated GPUs
+   (bench/compile/compile_time.py)
+2. offline: the offline transfer table (bench/transfer/offline_transfer.py, on the same fleet data)
+3. federation: round time and bytes per node for 4, 16, 64 nodes
+   (bench/federation/federation_overhead.py)
+4. cpu: tuned kernels on this machine's CPU against numpy and PyTorch (bench/compile/cpu_kernels.py)
 5. budget: one task, MetaSchedule at a realistic budget (1,000 trials) against SiMoE fast's 32
-   (bench/compile_time.py; in --full, or on request: --quick --sections budget)
+   (bench/compile/compile_time.py; in --full, or on request: --quick --sections budget)
 
 This module runs the sections and writes the JSON. The report's typed rows are
-bench/report_model.py; BENCHMARKS.md is rendered from them by bench/report_md.py
+bench/report/report_model.py; BENCHMARKS.md is rendered from them by bench/report/report_md.py
 (`--render-only` re-renders without running anything).
 """
 
@@ -33,9 +35,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench import prepare
-from bench.claims import summarize
-from bench.report_md import markdown
-from bench.report_model import (
+from bench.report.claims import summarize
+from bench.report.report_md import markdown
+from bench.report.report_model import (
     BenchReport,
     CompileSection,
     CpuSection,
@@ -49,7 +51,7 @@ from bench.report_model import (
     Repeat,
     Sections,
 )
-from bench.report_refs import attach
+from bench.report.report_refs import attach
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = Path("bench") / "reports"
@@ -123,11 +125,9 @@ class Report:
 
 # -- sections ----------------------------------------------------------------------------------
 def section_compile(report: Report, args: argparse.Namespace, say: Callable[[str], None]) -> None:
-    from bench import compile_data, compile_time
+    from bench.compile import compile_time, presets
 
-    settings = (compile_data.FULL if args.full else compile_data.QUICK).model_copy(
-        update={"seed": args.seed}
-    )
+    settings = (presets.FULL if args.full else presets.QUICK).model_copy(update={"seed": args.seed})
     if args.units:
         settings = settings.model_copy(update={"unseen_gpus": args.units})
     if args.methods:
@@ -157,9 +157,9 @@ def section_compile(report: Report, args: argparse.Namespace, say: Callable[[str
 
 def section_budget(report: Report, args: argparse.Namespace, say: Callable[[str], None]) -> None:
     """One task, MetaSchedule at a realistic budget (1,000 trials) against SiMoE fast's 32."""
-    from bench import compile_data, compile_time
+    from bench.compile import compile_time, presets
 
-    settings = (compile_data.FULL if args.full else compile_data.QUICK_BUDGET).model_copy(
+    settings = (presets.FULL if args.full else presets.QUICK_BUDGET).model_copy(
         update={"seed": args.seed}
     )
     full_method = f"ms-xgb-{settings.long_budget}"
@@ -174,13 +174,14 @@ def section_budget(report: Report, args: argparse.Namespace, say: Callable[[str]
 
 
 def section_offline(report: Report, args: argparse.Namespace, say: Callable[[str], None]) -> None:
-    """bench/offline_transfer.py on the compile section's fleet stores (synthetic otherwise)."""
-    from bench import compile_data
+    """bench/transfer/offline_transfer.py on the compile section's fleet stores (synthetic
+    otherwise)."""
+    from bench.compile import presets
 
-    settings = compile_data.FULL if args.full else compile_data.QUICK
+    settings = presets.FULL if args.full else presets.QUICK
     fleet = args.work / "fleet" / "suite"
     out = report.out / "offline"
-    command = [sys.executable, "-m", "bench.offline_transfer", "--out", str(out)]
+    command = [sys.executable, "-m", "bench.transfer.offline_transfer", "--out", str(out)]
     if fleet.exists() and any(fleet.glob("*.sqlite")):
         # the training GPUs: the section's (the protocol's training split), never the other
         # test units whose stores the fleet directory also holds
@@ -223,9 +224,10 @@ def section_offline(report: Report, args: argparse.Namespace, say: Callable[[str
 def section_federation(
     report: Report, args: argparse.Namespace, say: Callable[[str], None]
 ) -> None:
-    from bench import compile_data, federation_overhead
+    from bench.compile import compile_data, presets
+    from bench.federation import federation_overhead
 
-    settings = compile_data.FULL if args.full else compile_data.QUICK
+    settings = presets.FULL if args.full else presets.QUICK
     gpus = settings.train_gpus[:6]
     profiles = list(compile_data.profile_vectors(gpus, args.work / "profiles").values())
     counts = [4, 16, 64]
@@ -237,7 +239,7 @@ def section_federation(
 
 
 def section_cpu(report: Report, args: argparse.Namespace, say: Callable[[str], None]) -> None:
-    from bench import cpu_kernels
+    from bench.compile import cpu_kernels
 
     ops = cpu_kernels.FULL_OPS if args.full else cpu_kernels.QUICK_OPS
     trials = 256 if args.full else CPU_QUICK_TRIALS
@@ -367,8 +369,8 @@ def render_only(out: Path, markdown_path: Path) -> int:
 
 
 def plot_curves(report: BenchReport, out: Path) -> None:
-    """The one curve figure (bench.curves) of the compile and budget sections."""
-    from bench.curves import plot
+    """The one curve figure (bench.report.curves) of the compile and budget sections."""
+    from bench.report.curves import plot
 
     data = report.model_dump(mode="json")
     data["sections"] = {k: v for k, v in data["sections"].items() if v is not None}
@@ -394,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from bench.compile_data import QUICK_METHODS, TEST_UNITS_COMPILE
+    from bench.compile.presets import QUICK_METHODS, TEST_UNITS_COMPILE
     from bench.protocol import units
 
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -58,7 +58,8 @@ class DemoReport(BaseModel):
     nodes: list[DemoNode]
     network: str  # what the newcomer tuned
     fleet_network: str = "tiny_mlp"  # what the fleet tuned
-    plan: dict[str, Any] = {}  # the DemoPlan it ran (bench.demo_newcomer reruns its newcomer)
+    # the DemoPlan it ran (bench.federation.demo_newcomer reruns its newcomer)
+    plan: dict[str, Any] = {}
     tuned_tasks: list[str] = []  # the newcomer's network: the tasks tuned (its largest)
     total_tasks: int = 0
     flops_share: float | None = None  # their share of the network's FLOPs
@@ -137,7 +138,7 @@ def print_report(report: DemoReport, console: Any) -> None:
         )
         console.print(
             f"one search per method: at {report.rows[0].trials_per_task} trials/task a result "
-            "varies widely between runs; `python -m bench.demo_newcomer --data "
+            "varies widely between runs; `python -m bench.federation.demo_newcomer --data "
             f"{report.out_dir}` reruns the three over several seeds"
         )
     if report.tuned_tasks:

@@ -7,14 +7,14 @@ model-only search gets the same chaining without a device by "measuring" with th
 builder that scores each candidate and a runner that hands the score back as seconds.
 After `rounds` searches of `per_round` candidates, the best distinct candidates by score
 are what the real device measures (fast mode: TLM's budget, 32 per task). Whether chaining
-beats one longer search is not settled (docs/model.md, bench/search_depth.py).
+beats one longer search is not settled (docs/model.md, bench/compile/search_depth.py).
 
 The builder-to-runner hand-off mirrors agent/devices/sim/measure.py's; simoe_model does
 not import agent, so it is not shared.
 
 `score(task_mod, scheduled_mods)` returns seconds-like numbers (lower = better; inf =
 invalid). `cost_model_scorer` wraps any MetaSchedule cost model (SiMoE's among them) into
-one; the benchmarks also steer it with simulated latencies (bench/compile_time.py).
+one; the benchmarks also steer it with simulated latencies (bench/compile/compile_time.py).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from simoe_model.model import SiMoE, expert_outputs
 
 # The default sharpness for TVM tensor programs (the cost model, fast mode, the node's
 # tuner): chosen on the protocol's validation split by the rule in bench/protocol.py
-# (ONLINE_GATE_RULE), `python -m bench.protocol_transfer --select-sharpness` (2026-12-01,
+# (ONLINE_GATE_RULE), `python -m bench.transfer.protocol_transfer --select-sharpness` (2026-12-01,
 # bench/protocol_online_gate.json): 0, off. No sharpness beat it by more than 0.001 in
 # mean top-1 at budgets 4 and 16 (best: 0.25, +0.0001; 8: -0.027). The Kernel Tuner
 # search keeps its own default (agent/kernels, chosen on the real GPUs).

@@ -1,10 +1,11 @@
-"""The trivial baselines (bench/baselines.py) on hand-made fleets: they rank as TopHub would."""
+"""The trivial baselines (bench/transfer/baselines.py) on hand-made fleets: they rank as TopHub
+would."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from bench.baselines import ScheduleTransfer, random_scorer
+from bench.transfer.baselines import ScheduleTransfer, random_scorer
 from simoe_model.metrics import top_k_score
 from simoe_model.task_data import DeviceDataset, TaskData
 

@@ -1,10 +1,10 @@
-"""bench.curves: performance relative to the best MetaSchedule (XGB) run, one figure."""
+"""bench.report.curves: performance relative to the best MetaSchedule (XGB) run, one figure."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bench.curves import panels, plot
+from bench.report.curves import panels, plot
 
 
 def _row(method: str, latency: float, curve: list[list[float]]) -> dict:
@@ -39,7 +39,7 @@ def test_reference_is_the_best_xgb_run_including_repeats_and_the_plot_is_written
 def test_the_20k_reference_so_far_and_the_10g_point() -> None:
     """A MetaSchedule-20K reference that has measured the panel's task is its reference when
     it is the best; a one-task run's point after 10 measurements is read off its curve."""
-    from bench.report_refs import at_measurements
+    from bench.report.report_refs import at_measurements
 
     fast = _row("simoe-fast", 1.0, [[1.0, 4.0]] + [[1.0 + i, 3.0 - i / 16] for i in range(1, 33)])
     fast.update(measured=32, task_best_s={"t": 0.5})

@@ -1,4 +1,4 @@
-"""bench.reference: a MetaSchedule reference run stops, is snapshotted, and resumes."""
+"""bench.compile.reference: a MetaSchedule reference run stops, is snapshotted, and resumes."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.reference import main
-from bench.report_refs import load_references, references_md
+from bench.compile.reference import main
+from bench.report.report_refs import load_references, references_md
 
 TINY = ["--population", "16", "--genetic-iters", "1", "--per-iter", "8"]
 

@@ -10,9 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench import claims, compile_data, compile_time, run
-from bench.report_md import markdown
-from bench.report_model import BenchReport, CompileSection, Machine, MethodRow, Repeat
+from bench import run
+from bench.compile import compile_data, compile_time, presets, tuning_run
+from bench.report import claims
+from bench.report.report_md import markdown
+from bench.report.report_model import BenchReport, CompileSection, Machine, MethodRow, Repeat
 
 
 def _row(method: str, latency: float | None, compile_s: float, curve: list) -> MethodRow:
@@ -74,7 +76,7 @@ def test_claims_say_which_targets_are_missed() -> None:
     assert got.pairs_met == {"ms-xgb-32": 1, "ms-mlp-pretrained-32": 0}
     assert got.pairs_kept_95 == 1
     # the report renders those numbers: the claims row of the pair
-    section = CompileSection(settings=compile_data.QUICK, rows=ROWS, summary=summary)
+    section = CompileSection(settings=presets.QUICK, rows=ROWS, summary=summary)
     text = markdown(_report(compile=section))
     assert "| net | a10 | 50.00x | 96.2% | 1.442x | 1.154x | 20 | 30 | 1000 |" in text
 
@@ -142,13 +144,13 @@ def test_simoe_fast_then_full_continues_its_measurements(tmp_path: Any) -> None:
     task = TuneTask(
         "matmul", tvm.IRModule({"main": prim_func(parse_workload("matmul:64,64,64"))}), 2.0, 0.0
     )
-    settings = compile_data.QUICK.model_copy(
+    settings = presets.QUICK.model_copy(
         update={"tlm_budget": 4, "full_budget": 8, "trials_per_iter": 4, "population": 16,
                 "simoe_fast_population": 16, "simoe_fast_rounds": 2, "simoe_fast_per_round": 4}
     )  # fmt: skip
     torch_model = SiMoE()  # untrained: scores are arbitrary, the mechanics are under test
     hv = np.zeros(torch_model.config.hardware_dim, np.float32)
-    fast, database = compile_time.simoe_fast(
+    fast, database = tuning_run.simoe_fast(
         [task], "a100-40gb", lambda: compile_time._simoe_model(torch_model, hv, False),
         settings, "net",
     )  # fmt: skip
@@ -162,7 +164,7 @@ def test_simoe_fast_then_full_continues_its_measurements(tmp_path: Any) -> None:
                                         else "tuned")  # fmt: skip
     assert len(database.get_all_tuning_records()) == 4
     assert fast.modelled_measure_s > 0 and fast.compile_s > fast.search_wall_s
-    [full] = compile_time.tune_method(
+    [full] = tuning_run.tune_method(
         [task], "a100-40gb", "simoe-full", compile_time._simoe_model(torch_model, hv, True),
         trials=4, population=16, genetic_iters=1, seed=0, network="net",
         work_dir=tmp_path, trials_per_iter=4, init_min_unmeasured=4, start=(fast, database),
@@ -179,7 +181,7 @@ def test_simoe_fast_then_full_continues_its_measurements(tmp_path: Any) -> None:
     moved = compile_time.schedule_transfer([task], "a100-40gb", [traces[:3]], settings, "net")
     assert moved.method == "schedule-transfer" and moved.measured == 3
     assert moved.network_latency_s is not None
-    warm, _db = compile_time.simoe_fast(
+    warm, _db = tuning_run.simoe_fast(
         [task], "a100-40gb", lambda: compile_time._simoe_model(torch_model, hv, False),
         settings, "net", method="simoe-fast-warm", seeds=[traces],
     )  # fmt: skip
@@ -211,7 +213,7 @@ def test_fleet_best_ranks_by_the_most_similar_training_gpus(monkeypatch: Any) ->
 
 def test_a_task_whose_tuned_schedule_loses_keeps_the_default() -> None:
     tasks = [type("T", (), {"name": n, "weight": 1.0})() for n in ("a", "b")]
-    row = compile_time.method_row(
+    row = tuning_run.method_row(
         "net", "a10", "m", 4, tasks, [1.0, 0.5], measured=8, wall=1.0, modelled=2.0, curve=[],
         default=[1.0, 3.0], tuned=[2.0, 0.5],
     )  # fmt: skip
@@ -223,7 +225,7 @@ def test_resume_keeps_finished_runs_but_not_orphans() -> None:
     """A simoe-fast without its simoe-full, or a snapshot without its run, is run again."""
     names = ["simoe-fast", "ms-xgb-64", "ms-xgb-32", "ms-mlp-pretrained-32"]
     rows = [_row(name, 1e-3, 1.0, []) for name in names]
-    every = compile_data.QUICK.model_copy(update={"methods": None, "small_budgets": [32, 64]})
+    every = presets.QUICK.model_copy(update={"methods": None, "small_budgets": [32, 64]})
     # 64 is two searches of 32, the second after XGB's warm-up: a snapshot of ms-xgb-full;
     # 32 is its own run (4 searches of 8)
     assert every.xgb_snapshot_budgets() == [64]
@@ -231,7 +233,7 @@ def test_resume_keeps_finished_runs_but_not_orphans() -> None:
     assert [r.method for r in kept] == ["ms-xgb-32", "ms-mlp-pretrained-32"]
     assert len(compile_time._resumable(ROWS, every)) == len(ROWS)
     # --quick runs neither simoe-full nor ms-xgb-full: its fast and 32-trial rows stand alone
-    assert len(compile_time._resumable(rows, compile_data.QUICK)) == 4
+    assert len(compile_time._resumable(rows, presets.QUICK)) == 4
 
 
 def test_units_outside_the_test_split_are_refused(capsys: Any) -> None:
@@ -247,7 +249,7 @@ def test_budget_claims_are_also_read_against_metaschedules_best_run() -> None:
     long.trials_per_task = 1000
     other = long.model_copy(update={"network_latency_s": 1.0e-3})
     section = CompileSection(
-        settings=compile_data.QUICK_BUDGET,
+        settings=presets.QUICK_BUDGET,
         rows=[long, _row("simoe-fast", 1.1e-3, 40.0, [(40.0, 1.1e-3)])],
     )
     repeats = [Repeat(command="again", rows=[other], load_average_at_start=[1.0, 1.0, 1.0],
@@ -271,7 +273,7 @@ def test_report_merges_and_renders_from_its_json(tmp_path: Path) -> None:
     out, other = tmp_path / "out", tmp_path / "other"
     out.mkdir()
     other.mkdir()
-    section = CompileSection(settings=compile_data.QUICK, rows=ROWS)
+    section = CompileSection(settings=presets.QUICK, rows=ROWS)
     run.write_report(_report(compile=section), out / "report.json")
     again = section.model_copy(update={"rows": ROWS[:2]})
     run.write_report(_report(compile=again), other / "report.json")
@@ -317,7 +319,7 @@ def test_training_candidates_are_cached_and_a_damaged_entry_is_resampled(
     task = TuneTask(
         "matmul", tvm.IRModule({"main": prim_func(parse_workload("matmul:64,64,64"))}), 1.0, 0.0
     )
-    settings = compile_data.QUICK.model_copy(
+    settings = presets.QUICK.model_copy(
         update={"samples_per_task": 6, "fleet_rounds": 0, "train_gpus": ["t4"]}
     )
     gpus = ["t4", "a10"]
@@ -355,10 +357,10 @@ def test_merge_with_replace_takes_the_section_from_the_merged_runs(tmp_path: Pat
     out, a, b = tmp_path / "out", tmp_path / "a", tmp_path / "b"
     for d in (out, a, b):
         d.mkdir()
-    old = CompileSection(settings=compile_data.QUICK, rows=ROWS[:1])
+    old = CompileSection(settings=presets.QUICK, rows=ROWS[:1])
     run.write_report(_report(compile=old), out / "report.json")
-    seed1 = compile_data.QUICK.model_copy(update={"seed": 1})
-    run.write_report(_report(compile=CompileSection(settings=compile_data.QUICK, rows=ROWS)),
+    seed1 = presets.QUICK.model_copy(update={"seed": 1})
+    run.write_report(_report(compile=CompileSection(settings=presets.QUICK, rows=ROWS)),
                      a / "report.json")  # fmt: skip
     run.write_report(_report(compile=CompileSection(settings=seed1, rows=ROWS[:2])),
                      b / "report.json")  # fmt: skip
@@ -377,13 +379,13 @@ def test_a_report_never_drops_a_run_it_only_adds(tmp_path: Path) -> None:
     runs that missed were gone from the report): they are kept as earlier runs, with the
     command that ran them and their repeats, listed in BENCHMARKS.md; a merged run's second
     offline or federation section is kept alike."""
-    from bench.report_model import FederationRow, FederationSection
+    from bench.report.report_model import FederationRow, FederationSection
 
     out, a, b = tmp_path / "out", tmp_path / "a", tmp_path / "b"
     for d in (out, a, b):
         d.mkdir()
     missed = _row("simoe-fast", 9.9e-3, 20.0, [])  # the earlier run that missed
-    old = CompileSection(settings=compile_data.QUICK, rows=[missed])
+    old = CompileSection(settings=presets.QUICK, rows=[missed])
     fed = FederationSection(
         engine="in-process", shared_arrays_bytes=1, model_parameters=1, profiles_from=[],
         results=[FederationRow(nodes=4, rounds=3, round_s=[1.0], median_round_s=1.0,
@@ -397,7 +399,7 @@ def test_a_report_never_drops_a_run_it_only_adds(tmp_path: Path) -> None:
                load_average_at_start=[1.0])
     ]  # fmt: skip
     run.write_report(report, out / "report.json")
-    new = _report(budget=CompileSection(settings=compile_data.QUICK, rows=ROWS))
+    new = _report(budget=CompileSection(settings=presets.QUICK, rows=ROWS))
     new.command = "python -m bench.run --sections budget --seed 2"
     run.write_report(new, a / "report.json")
     again = _report()
@@ -433,7 +435,7 @@ def test_the_small_budget_xgb_peer_trains_and_ranks_within_its_budget(
     from agent.tune_harness import TuneTask
     from agent.workloads import parse_workload, prim_func
 
-    settings = compile_data.QUICK.model_copy(update={"population": 16})
+    settings = presets.QUICK.model_copy(update={"population": 16})
     name, make_model, trials, pop, iters, _snaps, per_iter = compile_time.small_xgb_plan(
         settings, settings.tlm_budget
     )
@@ -457,7 +459,7 @@ def test_the_small_budget_xgb_peer_trains_and_ranks_within_its_budget(
     task = TuneTask(
         "matmul", tvm.IRModule({"main": prim_func(parse_workload("matmul:64,64,64"))}), 1.0, 0.0
     )
-    [row] = compile_time.tune_method(
+    [row] = tuning_run.tune_method(
         [task], "a100-40gb", name, make_model(), trials=trials, population=pop,
         genetic_iters=iters, seed=0, network="net", work_dir=tmp_path,
         trials_per_iter=per_iter, init_min_unmeasured=8,

@@ -1,4 +1,4 @@
-"""bench/chaos.py's checks find what they claim to find, on real SQLite files."""
+"""bench/reliability/chaos.py's checks find what they claim to find, on real SQLite files."""
 
 from __future__ import annotations
 
@@ -8,7 +8,13 @@ from pathlib import Path
 
 from federation_helpers import ToyNode
 
-from bench.chaos import Fault, first_round_back, nodes_returned, registry_facts, store_facts
+from bench.reliability.chaos import (
+    Fault,
+    first_round_back,
+    nodes_returned,
+    registry_facts,
+    store_facts,
+)
 from server.registry import Registry
 
 

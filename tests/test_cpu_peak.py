@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from agent.devices.cpu import fma_pipes
-from bench.cpu_peak import cpu_peak, measure_fma_gflops
+from bench.compile.cpu_peak import cpu_peak, measure_fma_gflops
 
 
 def test_fma_pipes_by_core() -> None:

@@ -104,7 +104,13 @@ def _row(method: str, latency: float | None) -> DemoRow:
 
 
 def test_the_newcomer_bench_reports_each_seed_and_the_geometric_mean() -> None:
-    from bench.demo_newcomer import NewcomerReport, SeedRun, geomean_interval, markdown, ratios
+    from bench.federation.demo_newcomer import (
+        NewcomerReport,
+        SeedRun,
+        geomean_interval,
+        markdown,
+        ratios,
+    )
 
     runs = [
         SeedRun(
@@ -131,7 +137,7 @@ def test_the_newcomer_bench_reports_each_seed_and_the_geometric_mean() -> None:
 
 @pytest.mark.parametrize("args", [["--seeds", "0,1,2"], ["--data", ".", "--seeds", "0,1,2"]])
 def test_the_newcomer_bench_refuses_a_directory_that_is_no_demo(args: list[str]) -> None:
-    from bench.demo_newcomer import main
+    from bench.federation.demo_newcomer import main
     from schemas import BadInputError
 
     with pytest.raises(BadInputError, match="--data"):

@@ -1,4 +1,5 @@
-"""bench/federation_helps.py on a tiny synthetic fleet: the real federation, in seconds."""
+"""bench/federation/federation_helps.py on a tiny synthetic fleet: the real federation, in
+seconds."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 
 from agent.node_state import NodeState
 from agent.store import Store
-from bench import federation_helps as fh
 from bench import reporting
+from bench.federation import federation_helps as fh
 from schemas import BadInputError
 from server.registry import Registry, arrays_from_bytes
 from simoe_model.model import shared_arrays
@@ -37,7 +38,7 @@ def run(fleet, tmp_path_factory: pytest.TempPathFactory) -> tuple[fh.FederationH
         seed=0,
         offline={names[3]: 0.5},
         central_epochs=1,
-        command="python -m bench.federation_helps --synthetic",
+        command="python -m bench.federation.federation_helps --synthetic",
         data="synthetic",
     )
     return report, work
@@ -116,9 +117,12 @@ def test_report_files_are_labelled_and_hold_no_local_paths(run, tmp_path: Path) 
     assert "Federated better on" in text and "within 0.03" in text
     assert "central, same data" in text and report.central_epochs == 1
     command = reporting.public_command(
-        "federation_helps", ["--data", "/x/d1", "/x/d2", "--rounds", "3", "--work", "/y"]
+        "federation.federation_helps", ["--data", "/x/d1", "/x/d2", "--rounds", "3", "--work", "/y"]
     )
-    assert command == "python -m bench.federation_helps --data DIR DIR2 --rounds 3 --work WORK"
+    assert (
+        command
+        == "python -m bench.federation.federation_helps --data DIR DIR2 --rounds 3 --work WORK"
+    )
 
 
 def test_bad_settings_are_bad_input(fleet, tmp_path: Path) -> None:
@@ -131,7 +135,7 @@ def test_bad_settings_are_bad_input(fleet, tmp_path: Path) -> None:
 
 def test_seeds_summary_pairs_units_and_judges_the_gap(run) -> None:
     """Over seeds: each unit's seed mean, the paired difference and the 0.03 gap goal."""
-    from bench.federation_report import FederationHelpsSeeds, markdown_seeds, summary
+    from bench.federation.federation_report import FederationHelpsSeeds, markdown_seeds, summary
 
     report, _ = run
 

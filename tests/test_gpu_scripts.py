@@ -1,4 +1,5 @@
-"""bench/gpu_check.py and bench/gpu_evidence.py on a machine without a GPU: the preflight,
+"""bench/simulator/gpu_check.py and bench/simulator/gpu_evidence.py on a machine without a GPU:
+the preflight,
 the self-check's abort, partial reports, and the evidence run end to end with a simulated
 stand-in for the GPU."""
 
@@ -24,10 +25,11 @@ HAS_GPU = Path("/dev/nvidia0").exists()
 def test_gpu_check_runs_from_anywhere_with_a_preflight_and_a_partial_report(
     tmp_path: Path,
 ) -> None:
-    """`python bench/gpu_check.py`: the repo is on the path; no GPU is one line, exit 2."""
+    """`python bench/simulator/gpu_check.py`: the repo is on the path; no GPU is one line,
+    exit 2."""
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--out", str(out), "--quick"],
+        [sys.executable, str(ROOT / "bench/simulator/gpu_check.py"), "--out", str(out), "--quick"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
@@ -47,7 +49,7 @@ def test_self_check_reports_a_failure_and_a_hang_within_its_limit(
 ) -> None:
     sys.path.insert(0, str(ROOT))
     from agent.devices import get_device
-    from bench import gpu_check
+    from bench.simulator import gpu_check
 
     target = get_device("sim:h200").target()
 
@@ -69,7 +71,7 @@ def test_self_check_reports_a_failure_and_a_hang_within_its_limit(
 @pytest.mark.slow
 def test_gpu_evidence_dry_run_end_to_end(tmp_path: Path) -> None:
     """prepare (real lowering and nvcc), run with the twin standing in, analyze: labelled."""
-    from bench import gpu_evidence
+    from bench.simulator import gpu_evidence
 
     out = tmp_path / "evidence"
     assert gpu_evidence.main(["dry-run", "--quick", "--out", str(out), "--per-workload", "4",

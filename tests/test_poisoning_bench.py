@@ -1,10 +1,10 @@
-"""bench/poisoning.py's lying nodes do what the report says they do."""
+"""bench/federation/poisoning.py's lying nodes do what the report says they do."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from bench.poisoning import LyingNode, backwards_expert, plan
+from bench.federation.poisoning import LyingNode, backwards_expert, plan
 
 
 def test_signflip_sends_the_honest_change_negated_and_scaled_x10() -> None:

@@ -67,8 +67,10 @@ def tiny_fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_training_and_selection_never_read_test_labels(
     tiny_fleet: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bench import protocol_transfer as pt
-    from bench.protocol_report import grid_table, per_unit
+    from bench.transfer import protocol_transfer as pt
+    from bench.transfer.online_gate_report import online_gate_markdown
+    from bench.transfer.protocol_methods import ABLATIONS
+    from bench.transfer.protocol_report import grid_table, per_unit
 
     for name, value in TINY.items():
         monkeypatch.setattr(protocol, name, value)
@@ -104,7 +106,7 @@ def test_training_and_selection_never_read_test_labels(
     assert len(rows) == 2 and sum("**" in r for r in rows) == 1  # both points, one chosen
     # the validation report: every method and the ablations
     result = pt.evaluate("validation", chosen, [0], list(pt.METHODS), True, labels)
-    assert set(result["per_task_top1"][0]) >= {*pt.METHODS, *pt.ABLATIONS}
+    assert set(result["per_task_top1"][0]) >= {*pt.METHODS, *ABLATIONS}
     rows = [r for r in per_unit(result) if r.startswith("| ") and not r.startswith("| unit")]
     assert [r.split(" | ")[0][2:] for r in rows] == [u[4:] for u in result["units"]]
     # the online gate's sharpness (issue 23), on validation; sharpness 0 is simoe exactly
@@ -114,7 +116,7 @@ def test_training_and_selection_never_read_test_labels(
     for unit, by_budget in gate["runs"]["0"].items():
         got = by_budget["16"]["top1"][0.0]
         assert got == result["per_task_top1"][0]["simoe"][16][unit]
-    assert "| 16 | simoe (gate off" in pt.online_gate_markdown(gate)
+    assert "| 16 | simoe (gate off" in online_gate_markdown(gate)
     assert read, "the instrument saw no label read at all"
     assert not test_devices & set(read), "a training or selection path read test labels"
     assert all(p in ("train", "select") for _, p in labels.reads)
@@ -152,7 +154,7 @@ def test_the_fleet_hash_says_what_was_built(tiny_fleet: Path, tmp_path: Path) ->
 def test_unit_pairs_report_how_alike_two_units_of_one_model_rank(
     tiny_fleet: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bench import protocol_pairs
+    from bench.transfer import protocol_pairs
 
     for name, value in TINY.items():
         monkeypatch.setattr(protocol, name, value)

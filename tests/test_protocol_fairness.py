@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench import protocol_report
+from bench.transfer import protocol_report
 
 
 def test_bootstrap_intervals_resample_gpu_models_not_unit_tasks() -> None:
@@ -50,9 +50,9 @@ def test_schedule_transfer_can_rank_every_test_candidate_simoe_ranks() -> None:
     test set holds, so schedule transfer ranks all of them, as SiMoE does (with 48 of 128 it
     could rank about 24 of the 64)."""
     from bench import protocol
-    from bench.baselines import ScheduleTransfer
-    from bench.offline_transfer import split_device
-    from bench.protocol_transfer import keep_per_task, transfer_coverage
+    from bench.transfer.baselines import ScheduleTransfer
+    from bench.transfer.offline_transfer import split_device
+    from bench.transfer.protocol_transfer import keep_per_task, transfer_coverage
 
     train = _fleet(["a100-sxm4-400w", "3090-fe", "v100-sxm2"])
     (target,) = _fleet(["4090-ref"])
@@ -74,8 +74,8 @@ LABEL_READERS = {  # the agent's ways to read measured latencies out of a store
     "best_records", "best_summaries", "_load_unit",
 }  # fmt: skip
 NOT_TRAINING = {  # bench modules that read labels and train or select nothing
-    "bench/model_throughput.py": "times the model on stored features",
-    "bench/sim_diversity.py": "the simulator's own statistics per unit",
+    "bench/compile/model_throughput.py": "times the model on stored features",
+    "bench/simulator/sim_diversity.py": "the simulator's own statistics per unit",
 }
 
 
@@ -112,7 +112,7 @@ def test_offline_transfer_refuses_test_units_in_its_training_set(tmp_path, capsy
     is refused now, before any label is read (the stores here are empty files)."""
     import pytest
 
-    from bench import offline_transfer
+    from bench.transfer import offline_transfer
 
     for unit in ("a30-u1", "2080ti-ref", "titanxp-u1", "a100-sxm4-400w", "3090-fe"):
         (tmp_path / f"{unit}.sqlite").write_bytes(b"")
@@ -132,15 +132,16 @@ def test_fleet_loaders_and_the_compile_section_refuse_test_units_in_training(
 ) -> None:
     import pytest
 
-    from bench import compile_data, protocol
-    from bench.fleet import load_gpus
+    from bench import protocol
+    from bench.compile import compile_data, presets
+    from bench.federation.fleet import load_gpus
 
     for unit in ("4090-ref", "a100-sxm4-400w"):
         (tmp_path / f"{unit}.sqlite").write_bytes(b"")
     with pytest.raises(protocol.LeakageError, match="4090-ref"):
         load_gpus([tmp_path], ["a100-sxm4-400w", "4090-ref"])  # federation_helps, poisoning
-    settings = compile_data.QUICK.model_copy(
-        update={"train_gpus": [*compile_data.QUICK.train_gpus, "2080ti-ref"]}
+    settings = presets.QUICK.model_copy(
+        update={"train_gpus": [*presets.QUICK.train_gpus, "2080ti-ref"]}
     )
     with pytest.raises(protocol.LeakageError, match="2080ti-ref"):
         compile_data.prepare(settings, tmp_path, say=print, max_tasks=1, fleet_stores=False)
@@ -154,12 +155,13 @@ def test_the_offline_section_trains_on_the_training_split_only(tmp_path, monkeyp
 
     import pytest
 
-    from bench import compile_data, protocol
+    from bench import protocol
     from bench import run as bench_run
+    from bench.compile import presets
 
     fleet = tmp_path / "fleet" / "suite"
     fleet.mkdir(parents=True)
-    for unit in [*protocol.TRAIN_UNITS, *compile_data.TEST_UNITS_COMPILE]:
+    for unit in [*protocol.TRAIN_UNITS, *presets.TEST_UNITS_COMPILE]:
         (fleet / f"{unit}.sqlite").write_bytes(b"")
     seen: list[list[str]] = []
 
@@ -202,8 +204,8 @@ def test_own_only_budget_comes_from_the_validation_choice_file(tmp_path, monkeyp
 
     import pytest
 
-    from bench import federation_helps as fh
     from bench import protocol
+    from bench.federation import federation_helps as fh
     from schemas import BadInputError
 
     fleet = fh.synthetic_gpus(3, 4, 16)
@@ -249,7 +251,7 @@ def test_own_only_trains_for_its_chosen_budget(monkeypatch) -> None:  # noqa: AN
     import tempfile
     from pathlib import Path
 
-    from bench import federation_helps as fh
+    from bench.federation import federation_helps as fh
 
     fleet = fh.synthetic_gpus(3, 4, 16)
     calls: list[tuple[int, int]] = []
@@ -270,8 +272,8 @@ def test_own_only_trains_for_its_chosen_budget(monkeypatch) -> None:  # noqa: AN
 
 
 def test_a_reported_offline_run_that_trained_on_test_units_says_so() -> None:
-    from bench.report_md import offline_md
-    from bench.report_model import OfflineResult, OfflineSection
+    from bench.report.report_md import offline_md
+    from bench.report.report_model import OfflineResult, OfflineSection
 
     def section(train: list[str]) -> OfflineSection:
         result = OfflineResult(held_out=["sim:a30-u1"], train_gpus=train, budgets=[0], results={})
@@ -288,7 +290,7 @@ def test_a_protocol_report_rewritten_keeps_the_run_it_held(tmp_path) -> None:  #
     now kept in the new report's earlier_runs and listed in its Markdown."""
     import json
 
-    from bench.protocol_transfer import write_result
+    from bench.transfer.protocol_transfer import write_result
 
     def result(command: str, top1: float) -> dict:
         return {
@@ -312,8 +314,8 @@ def test_a_protocol_report_rewritten_keeps_the_run_it_held(tmp_path) -> None:  #
 def test_a_federation_helps_report_rewritten_keeps_the_run_it_held(tmp_path) -> None:  # noqa: ANN001
     """The same for federation helps' over-seeds report: a second run with the same --out and
     --tag keeps the first in earlier_runs, and the Markdown lists it."""
-    from bench import federation_helps as fh
-    from bench.federation_report import FederationHelpsSeeds
+    from bench.federation import federation_helps as fh
+    from bench.federation.federation_report import FederationHelpsSeeds
 
     out = tmp_path / "out"
     argv = ["--synthetic", "--rounds", "2", "--epochs", "1", "--central-epochs", "0",

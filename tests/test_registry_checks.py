@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import one_line_error, run_main
 
-from bench.bad_inputs import damaged_registry
+from bench.reliability.bad_inputs import damaged_registry
 from server.cli import main as server_main
 from server.registry import Registry
 

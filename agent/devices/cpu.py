@@ -129,7 +129,7 @@ class CPUDevice(Device):
             clock_mhz = float(match.group(1)) if match else 2000.0
         lanes = _simd_lanes_fp32(self._flags)
         # FMA counts as two FLOPs; one FMA per pipe per lane per cycle. The OS clock is
-        # often the base clock: bench/cpu_peak.py checks this against a measured FMA loop.
+        # often the base clock: bench/compile/cpu_peak.py checks this against a measured FMA loop.
         pipes = fma_pipes(self.mcpu, self._flags)
         fp32_gflops = self.num_cores * clock_mhz / 1000 * lanes * 2 * pipes
         logical = psutil.cpu_count(logical=True) or self.num_cores

@@ -1,0 +1,392 @@
+"""Compile time and network performance on simulated GPUs the federation has never seen.
+
+For each network and each unseen GPU, every method tunes the same tasks on the same
+simulated GPU (`sim:<gpu>`, the analytical latency model: everything here is SIMULATED):
+
+- ms-xgb-full: MetaSchedule's default (XGB cost model) at the full budget.
+- ms-xgb-<k>: the same at TLM's budget (k = 32 measurements per task) and other small ones,
+  in `xgb_small_rounds` searches of k / rounds with a warm-up of one search, so that XGB is
+  fitted after the first search and ranks the candidates of the others within the budget.
+- ms-random-<k> (k = TLM's budget): MetaSchedule's search with random scores, one search of
+  k: what ms-xgb-<k> was before issue 24 (XGB's warm-up outlasted the budget).
+- ms-mlp-pretrained-<k>: MetaSchedule's segment-sum MLP pre-trained on the other GPUs'
+  data (TenSet-style transfer, as bench/transfer/offline_transfer.py does), fine-tuned while tuning.
+- simoe-fast: SiMoE zero-shot (trained on the other GPUs only), chained model-only
+  evolutionary searches (simoe_model.model_search), then the model's top k per task
+  measured (TLM's budget).
+- simoe-full: simoe-fast's measurements continued by MetaSchedule's search with SiMoE
+  learning online (few-shot own expert) up to the full budget.
+
+Training data and the offline-trained models: bench/compile/compile_data.py. Every run tunes
+through the tuner's harness (agent.tune_harness). The rows, the section and its settings are
+typed in bench/report/report_model.py; the claims are computed in bench/report/claims.py.
+
+Compile time = real search wall time here (evolutionary search, cost-model training and
+prediction, the simulator's analysis) + modelled measurement time (what each measurement
+would cost on the real GPU: a CUDA compile plus the runs; agent.devices.sim). Both are
+reported separately and summed. Network latency = sum over tasks of weight x best
+measured task latency (simulated).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bench.compile.compile_data import Say, prepare
+from bench.compile.tuning_run import simoe_fast, tune_method, tune_with_strategy
+from bench.report.claims import summarize
+from bench.report.report_model import CompileSection, CompileSettings, FailedRun, MethodRow
+from simoe_model.tvm_compat import single_candidate_safe, step_lr_accepts_verbose
+
+if TYPE_CHECKING:
+    from agent.tune_harness import TuneTask
+
+OnRow = Callable[[CompileSection], None]  # gets the partial section after each run
+
+
+# -- the section -------------------------------------------------------------------------------
+# (method, cost model factory, trials, population, genetic iterations, snapshots,
+#  measurements per search)
+Plan = tuple[str, Callable[[], Any], int, int, int, dict[str, int], int]
+
+
+def _run_plans(
+    plans: list[Plan],
+    tasks: list[TuneTask],
+    network: str,
+    gpu: str,
+    settings: CompileSettings,
+    work_dir: Path,
+    section: CompileSection,
+    say: Say,
+    on_row: OnRow,
+) -> None:
+    for method, make_model, trials, pop, iters, snapshots, per_iter in plans:
+        also = f", snapshot {', '.join(snapshots)}" if snapshots else ""
+        say(f"{network} on sim:{gpu}: {method} ({trials} trials/task in searches of "
+            f"{per_iter}{also})")  # fmt: skip
+        try:
+            with step_lr_accepts_verbose():
+                rows = tune_method(
+                    tasks, gpu, method, make_model(), trials=trials, population=pop,
+                    genetic_iters=iters, seed=settings.seed, network=network,
+                    work_dir=work_dir, trials_per_iter=per_iter,
+                    snapshots=snapshots, init_min_unmeasured=settings.init_min(pop),
+                )  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - one failed method must not lose the rest
+            _failed(section, network, gpu, method, exc, on_row)
+            continue
+        section.rows += rows
+        on_row(section)
+
+
+def _xgb_model(warmup: int) -> Callable[[], Any]:
+    """MetaSchedule's XGB model as tune_tasks makes it ("xgb"), with the given warm-up."""
+
+    def make() -> Any:
+        from tvm.s_tir.meta_schedule.cost_model import XGBModel
+
+        return XGBModel(num_warmup_samples=warmup, num_tuning_cores=2, tree_method="auto")
+
+    return make
+
+
+def _random_model() -> Any:
+    """MetaSchedule's random cost model: the search's candidates in random order."""
+    from tvm.s_tir.meta_schedule.cost_model import RandomModel
+
+    return RandomModel()
+
+
+def small_xgb_plan(settings: CompileSettings, budget: int) -> Plan:
+    """The XGB peer at a small budget: `xgb_small_rounds` searches of budget / rounds
+    measurements, XGB's warm-up one search, so its model is fitted after the first search and
+    ranks every later one within the budget (one search of the whole budget never used it)."""
+    rounds = settings.xgb_small_rounds or 1
+    per_iter = max(1, budget // rounds)
+    warmup = min(settings.xgb_warmup, per_iter) if rounds > 1 else settings.xgb_warmup
+    return (f"ms-xgb-{budget}", _xgb_model(warmup), budget, settings.population,
+            settings.genetic_iters, {}, per_iter)  # fmt: skip
+
+
+def _mlp_model(trainer: Any) -> Any:
+    from tvm.s_tir.meta_schedule.cost_model.mlp_model import MLPModel
+
+    return MLPModel(trainer=single_candidate_safe(copy.deepcopy(trainer)))
+
+
+def _simoe_model(base: Any, hv: np.ndarray, online: bool) -> Any:
+    from simoe_model.cost_model import SiMoECostModel
+
+    return SiMoECostModel(copy.deepcopy(base), hv, online=online)
+
+
+def _run_simoe(
+    tasks: list[TuneTask],
+    network: str,
+    gpu: str,
+    model: Any,
+    hv: np.ndarray,
+    settings: CompileSettings,
+    work_dir: Path,
+    section: CompileSection,
+    say: Say,
+    on_row: OnRow,
+    *,
+    full: CompileSettings | None,
+) -> None:
+    """SiMoE fast mode, then full mode (when `full`, its settings): fast mode's measurements
+    continued by MetaSchedule's search with SiMoE learning online, up to the full budget."""
+    k = settings.tlm_budget
+    say(
+        f"{network} on sim:{gpu}: simoe-fast ({settings.simoe_fast_rounds} model-only searches "
+        f"of {settings.simoe_fast_per_round}, then {k} measured per task)"
+    )
+    try:
+        fast, database = simoe_fast(
+            tasks, gpu, lambda: _simoe_model(model, hv, False), settings, network
+        )
+    except Exception as exc:  # noqa: BLE001 - one failed method must not lose the rest
+        _failed(section, network, gpu, "simoe-fast", exc, on_row)
+        return
+    section.rows.append(fast)
+    on_row(section)
+    if full is None or full.full_budget <= k:
+        return
+    say(f"{network} on sim:{gpu}: simoe-full (continues to {full.full_budget} trials/task)")
+    try:
+        with step_lr_accepts_verbose():
+            [row] = tune_method(
+                tasks, gpu, "simoe-full", _simoe_model(model, hv, True),
+                trials=full.full_budget - k, population=full.population,
+                genetic_iters=full.genetic_iters, seed=full.seed, network=network,
+                work_dir=work_dir, trials_per_iter=full.trials_per_iter,
+                init_min_unmeasured=full.init_min(full.population),
+                start=(fast, database),
+            )  # fmt: skip
+    except Exception as exc:  # noqa: BLE001
+        _failed(section, network, gpu, "simoe-full", exc, on_row)
+        return
+    row.trials_per_task = full.full_budget
+    section.rows.append(row)
+    on_row(section)
+
+
+def _run_mlp_fast(
+    tasks: list[TuneTask],
+    network: str,
+    gpu: str,
+    mlp: Any,
+    settings: CompileSettings,
+    section: CompileSection,
+    say: Say,
+    on_row: OnRow,
+) -> None:
+    """The fair peer of SiMoE fast (issue 12, item 4): the pre-trained MLP (the same training
+    data) searching exactly as SiMoE fast does, then its top `tlm_budget` measured."""
+    say(f"{network} on sim:{gpu}: mlp-fast (SiMoE fast's search with the pre-trained MLP)")
+    try:
+        with step_lr_accepts_verbose():
+            row, _db = simoe_fast(
+                tasks, gpu, lambda: _mlp_model(mlp), settings, network, method="mlp-fast"
+            )
+    except Exception as exc:  # noqa: BLE001 - one failed method must not lose the rest
+        _failed(section, network, gpu, "mlp-fast", exc, on_row)
+        return
+    section.rows.append(row)
+    on_row(section)
+
+
+def schedule_transfer(
+    tasks: list[TuneTask],
+    gpu: str,
+    best: list[list[Any]],
+    settings: CompileSettings,
+    network: str,
+) -> MethodRow:
+    """Fleet schedule transfer: each task's given known-good traces measured, best first."""
+    from tvm import s_tir
+
+    from simoe_model.model_search import ProposedCandidates, Scored
+
+    def strategy(i: int, task: TuneTask, _target: Any) -> Any:
+        picks = []
+        for order, trace in enumerate(best[i][: settings.tlm_budget]):
+            sch = s_tir.Schedule(task.mod)
+            trace.apply_to_schedule(sch, remove_postproc=False)
+            picks.append(Scored(sch.mod, trace, float(order), order))
+        return ProposedCandidates(picks)
+
+    [row], _db = tune_with_strategy(
+        tasks, gpu, "schedule-transfer", "random", strategy, trials=settings.tlm_budget,
+        seed=settings.seed, network=network, work_dir=None,
+        trials_per_iter=settings.trials_per_iter,
+    )  # fmt: skip
+    return row
+
+
+def _run_fleet_methods(
+    data: Any,
+    network: str,
+    gpu: str,
+    settings: CompileSettings,
+    section: CompileSection,
+    say: Say,
+    on_row: OnRow,
+    have: set[tuple[str, str, str]],
+) -> None:
+    """Fleet schedule transfer (a peer: at least its performance is the target) and SiMoE
+    fast with the fleet schedule warm start (the same schedules seed its first search)."""
+    from bench.compile.compile_data import fleet_best
+
+    if network in settings.held_out_networks:
+        return  # no fleet record of its operators: nothing to transfer or to seed with
+    tasks = data.tasks[network]
+    best = fleet_best(data, network, gpu, settings.tlm_budget)
+    runs = {
+        "schedule-transfer": lambda: schedule_transfer(tasks, gpu, best, settings, network),
+        "simoe-fast-warm": lambda: simoe_fast(
+            tasks, gpu, lambda: _simoe_model(data.simoe, data.hv[gpu], False), settings,
+            network, method="simoe-fast-warm", seeds=best,
+        )[0],
+    }  # fmt: skip
+    for method, run in runs.items():
+        if (network, gpu, method) in have or not settings.runs(method):
+            continue
+        say(f"{network} on sim:{gpu}: {method}")
+        try:
+            row = run()
+        except Exception as exc:  # noqa: BLE001 - one failed method must not lose the rest
+            _failed(section, network, gpu, method, exc, on_row)
+            continue
+        section.rows.append(row)
+        on_row(section)
+
+
+def _failed(
+    section: CompileSection, network: str, gpu: str, method: str, exc: Exception, on_row: OnRow
+) -> None:
+    error = f"{type(exc).__name__}: {str(exc)[:300]}"
+    section.failed.append(FailedRun(network=network, gpu=gpu, method=method, error=error))
+    on_row(section)
+
+
+def run_section(
+    settings: CompileSettings,
+    work_dir: Path,
+    *,
+    say: Say,
+    on_row: OnRow,
+    done: list[MethodRow] | None = None,
+    fleet_stores: bool = True,
+) -> CompileSection:
+    """Every network x unseen GPU x method; `on_row` gets the partial result after each run.
+
+    `done`: rows of an interrupted run with the same settings, kept and not run again (a
+    simoe-fast row without its simoe-full is run again: full mode continues fast's search).
+    `fleet_stores`: write the fleet stores the offline section reads (not needed without it)."""
+    data = prepare(settings, work_dir, say, settings.max_tasks, fleet_stores)
+    kept = _resumable(done or [], settings)
+    section = CompileSection(
+        settings=settings, networks=data.networks, prep_seconds=data.prep_seconds, rows=kept
+    )
+    have = {(r.network, r.gpu, r.method) for r in kept}
+    on_row(section)
+    k = settings.tlm_budget
+    per_iter = settings.trials_per_iter
+    xgb = _xgb_model(settings.xgb_warmup)
+    # a small budget that is a whole number of searches, past XGB's warm-up, is the full run
+    # stopped there
+    xgb_snaps = {f"ms-xgb-{b}": b for b in settings.xgb_snapshot_budgets()}
+    plans: list[Plan] = []
+    if settings.runs("ms-xgb-full"):
+        plans.append(
+            ("ms-xgb-full", xgb, settings.full_budget, settings.population,
+             settings.genetic_iters, xgb_snaps, per_iter)
+        )  # fmt: skip
+    else:  # no full run to take snapshots of: each small budget is its own run
+        xgb_snaps = {}
+    for budget in sorted({k, *settings.small_budgets} - set(xgb_snaps.values())):
+        plans.append(small_xgb_plan(settings, budget))
+    plans.append(
+        (f"ms-random-{k}", _random_model, k, settings.population, settings.genetic_iters, {},
+         min(per_iter, k))
+    )  # fmt: skip
+    plans.append(
+        (f"ms-mlp-pretrained-{k}", lambda: _mlp_model(data.mlp), k, settings.population,
+         settings.genetic_iters, {}, min(per_iter, k))
+    )  # fmt: skip
+    plans = [p for p in plans if settings.runs(p[0])]
+    plans.sort(key=lambda p: (p[2], p[0]))  # cheap runs first: a timeout keeps the comparison
+    for gpu in settings.unseen_gpus:
+        for network, tasks in data.tasks.items():
+            # SiMoE first, then the peers
+            full = settings if settings.runs("simoe-full") else None
+            if (network, gpu, "simoe-full" if full else "simoe-fast") not in have:
+                _run_simoe(tasks, network, gpu, data.simoe, data.hv[gpu], settings, work_dir,
+                           section, say, on_row, full=full)  # fmt: skip
+            # the same search, the MLP's scores
+            if (network, gpu, "mlp-fast") not in have and settings.runs("mlp-fast"):
+                _run_mlp_fast(tasks, network, gpu, data.mlp, settings, section, say, on_row)
+            _run_fleet_methods(data, network, gpu, settings, section, say, on_row, have)
+            todo = [p for p in plans if (network, gpu, p[0]) not in have]
+            _run_plans(todo, tasks, network, gpu, settings, work_dir, section, say, on_row)
+    section.summary = summarize(section.rows, settings.tlm_budget)
+    return section
+
+
+def _resumable(rows: list[MethodRow], settings: CompileSettings) -> list[MethodRow]:
+    """Rows of an earlier run worth keeping: all but a simoe-fast without its simoe-full, and
+    a snapshot (ms-xgb-k) without the run it was taken from."""
+    have = {(r.network, r.gpu, r.method) for r in rows}
+
+    def keep(r: MethodRow) -> bool:
+        if r.method == "simoe-fast" and not settings.runs("simoe-full"):
+            return True
+        if r.method == "simoe-fast":
+            return (r.network, r.gpu, "simoe-full") in have
+        snapshots = {f"ms-xgb-{b}" for b in settings.xgb_snapshot_budgets()}
+        if r.method in snapshots and settings.runs("ms-xgb-full"):
+            return (r.network, r.gpu, "ms-xgb-full") in have
+        return True
+
+    return [r for r in rows if keep(r)]
+
+
+def run_budget_section(
+    settings: CompileSettings,
+    work_dir: Path,
+    *,
+    say: Say,
+    on_row: OnRow,
+) -> CompileSection:
+    """The paper's compile-time claim at a realistic MetaSchedule budget, on one task: the top
+    task of the first network on the first unseen GPU, MetaSchedule (XGB) for `long_budget`
+    trials against SiMoE fast's `tlm_budget` measurements."""
+    one = settings.model_copy(update={"networks": settings.networks[:1]})
+    data = prepare(one, work_dir / "budget", say, 1)
+    section = CompileSection(settings=one, networks=data.networks, prep_seconds=data.prep_seconds)
+    on_row(section)
+    [(network, tasks)] = data.tasks.items()
+    gpu = settings.unseen_gpus[0]
+    # MetaSchedule's own defaults here: 64 measurements per search, XGB warm-up 100
+    default_iter = settings.model_copy(
+        update={"trials_per_iter": 64, "scale_init_min": False,
+                "full_budget": settings.long_simoe_budget}
+    )  # fmt: skip
+    _run_simoe(tasks, network, gpu, data.simoe, data.hv[gpu], settings, work_dir / "budget",
+               section, say, on_row, full=default_iter)  # fmt: skip
+    plans: list[Plan] = [
+        (f"ms-xgb-{settings.long_budget}", _xgb_model(100), settings.long_budget,
+         settings.population, settings.genetic_iters, {}, default_iter.trials_per_iter),
+    ]  # fmt: skip
+    _run_plans(plans, tasks, network, gpu, default_iter, work_dir / "budget", section, say, on_row)
+    section.summary = summarize(
+        section.rows, settings.tlm_budget, full_method=f"ms-xgb-{settings.long_budget}"
+    )
+    return section

@@ -1,0 +1,208 @@
+"""Why the federated newcomer trails the central model: swap one part at a time.
+
+    python -m bench.federation.federation_diagnose --seed 0 \
+        [--rounds 3 --epochs 4 --central-epochs 12]
+
+VALIDATION units only (bench/protocol.py's validation split as newcomers; there is no
+option for the test split). One federation as bench/federation/federation_helps.py runs it,
+then each
+newcomer is scored zero-shot (offline_transfer's test split, the same as federation_helps)
+by models that differ from the one it got in ONE respect:
+
+- `fed_k`: what the newcomer got (global shared parts, its k nearest experts);
+- `fed_all`: the same global shared parts, every node's expert (delivery of all experts);
+- `fed_all_central_gate`: fed_all after the gate and hardware encoder are trained in one
+  process on every node's train data (program encoder and experts frozen): the
+  federation's encoder and experts under a centrally trained router;
+- `fed_encoder_central_experts`: fed_all with every expert retrained in one process on
+  the federation's program encoder, frozen (is the encoder or the expert training short?);
+- `central_all`: the central model (every expert); `central_k`: the central model with the
+  newcomer's federated k experts only; `central_nearest_k`: with its own k nearest;
+
+Everything is SIMULATED. Writes OUT/federation_diagnose_s<seed>.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from bench.federation import federation_helps as fh
+
+
+def diagnose(  # noqa: PLR0913
+    seed: int, rounds: int, epochs: int, central_epochs: int, k: int, work: Path,
+    local_batch: int = 8, prox_mu: float = 0.0, server_lr: float = 1.0,
+    server_optimizer: str = "sgd",
+) -> dict:  # fmt: skip
+    from agent.node_state import NodeState
+    from bench import protocol
+    from bench.federation.fleet import protocol_gpus, split_tasks
+    from bench.transfer.offline_transfer import split_device
+    from server.registry import Registry
+    from simoe_model.model import add_expert
+    from simoe_model.task_data import DeviceDataset
+    from simoe_model.train import train_experts, train_shared
+
+    nodes, newcomers = protocol_gpus("validation")
+    held = list(protocol.HELD_OUT_TASKS)
+    report = fh.run_federation_helps(
+        nodes, newcomers, work, rounds=rounds, epochs=epochs, k_experts=k,
+        held_out_tasks=held, seed=seed, central_epochs=0, local_batch=local_batch,
+        prox_mu=prox_mu, server_lr=server_lr, server_optimizer=server_optimizer,
+    )  # fmt: skip
+    splits = {g.name: split_tasks(g, 1 / 3, seed, False, held) for g in nodes}
+    central = fh.central_model(nodes, splits, central_epochs, seed)
+    with Registry(work / "server" / "registry.sqlite") as registry:
+        experts = {name: registry.expert(name) for name in registry.expert_names()}
+    sample = NodeState(work / "newcomers" / newcomers[0].name).load_model()
+    fed_all = copy.deepcopy(sample)
+    for name, arrays in experts.items():
+        add_expert(fed_all, name, arrays)
+    routed = copy.deepcopy(fed_all)
+    retrained = copy.deepcopy(fed_all)  # the federation's encoder, experts trained centrally
+    data = [DeviceDataset(g.device, g.dataset.hardware_vector, splits[g.name][0]) for g in nodes]
+    train_shared(
+        routed, data, epochs=central_epochs, seed=seed,
+        expert_of={g.device: g.name for g in nodes}, refit_hardware=True,
+    )  # fmt: skip
+    train_experts(
+        retrained, [(g.name, d) for g, d in zip(nodes, data, strict=True)],
+        epochs=central_epochs, seed=seed, train_encoder=False,
+    )  # fmt: skip
+    rows = []
+    for gpu, fed_row in zip(newcomers, report.newcomers, strict=True):
+        test = split_device(gpu.dataset, seed).test
+        hv = gpu.dataset.hardware_vector
+        mine = NodeState(work / "newcomers" / gpu.name).load_model()
+        nearest = sorted(
+            central.expert_names,
+            key=lambda n: -central.similarity(hv, central.expert(n).hardware.numpy()),
+        )[:k]
+        rows.append(
+            {
+                "gpu": gpu.name,
+                "fed_experts": fed_row.experts,
+                "central_nearest": nearest,
+                "fed_k": fh.top1(mine, test, hv),
+                "fed_all": fh.top1(fed_all, test, hv),
+                "fed_all_central_gate": fh.top1(routed, test, hv),
+                "fed_encoder_central_experts": fh.top1(retrained, test, hv),
+                "central_all": fh.top1(central, test, hv),
+                "central_k": _top1_with(central, test, hv, [f"sim:{n}" for n in fed_row.experts]),
+                "central_nearest_k": _top1_with(central, test, hv, nearest),
+            }
+        )
+    keys = [k for k in rows[0] if k not in {"gpu", "fed_experts", "central_nearest"}]
+    return {
+        "simulated": True,
+        "split": "validation",
+        "seed": seed,
+        "rounds": rounds,
+        "epochs": epochs,
+        "central_epochs": central_epochs,
+        "k_experts": k,
+        "local_batch": local_batch,
+        "prox_mu": prox_mu,
+        "server_lr": server_lr,
+        "server_optimizer": server_optimizer,
+        "rows": rows,
+        "means": {key: float(np.mean([r[key] for r in rows])) for key in keys},
+        "load_average": fh.load_average(),
+    }
+
+
+def _top1_with(model, tasks, hv, names) -> float:  # noqa: ANN001
+    from simoe_model.metrics import task_metrics
+    from simoe_model.train import predict
+
+    pairs = [(predict(model, t.features, hv, experts=names), t.latencies) for t in tasks]
+    return task_metrics(pairs)["top1"]
+
+
+COLUMNS = {
+    "fed_k": "federated newcomer (its k experts)",
+    "fed_all": "same global, all experts",
+    "fed_all_central_gate": "+ gate trained centrally",
+    "fed_encoder_central_experts": "federated encoder, experts trained centrally",
+    "central_k": "central, the newcomer's k experts",
+    "central_all": "central (all experts)",
+}
+
+
+def summary_markdown(results: list[dict]) -> str:
+    """One row per diagnostic run: its settings and each swap's mean top-1 over newcomers."""
+    lines = [
+        "# Why the federated newcomer trails the central model (SIMULATED, validation units)",
+        "",
+        "Each row: `python -m bench.federation.federation_diagnose --seed S --rounds R --epochs E "
+        "[--local-batch B --prox-mu M --server-optimizer O --server-lr L]` (central: 12 "
+        "epochs); the validation units' mean zero-shot top-1 when ONE part of the newcomer's "
+        "model is swapped (bench/federation/federation_diagnose.py's docstring says what each is).",
+        "",
+        "| seed | rounds x epochs | local batch | prox mu | server | "
+        + " | ".join(COLUMNS.values())
+        + " | load at end |",
+        "|---|---|---|---|---|" + "---|" * len(COLUMNS) + "---|",
+    ]
+    for r in results:
+        server = f"{r.get('server_optimizer', 'sgd')} {r.get('server_lr', 1.0):g}"
+        cells = " | ".join(f"{r['means'][k]:.3f}" for k in COLUMNS)
+        lines.append(
+            f"| {r['seed']} | {r['rounds']} x {r['epochs']} | {r.get('local_batch', 8)} | "
+            f"{r.get('prox_mu', 0.0):g} | {server} | {cells} | {r['load_average'][0]:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--central-epochs", type=int, default=12)
+    parser.add_argument("--k-experts", type=int, default=3)
+    parser.add_argument("--local-batch", type=int, default=8)
+    parser.add_argument("--prox-mu", type=float, default=0.0)
+    parser.add_argument("--server-lr", type=float, default=1.0)
+    parser.add_argument("--server-optimizer", choices=["sgd", "adam"], default="sgd")
+    parser.add_argument("--out", type=Path, default=Path("runs/fed_diagnose"))
+    parser.add_argument(
+        "--summarize", type=Path, nargs="+", help="diagnostic .json files: one table, OUT/"
+        "federation_diagnose.md; runs nothing",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.summarize:
+        text = summary_markdown([json.loads(p.read_text()) for p in args.summarize])
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "federation_diagnose.md").write_text(text)
+        print(text)
+        return
+    import torch
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory(prefix="federation_diagnose-") as tmp:
+        result = diagnose(
+            args.seed, args.rounds, args.epochs, args.central_epochs, args.k_experts, Path(tmp),
+            args.local_batch, args.prox_mu, args.server_lr, args.server_optimizer,
+        )  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"federation_diagnose_s{args.seed}.json"
+    path.write_text(json.dumps(result, indent=1))
+    keys = list(result["means"])
+    print("| newcomer | " + " | ".join(keys) + " |")
+    for row in result["rows"]:
+        print(f"| {row['gpu']} | " + " | ".join(f"{row[k]:.3f}" for k in keys) + " |")
+    print("| mean | " + " | ".join(f"{result['means'][k]:.3f}" for k in keys) + " |")
+
+
+if __name__ == "__main__":
+    from bench import prepare
+
+    prepare()
+    main()

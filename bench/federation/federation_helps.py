@@ -1,0 +1,594 @@
+"""Federation helps: each node's federated cost model against one trained on its own data.
+
+    python -m bench.federation.federation_helps --protocol validation|test [--seeds 0,1,2]
+        [--rounds R --epochs E --central-epochs R*E] [--server-optimizer adam --server-lr L]
+        [--local-batch B] [--prox-mu M] [--k-experts K] [--matched-global] [--tag T]
+    python -m bench.federation.federation_helps --compare OUT/federation_helps_*.json --tag T
+    python -m bench.federation.federation_helps --data DIR [DIR2 ...]     # the fleet dataset
+    python -m bench.federation.federation_helps --synthetic     # synthetic fleet (development)
+
+One federation per seed (the protocol's seeds with --protocol), all with the same
+settings; the variant options are the deployment's own (TrainInstruction, SiMoEStrategy).
+
+A real federation runs in this process: the ServerApp's round loop
+(`server.server_app.run_rounds`), the real `SiMoEStrategy` and expert registry
+(SQLite), over the in-process Grid (`server.inprocess.InProcessGrid`), which hands
+every message (deep-copied, as serialization would) to the agent's real ClientApp
+(`agent.client_app:app`) over each node's state directory. Only the SuperLink
+processes and the network are left out (a real round costs ~30 s of process starts
+on 2 cores; tests/test_federation_processes.py covers that path).
+
+Each node is one simulated GPU of the fleet dataset. Its tasks (workloads) are
+split once (fixed seed) into TRAIN and HELD-OUT tasks; its state directory's store
+holds the candidates of its train tasks only (features and latencies copied from
+the fleet store; traces replaced by the candidate id, which training never reads).
+By default each node draws its own split (nodes of a real fleet tune different
+workloads); `--same-split` holds out the same tasks everywhere (no node has seen them).
+
+After the rounds, on each node's held-out tasks (all candidates), the top-1 score
+(TenSet definition, simoe_model.metrics) of:
+- federated: the node's model.pt as the ClientApp left it (global shared parts, the
+  experts the server sent, its own expert): what the node tunes with;
+- own-only: the same architecture trained on the node's own train tasks alone (one
+  `train_expert` per round, as its ClientApp), no federation; under the protocol for the
+  budget chosen on validation (`--select-own-only`, bench/protocol.py OWN_ONLY_RULE, kept in
+  bench/federation_own_only.json), otherwise for the federation's rounds x epochs.
+
+Newcomers: GPUs that are none of the nodes enrol at the last round (hello, then a
+train message with no local data: served the global model and its k nearest
+experts) and are scored zero-shot on the test split of bench/transfer/offline_transfer.py
+(same seed, same shuffle: each task's candidates after its first 64), next to the
+offline SiMoE figure for the same GPUs (docs/results/offline_transfer.json).
+
+Everything here is SIMULATED: latencies come from the analytical GPU model.
+Writes OUT/federation_helps[_<protocol>][_<tag>].{json,md}: every seed's report and the
+summary over seeds (bench/federation/federation_report.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench import reporting
+from bench.federation.federation_report import (  # noqa: F401 (the report's names, as they were here)
+    GOAL_NEWCOMER_GAP,
+    FederationHelpsReport,
+    FederationHelpsSeeds,
+    NewcomerRow,
+    NodeRow,
+    markdown,
+    markdown_seeds,
+    offline_figures,
+    variants_markdown,
+    with_offline_figures,
+)
+from bench.federation.fleet import (
+    FleetGPU,
+    load_gpus,
+    protocol_gpus,
+    protocol_units,
+    split_tasks,
+    synthetic_gpus,
+)
+from bench.federation.inprocess_federation import InProcessFederation
+from bench.reporting import load_average
+from schemas import BadInputError  # noqa: E402
+from simoe_model.task_data import DeviceDataset, TaskData  # noqa: E402
+
+# the training GPUs of docs/results/offline_transfer.md (every generation, Maxwell to
+# Hopper, and the embedded Jetsons), so the newcomers compare with that benchmark
+DEFAULT_NODES = (
+    "m40,titanx,p4,p100,1080,1080ti,titanv,v100,t4,a2,a10,a40,3090,a100-40gb,a100-80gb,"
+    "l4,l40s,h100-sxm,h200,jetson-nano,tx2,orin"
+)
+# the held-out GPUs of docs/results/offline_transfer.md: never nodes here
+DEFAULT_NEWCOMERS = "k80,titanxp,2080ti,a30,4090,h100-pcie,xavier"
+
+Say = Callable[[str], None]
+
+
+# -- scoring ----------------------------------------------------------------------------------
+def top1(model, tasks: Sequence[TaskData], hardware_vector: np.ndarray) -> float:  # noqa: ANN001
+    """Mean over tasks of the TenSet top-1 score of the model's mixture on this hardware."""
+    from simoe_model.metrics import task_metrics
+    from simoe_model.train import predict
+
+    pairs = [(predict(model, t.features, hardware_vector), t.latencies) for t in tasks]
+    return task_metrics(pairs)["top1"]
+
+
+def own_only_model(  # noqa: ANN201
+    gpu: FleetGPU,
+    tasks: list[TaskData],
+    rounds: int,
+    epochs: int,
+    seed: int,
+    local_batch: int = 8,
+    after_round: Callable[[int, Any], None] | None = None,
+):
+    """The node's model without federation: what its ClientApp trains, round after round
+    (the same tasks per step). `after_round(round, model)`: called after each round (the
+    budget selection scores every grid point of one run)."""
+    from server.similarity import initial_shared_arrays
+    from simoe_model.model import SiMoE, load_shared_arrays
+    from simoe_model.train import train_expert
+
+    model = SiMoE()
+    load_shared_arrays(model, initial_shared_arrays(seed))  # the federation's start, too
+    dataset = DeviceDataset(gpu.device, gpu.dataset.hardware_vector, tasks)
+    for server_round in range(1, rounds + 1):  # the strategy's seed is seed + round
+        train_expert(
+            model, gpu.name, dataset, epochs=max(epochs, 1), seed=seed + server_round,
+            tasks_per_step=local_batch,
+        )  # fmt: skip
+        if after_round is not None:
+            after_round(server_round, model)
+    return model
+
+
+# -- the own-only baseline's budget, chosen on validation (bench/protocol.py OWN_ONLY_RULE) -----
+OWN_ONLY_CHOICE = Path(__file__).resolve().parents[1] / "federation_own_only.json"
+
+
+def select_own_only(
+    units: Sequence[FleetGPU],
+    held_out_tasks: Sequence[str],
+    seeds: Sequence[int],
+    grid: Sequence[int],
+    local_batch: int = 8,
+    say: Say = lambda _text: None,
+) -> dict[str, Any]:
+    """The protocol's OWN_ONLY_RULE: each validation unit, its own node, trains its own expert
+    on its tasks but `held_out_tasks` (one epoch per round, as the ClientApp does) and is
+    scored on those after every grid point's rounds (one run to the largest budget per unit
+    and seed); the budget with the best mean top-1 over units and seeds, ties to the smaller."""
+    scores: dict[int, list[list[float]]] = {b: [] for b in grid}  # budget -> per seed, per unit
+    for seed in seeds:
+        per_unit: dict[int, list[float]] = {b: [] for b in grid}
+        for gpu in units:
+            train, held = split_tasks(gpu, 0.0, seed, True, held_out_tasks)
+            hv = gpu.dataset.hardware_vector
+
+            def score(
+                server_round: int, model: Any, held: Any = held, hv: Any = hv, out: Any = per_unit
+            ) -> None:
+                if server_round in out:
+                    out[server_round].append(top1(model, held, hv))
+
+            own_only_model(gpu, train, max(grid), 1, seed, local_batch, after_round=score)
+        for b in grid:
+            scores[b].append(per_unit[b])
+        say(f"seed {seed}: " + ", ".join(f"{b}: {np.mean(per_unit[b]):.4f}" for b in grid))
+    means = {b: float(np.mean(scores[b])) for b in grid}
+    best = max(means.values())
+    chosen = min(b for b in grid if means[b] == best)
+    return {
+        "chosen_on": "validation",
+        "rule": "bench/protocol.py OWN_ONLY_RULE",
+        "units": [g.name for g in units],
+        "seeds": list(seeds),
+        "held_out_tasks": list(held_out_tasks),
+        "grid": list(grid),
+        "mean_top1": {str(b): means[b] for b in grid},
+        "per_seed_unit_top1": {str(b): scores[b] for b in grid},
+        "chosen": {"own_only_epochs": chosen},
+    }
+
+
+def own_only_budget(fleet_digest: str, path: Path | None = None) -> int:
+    """The own-only budget chosen on validation (OWN_ONLY_CHOICE) for this fleet; BadInputError
+    when it was not chosen, or chosen on another fleet."""
+    path = path or OWN_ONLY_CHOICE
+    if not path.exists():
+        raise BadInputError(
+            f"no {path.name}: choose the own-only budget on validation first "
+            "(python -m bench.federation.federation_helps --select-own-only)"
+        )
+    choice = json.loads(path.read_text())
+    if choice.get("fleet") != fleet_digest or choice.get("chosen_on") != "validation":
+        raise BadInputError(f"{path.name} was chosen on another fleet: run --select-own-only")
+    return int(choice["chosen"]["own_only_epochs"])
+
+
+def central_model(
+    nodes: Sequence[FleetGPU],
+    splits: dict[str, tuple[list[TaskData], list[TaskData]]],
+    epochs: int,
+    seed: int,
+):  # noqa: ANN201
+    """The reference without federation: one SiMoE trained in one process on the same data
+    (every node's train tasks), as bench/transfer/offline_transfer.py trains it."""
+    import torch
+
+    from simoe_model.model import SiMoE
+    from simoe_model.train import train_experts, train_shared
+
+    data = [DeviceDataset(g.device, g.dataset.hardware_vector, splits[g.name][0]) for g in nodes]
+    torch.manual_seed(seed)  # its initial weights: the seed's, not the process's history
+    model = SiMoE()
+    train_experts(model, [(d.device, d) for d in data], epochs=epochs, seed=seed)
+    train_shared(model, data, epochs=epochs, seed=seed)
+    return model
+
+
+# -- the run ------------------------------------------------------------------------------------
+def run_federation_helps(
+    nodes: Sequence[FleetGPU],
+    newcomers: Sequence[FleetGPU],
+    work_dir: Path,
+    *,
+    rounds: int = 4,
+    epochs: int = 3,
+    k_experts: int = 3,
+    held_out_fraction: float = 1 / 3,
+    same_split: bool = False,
+    held_out_tasks: Sequence[str] | None = None,
+    seed: int = 0,
+    offline: dict[str, float] | None = None,
+    central_epochs: int = 0,
+    local_batch: int = 8,
+    prox_mu: float = 0.0,
+    server_lr: float = 1.0,
+    server_optimizer: str = "sgd",
+    matched_global: bool = False,
+    own_only_epochs: int | None = None,
+    command: str = "",
+    data: str = "",
+    threads: int = 1,
+    say: Say = lambda _text: None,
+) -> FederationHelpsReport:
+    """Federate `nodes` for `rounds`, newcomers join at the last round; score everyone."""
+    from agent.node_state import NodeState
+    from bench.transfer.offline_transfer import split_device
+    from server.similarity import model_similarity
+    from server.strategy import SiMoEStrategy
+
+    if rounds < 2:
+        raise BadInputError("--rounds must be at least 2 (newcomers join at the last round)")
+    if len(nodes) < 2:
+        raise BadInputError("a federation needs at least 2 nodes")
+    overlap = {n.name for n in nodes} & {n.name for n in newcomers}
+    if overlap:
+        raise BadInputError(f"newcomers must not be nodes: {sorted(overlap)}")
+    load_start = load_average()
+    started = time.perf_counter()
+    work_dir.mkdir(parents=True, exist_ok=True)
+
+    splits = {
+        g.name: split_tasks(g, held_out_fraction, seed, same_split, held_out_tasks) for g in nodes
+    }
+    federation = InProcessFederation(work_dir)
+    federation.add_members([(gpu, splits[gpu.name][0]) for gpu in nodes])
+    say(f"{len(nodes)} nodes written; federation: {rounds} rounds, {epochs} epochs each")
+
+    registry = federation.open_registry()
+    strategy = SiMoEStrategy(
+        registry, model_similarity, k_experts=k_experts, epochs=epochs, seed=seed,
+        local_batch=local_batch, prox_mu=prox_mu, server_lr=server_lr,
+        server_optimizer=server_optimizer, matched_global=matched_global,
+    )  # fmt: skip
+    fed_started = time.perf_counter()
+
+    def report_round(outcome) -> None:  # noqa: ANN001
+        say(
+            f"round {outcome.round}: {len(outcome.accepted)} trained, {len(outcome.served)} "
+            f"served, {len(outcome.rejected)} rejected, {outcome.failed} failed "
+            f"({time.perf_counter() - fed_started:.0f} s)"
+        )
+        if outcome.rejected or outcome.failed:
+            raise RuntimeError(f"round {outcome.round}: {outcome.rejected or 'a node failed'}")
+
+    last = federation.run(strategy, seed, rounds, newcomers, report_round)
+    federation_wall = time.perf_counter() - fed_started
+    traffic = {
+        registry.node(row["node_key"])["name"]: {"down": row["bytes_down"], "up": row["bytes_up"]}
+        for row in registry.traffic(last.round)
+    }
+    registry.close()
+
+    own_started = time.perf_counter()
+    node_rows = []
+    for gpu in nodes:
+        train, held = splits[gpu.name]
+        node = NodeState(federation.member_dir(gpu.name))
+        federated = top1(node.load_model(), held, gpu.dataset.hardware_vector)
+        alone = (
+            own_only_model(gpu, train, rounds, epochs, seed, local_batch)
+            if own_only_epochs is None  # the federation's rounds x epochs
+            else own_only_model(gpu, train, own_only_epochs, 1, seed, local_batch)
+        )
+        own = top1(alone, held, gpu.dataset.hardware_vector)
+        row = NodeRow(
+            gpu=gpu.name,
+            train_tasks=len(train),
+            held_out_tasks=len(held),
+            train_candidates=sum(len(t) for t in train),
+            held_out_candidates=sum(len(t) for t in held),
+            experts=node.federation_state().experts,
+            own_only_top1=own,
+            federated_top1=federated,
+        )
+        say(f"{gpu.name}: own-only {own:.3f}, federated {federated:.3f} ({row.difference:+.3f})")
+        node_rows.append(row)
+    own_wall = time.perf_counter() - own_started
+
+    offline = offline or {}
+    central = None
+    if central_epochs > 0 and newcomers:
+        say(f"central reference: one SiMoE on the nodes' train data, {central_epochs} epochs")
+        central = central_model(nodes, splits, central_epochs, seed)
+    newcomer_rows = []
+    for gpu in newcomers:
+        node = NodeState(federation.newcomer_dir(gpu.name))
+        model = node.load_model()
+        test = split_device(gpu.dataset, seed).test
+        hv = gpu.dataset.hardware_vector
+        row = NewcomerRow(
+            gpu=gpu.name,
+            experts=node.federation_state().experts,
+            test_tasks=len(test),
+            zero_shot_top1=top1(model, test, hv),
+            zero_shot_top1_all=top1(model, gpu.dataset.tasks, hv),
+            offline_top1=offline.get(gpu.name),
+            central_top1=None if central is None else top1(central, test, hv),
+        )
+        say(f"newcomer {gpu.name}: zero-shot {row.zero_shot_top1:.3f} (experts {row.experts})")
+        newcomer_rows.append(row)
+    offline_values = [r.offline_top1 for r in newcomer_rows if r.offline_top1 is not None]
+    return FederationHelpsReport(
+        command=command,
+        data=data,
+        nodes=node_rows,
+        newcomers=newcomer_rows,
+        rounds=rounds,
+        epochs=epochs,
+        k_experts=k_experts,
+        seed=seed,
+        split=(
+            f"the protocol's held-out tasks on every node: {', '.join(held_out_tasks)}"
+            if held_out_tasks
+            else "same held-out tasks on every node"
+            if same_split
+            else "per node"
+        ),
+        held_out_fraction=held_out_fraction,
+        offline_zero_shot_top1=(
+            float(np.mean(offline_values))
+            if offline_values and len(offline_values) == len(newcomer_rows)
+            else None
+        ),
+        central_epochs=central_epochs if central is not None else 0,
+        local_batch=local_batch,
+        prox_mu=prox_mu,
+        server_lr=server_lr,
+        server_optimizer=server_optimizer,
+        matched_global=matched_global,
+        own_only_epochs=own_only_epochs,
+        bytes_per_node_last_round=traffic,
+        federation_wall_s=federation_wall,
+        own_only_wall_s=own_wall,
+        total_wall_s=time.perf_counter() - started,
+        load_average_start=load_start,
+        load_average_end=load_average(),
+        threads=threads,
+    )
+
+
+def write_report(report: FederationHelpsReport, out: Path, stem: str = "federation_helps") -> None:
+    reporting.write_report(report, markdown, out, stem)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--data", type=Path, nargs="+", help="fleet dataset dirs (DIR/<gpu>.sqlite)"
+    )
+    parser.add_argument("--synthetic", action="store_true", help="a synthetic fleet instead")
+    parser.add_argument(
+        "--protocol",
+        choices=["validation", "test"],
+        help="bench/protocol.py: training units federate, this split's units join last, "
+        "the protocol's held-out tasks on every node",
+    )
+    parser.add_argument("--nodes", default=DEFAULT_NODES, help="GPUs that federate")
+    parser.add_argument("--newcomers", default=DEFAULT_NEWCOMERS, help="GPUs that join last")
+    parser.add_argument("--rounds", type=int, default=16)
+    parser.add_argument("--epochs", type=int, default=4, help="epochs per round on each node")
+    parser.add_argument("--k-experts", type=int, default=3)
+    parser.add_argument("--held-out-fraction", type=float, default=1 / 3)
+    parser.add_argument(
+        "--same-split", action="store_true", help="hold out the same tasks everywhere"
+    )
+    parser.add_argument(
+        "--seeds",
+        help="comma-separated seeds, one federation each (default: the protocol's with "
+        "--protocol, else 0)",
+    )
+    parser.add_argument(
+        "--central-epochs",
+        type=int,
+        default=12,
+        help="also train one SiMoE centrally on the nodes' train data (0: skip)",
+    )
+    parser.add_argument(
+        "--local-batch", type=int, default=8, help="tasks per optimizer step on each node"
+    )
+    parser.add_argument(
+        "--prox-mu", type=float, default=0.0, help="FedProx term on the shared encoder (0: off)"
+    )
+    parser.add_argument(
+        "--server-lr", type=float, default=1.0, help="server learning rate (1: FedAvg)"
+    )
+    parser.add_argument(
+        "--server-optimizer", choices=["sgd", "adam"], default="sgd", help="adam: FedAdam"
+    )
+    parser.add_argument(
+        "--matched-global",
+        action="store_true",
+        help="serve a newcomer the global its delivered experts were trained on",
+    )
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--work", type=Path, help="keep the nodes' state dirs here")
+    parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    parser.add_argument("--tag", default="", help="suffix of the report files")
+    reporting.add_render_option(parser)
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        nargs="+",
+        help="over-seeds reports (.json) to set side by side in OUT/federation_helps_variants"
+        "_TAG.md (TAG: --tag); runs nothing",
+    )
+    parser.add_argument(
+        "--select-own-only",
+        action="store_true",
+        help="choose the own-only baseline's budget on the validation units (bench/protocol.py "
+        f"OWN_ONLY_RULE) into {OWN_ONLY_CHOICE.name}, then exit",
+    )
+    parser.add_argument(
+        "--refresh-offline",
+        action="store_true",
+        help="with --render: take the offline figures from the current offline report",
+    )
+    args = parser.parse_args(argv)
+    if args.compare:
+        reports = {
+            path.stem.removeprefix("federation_helps_"): reporting.read_report(
+                path, FederationHelpsSeeds
+            )
+            for path in args.compare
+        }
+        args.out.mkdir(parents=True, exist_ok=True)
+        text = variants_markdown(reports)
+        (args.out / f"federation_helps_variants{'_' + args.tag if args.tag else ''}.md").write_text(
+            text
+        )
+        print(text)
+        return
+    if args.render:
+        if "runs" in json.loads(args.render.read_text()):
+            over_seeds = reporting.read_report(args.render, FederationHelpsSeeds)
+            args.render.with_suffix(".md").write_text(markdown_seeds(over_seeds))
+            return
+        report = reporting.read_report(args.render, FederationHelpsReport)
+        if args.refresh_offline:
+            report = with_offline_figures(report, offline_figures())
+            args.render.write_text(report.model_dump_json(indent=1))
+        args.render.with_suffix(".md").write_text(markdown(report))
+        return
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    node_names = [g for g in args.nodes.split(",") if g]
+    newcomer_names = [g for g in args.newcomers.split(",") if g]
+    held_out_tasks = None
+    own_only_epochs = None  # outside the protocol: the federation's rounds x epochs
+    from bench import protocol
+
+    if args.select_own_only:
+        seeds = [int(v) for v in args.seeds.split(",")] if args.seeds else list(protocol.SEEDS)
+        units = protocol_units("validation", "select")
+        choice = select_own_only(
+            units, protocol.HELD_OUT_TASKS, seeds, protocol.OWN_ONLY_GRID, args.local_batch,
+            say=lambda text: print(text, flush=True),
+        )  # fmt: skip
+        choice["fleet"] = protocol.fleet_hashes()["digest"]
+        choice["command"] = reporting.public_command(
+            "federation.federation_helps", sys.argv[1:] if argv is None else argv
+        )
+        OWN_ONLY_CHOICE.write_text(json.dumps(choice, indent=1) + "\n")
+        print(json.dumps({k: choice[k] for k in ("mean_top1", "chosen")}))
+        return
+    if args.protocol:
+        # the own-only budget was chosen on validation (bench/protocol.py OWN_ONLY_RULE)
+        own_only_epochs = own_only_budget(protocol.fleet_hashes()["digest"])
+        nodes, newcomers = protocol_gpus(args.protocol)
+        fleet = {g.name: g for g in [*nodes, *newcomers]}
+        node_names, newcomer_names = [g.name for g in nodes], [g.name for g in newcomers]
+        data = f"protocol fleet dataset ({args.protocol} split as newcomers; bench/protocol.py)"
+        offline, held_out_tasks = {}, list(protocol.HELD_OUT_TASKS)
+    elif args.synthetic:
+        fleet = synthetic_gpus(12, 12, 48)
+        node_names, newcomer_names = list(fleet)[:6], list(fleet)[6:8]
+        data, offline = "synthetic fleet (simoe_model.synthetic)", {}
+    elif args.data:
+        fleet = load_gpus(args.data, node_names, newcomer_names)
+        data = f"fleet dataset, {len(args.data)} dir(s), one store per simulated GPU"
+        offline = offline_figures()
+    else:
+        parser.error("give --data DIR or --synthetic")
+    if args.seeds:
+        seeds = [int(v) for v in args.seeds.split(",") if v.strip()]
+    else:
+        seeds = list(protocol.SEEDS) if args.protocol else [0]
+    command = reporting.public_command(
+        "federation.federation_helps", sys.argv[1:] if argv is None else argv
+    )
+    work = args.work or Path(tempfile.mkdtemp(prefix="federation_helps-"))
+    if args.work and work.exists():
+        shutil.rmtree(work)
+    runs = []
+    try:
+        for seed in seeds:
+            runs.append(
+                run_federation_helps(
+                    [fleet[g] for g in node_names],
+                    [fleet[g] for g in newcomer_names],
+                    work / f"seed{seed}",
+                    rounds=args.rounds,
+                    epochs=args.epochs,
+                    k_experts=args.k_experts,
+                    held_out_fraction=args.held_out_fraction,
+                    same_split=args.same_split,
+                    held_out_tasks=held_out_tasks,
+                    seed=seed,
+                    offline=offline,
+                    central_epochs=args.central_epochs,
+                    local_batch=args.local_batch,
+                    prox_mu=args.prox_mu,
+                    server_lr=args.server_lr,
+                    server_optimizer=args.server_optimizer,
+                    matched_global=args.matched_global,
+                    own_only_epochs=own_only_epochs,
+                    command=command,
+                    data=data,
+                    threads=args.threads,
+                    say=lambda text: print(text, flush=True),
+                )
+            )
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    stem = "federation_helps_synthetic" if args.synthetic else "federation_helps"
+    stem = f"federation_helps_{args.protocol}" if args.protocol else stem
+    stem += f"_{args.tag}" if args.tag else ""
+    over_seeds = FederationHelpsSeeds(command=command, runs=runs)
+    previous = args.out / f"{stem}.json"
+    if previous.exists():  # a report adds runs, it never drops one: the one it held is kept
+        before = reporting.read_report(previous, FederationHelpsSeeds)
+        over_seeds.earlier_runs = [
+            *before.earlier_runs,
+            before.model_copy(update={"earlier_runs": []}),
+        ]
+    reporting.write_report(over_seeds, markdown_seeds, args.out, stem)
+    print(markdown_seeds(over_seeds))
+
+
+if __name__ == "__main__":
+    from bench import prepare
+
+    prepare()
+    from schemas.errors import run_cli
+
+    run_cli(main, "federation_helps")

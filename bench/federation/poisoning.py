@@ -1,0 +1,599 @@
+"""Poisoned nodes: what lying nodes do to the fleet's model, with and without the robust option.
+
+    python -m bench.federation.poisoning --data DIR [DIR2 ...]  # the fleet dataset (DIR/*.sqlite)
+    python -m bench.federation.poisoning --synthetic            # a synthetic fleet (development)
+
+A federation of 12 simulated GPUs runs in this process, as federation_helps runs one
+(bench/federation/inprocess_federation.py): the ServerApp's round loop
+(`server.server_app.run_rounds`), the real strategy the CLI's `--aggregation` picks
+(`server.aggregation.make_strategy`) and registry (SQLite), over the in-process Grid, which
+hands every message (deep-copied) to the agent's real ClientApp over each node's state
+directory. Only SuperLink processes and the network are left out (the chaos benchmark,
+bench/reliability/chaos.py, runs those).
+
+In an attacked run, three of the 12 nodes lie, every round:
+- 2 nodes send a bad shared update (the attack of the run): `signflip` (their honest
+  change against the global model, negated and scaled x10), `random` (every entry drawn
+  N(0, 1), a broken node's garbage of the right shapes), or `stale` (the shared arrays
+  of their first round, resent every round after);
+- 1 node sends an expert that ranks everything backwards (its trained expert with the
+  output layer negated), and trains the shared parts honestly.
+The bad replies are finite and well-shaped, so the strategy's checks pass them: only the
+aggregation rule and the nodes' expert check stand between them and the fleet.
+
+Each run is scored on the 9 honest nodes' held-out tasks (top-1, TenSet definition) with
+the model the ClientApp left, and on newcomers (GPUs that are none of the nodes) that
+join at the last round without measurements: zero-shot top-1 on the test split of
+bench/transfer/offline_transfer.py (same seed). A newcomer that received the backwards expert is
+also scored after the node's expert check (`simoe_model.expert_check.drop_refuted_experts`, the
+function the ClientApp runs on delivered experts) given its first N measurements per
+task from the offline benchmark's pool (never the test candidates).
+
+Rows: the clean run (FedAvg, expert check off: the reference); the clean run with each
+robust rule and the check on (what robustness costs when nobody lies); and each attack
+under FedAvg without the check, and under each robust rule with the check.
+Everything here is SIMULATED (latencies from the analytical GPU model).
+Writes OUT/poisoning.json and OUT/poisoning.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from bench import reporting
+from bench.federation.federation_helps import top1
+from bench.federation.fleet import FleetGPU, load_gpus, split_tasks, synthetic_gpus
+from bench.federation.inprocess_federation import InProcessFederation
+from bench.reporting import load_average, load_text
+from schemas import BadInputError  # noqa: E402
+
+ATTACKS = ("signflip", "random", "stale")
+RULES = ("fedavg", "trimmed", "median", "krum")
+DEFAULT_NODES = "m40,titanx,p100,1080ti,v100,t4,a10,a40,3090,a100-40gb,l4,h100-sxm"
+DEFAULT_LIARS = "p100,3090"  # send bad shared updates
+DEFAULT_BACKWARDS = "1080ti"  # sends a backwards expert (titanxp's nearest hardware)
+DEFAULT_NEWCOMERS = "titanxp,2080ti,a30,4090"
+GOAL = 0.02
+SCALE = 10.0
+
+Say = Callable[[str], None]
+
+
+class RunRow(BaseModel):
+    """One federation: an attack (or none) under one aggregation rule, one seed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    attack: str  # none | signflip | random | stale
+    rule: str  # fedavg | trimmed | median | krum
+    expert_check: bool
+    seed: int
+    nodes_top1: float  # mean over the honest nodes' held-out tasks
+    node_top1: dict[str, float]
+    newcomer_top1: float  # mean zero-shot over the newcomers (test split)
+    newcomer_zero_shot: dict[str, float]
+    newcomer_experts: dict[str, list[str]]
+    backwards_receivers: dict[str, dict[str, float]]  # newcomer -> {without, with check}
+    set_aside: dict[str, int]  # node -> rounds its update was left out (krum)
+    experts_dropped: dict[str, int]  # node -> delivered experts its check dropped, last round
+    failed: int
+    rejected: int
+    wall_s: float
+
+
+class PoisoningReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    simulated: bool = True
+    command: str
+    data: str
+    grid: str = (
+        "in-process Grid: ServerApp round loop + the --aggregation strategy + registry, "
+        "agent ClientApp"
+    )
+    nodes: list[str]
+    liars: list[str]
+    backwards: str
+    newcomers: list[str]
+    rounds: int
+    epochs: int
+    k_experts: int
+    seeds: list[int]
+    trim: float
+    krum_f: int
+    clip: float | None
+    check_measurements: int
+    runs: list[RunRow]
+    total_wall_s: float
+    load_average_start: list[float]
+    load_average_end: list[float]
+
+
+# -- the lying nodes -----------------------------------------------------------------------
+class LyingNode:
+    """The real ClientApp, whose train reply is then altered the way `kind` says."""
+
+    def __init__(self, kind: str, seed: int) -> None:
+        from agent.client_app import app
+
+        self.app = app
+        self.kind = kind
+        self.rng = np.random.default_rng(seed)
+        self.first: dict[str, np.ndarray] | None = None
+
+    def __call__(self, message, context):  # noqa: ANN001, ANN204 - Message, Context -> Message
+        from schemas.messages import MSG_TRAIN, REC_OWN_EXPERT, REC_SHARED
+        from server.strategy import arrays_to_record, record_to_arrays
+
+        received = None
+        if message.metadata.message_type == MSG_TRAIN:
+            received = record_to_arrays(message.content.array_records[REC_SHARED])
+        reply = self.app(message, context)
+        content = reply.content
+        if received is None or REC_SHARED not in content.array_records:
+            return reply
+        if self.kind == "backwards":
+            own = record_to_arrays(content.array_records[REC_OWN_EXPERT])
+            content[REC_OWN_EXPERT] = arrays_to_record(backwards_expert(own))
+            return reply
+        honest = record_to_arrays(content.array_records[REC_SHARED])
+        content[REC_SHARED] = arrays_to_record(self.corrupt(honest, received))
+        return reply
+
+    def corrupt(
+        self, honest: dict[str, np.ndarray], received: dict[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        if self.kind == "signflip":
+            return {
+                k: (received[k] - SCALE * (v - received[k])).astype(v.dtype)
+                for k, v in honest.items()
+            }
+        if self.kind == "random":
+            return {k: self.rng.standard_normal(v.shape).astype(v.dtype) for k, v in honest.items()}
+        if self.kind == "stale":
+            if self.first is None:
+                self.first = {k: v.copy() for k, v in honest.items()}
+            return {k: v.copy() for k, v in self.first.items()}
+        raise ValueError(f"unknown attack {self.kind!r}")
+
+
+def backwards_expert(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The same expert with its output negated: it ranks every program backwards."""
+    out = dict(arrays)
+    for key in ("head.2.weight", "head.2.bias"):
+        out[key] = (-arrays[key]).astype(arrays[key].dtype)
+    return out
+
+
+# -- one run ----------------------------------------------------------------------------------
+def run_once(
+    fleet: dict[str, FleetGPU],
+    names: Sequence[str],
+    liars: Sequence[str],
+    backwards: str,
+    newcomers: Sequence[str],
+    work: Path,
+    *,
+    attack: str,
+    rule: str,
+    expert_check: bool,
+    seed: int,
+    rounds: int,
+    epochs: int,
+    k_experts: int,
+    trim: float,
+    krum_f: int,
+    clip: float | None,
+    check_measurements: int,
+    say: Say,
+) -> RunRow:
+    from agent.node_state import NodeState
+    from bench.transfer.offline_transfer import split_device
+    from server.aggregation import make_strategy
+    from server.run_config import ServerRunConfig
+    from server.similarity import model_similarity
+    from simoe_model.expert_check import drop_refuted_experts
+    from simoe_model.task_data import DeviceDataset
+
+    started = time.perf_counter()
+    if work.exists():
+        shutil.rmtree(work)
+    check = {"check-experts": "true" if expert_check else "false"}
+    splits = {n: split_tasks(fleet[n], 1 / 3, seed, False) for n in names}
+    lying: dict[str, LyingNode] = {}
+    for index, name in enumerate(names):
+        if attack != "none" and name in liars:
+            lying[name] = LyingNode(attack, seed * 100 + index)
+        elif attack != "none" and name == backwards:
+            lying[name] = LyingNode("backwards", seed)
+    federation = InProcessFederation(work, check)
+    federation.add_members([(fleet[name], splits[name][0]) for name in names], lying)
+    registry = federation.open_registry()
+    config = ServerRunConfig(
+        aggregation=rule,  # type: ignore[arg-type]
+        clip=clip or 0.0,
+        trim=trim,
+        krum_f=krum_f,
+        k_experts=k_experts,
+        epochs=epochs,
+        seed=seed,
+        server_optimizer="sgd",  # plain FedAvg's step, as the bench's recorded runs
+        server_lr=1.0,
+    )
+    strategy = make_strategy(config, registry, model_similarity)
+    set_aside: dict[str, int] = {}
+    counts = {"failed": 0, "rejected": 0}
+
+    def on_round(outcome) -> None:  # noqa: ANN001 - RoundOutcome
+        counts["failed"] += outcome.failed
+        counts["rejected"] += len(outcome.rejected)
+        for key in outcome.set_aside:
+            node = registry.node(key)
+            who = node["name"] if node else key
+            set_aside[who] = set_aside.get(who, 0) + 1
+
+    federation.run(strategy, seed, rounds, [fleet[name] for name in newcomers], on_round)
+    registry.close()
+
+    honest = [n for n in names if attack == "none" or (n not in liars and n != backwards)]
+    node_top1, dropped = {}, {}
+    for name in honest:
+        node = NodeState(federation.member_dir(name))
+        hv = fleet[name].dataset.hardware_vector
+        node_top1[name] = top1(node.load_model(), splits[name][1], hv)
+        dropped[name] = int(node.federation_state().last_metrics.get("experts-dropped", 0))
+    zero_shot, experts, receivers = {}, {}, {}
+    for name in newcomers:
+        node = NodeState(federation.newcomer_dir(name))
+        gpu = fleet[name]
+        split = split_device(gpu.dataset, seed)
+        model = node.load_model()
+        zero_shot[name] = top1(model, split.test, gpu.dataset.hardware_vector)
+        experts[name] = node.federation_state().experts
+        if backwards in experts[name] and attack != "none":
+            first = [t.subset(list(range(min(check_measurements, len(t))))) for t in split.pool]
+            mine = DeviceDataset(gpu.device, gpu.dataset.hardware_vector, first)
+            drop = drop_refuted_experts(model, list(experts[name]), mine)
+            receivers[name] = {
+                "without_check": zero_shot[name],
+                "with_check": top1(model, split.test, gpu.dataset.hardware_vector),
+                "dropped_backwards": float(backwards in drop),
+                "dropped_other": float(len([d for d in drop if d != backwards])),
+            }
+    row = RunRow(
+        attack=attack,
+        rule=rule,
+        expert_check=expert_check,
+        seed=seed,
+        nodes_top1=float(np.mean(list(node_top1.values()))),
+        node_top1=node_top1,
+        newcomer_top1=float(np.mean(list(zero_shot.values()))) if zero_shot else float("nan"),
+        newcomer_zero_shot=zero_shot,
+        newcomer_experts=experts,
+        backwards_receivers=receivers,
+        set_aside=set_aside,
+        experts_dropped=dropped,
+        failed=counts["failed"],
+        rejected=counts["rejected"],
+        wall_s=time.perf_counter() - started,
+    )
+    say(
+        f"seed {seed} {attack:>8} {rule:>7} check={'on' if expert_check else 'off'}: nodes "
+        f"{row.nodes_top1:.3f}, newcomers {row.newcomer_top1:.3f}, failed {row.failed}, "
+        f"set aside {sum(set_aside.values())} ({row.wall_s:.0f} s)"
+    )
+    shutil.rmtree(work, ignore_errors=True)
+    return row
+
+
+def plan(attacks: Sequence[str], rules: Sequence[str]) -> list[tuple[str, str, bool]]:
+    """(attack, rule, expert check) of every run of one seed."""
+    robust = [r for r in rules if r != "fedavg"]
+    runs = [("none", "fedavg", False)] + [("none", r, True) for r in robust]
+    for attack in attacks:
+        runs += [(attack, "fedavg", False)] + [(attack, r, True) for r in robust]
+    return runs
+
+
+# -- the report -----------------------------------------------------------------------------------
+def _mean_ci(values: Sequence[float]) -> tuple[float, float, float]:
+    """Mean and a 95% bootstrap interval over seeds (the mean itself with one seed)."""
+    arr = np.asarray(values, dtype=np.float64)
+    if len(arr) < 2:
+        return float(arr.mean()), float(arr.mean()), float(arr.mean())
+    rng = np.random.default_rng(0)
+    boots = rng.choice(arr, size=(2000, len(arr)), replace=True).mean(axis=1)
+    return float(arr.mean()), float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))
+
+
+def _paired(report: PoisoningReport, attack: str, rule: str, field: str) -> list[float]:
+    """Per seed: this row's figure minus the clean reference's (same seed, paired)."""
+    ref = {
+        r.seed: getattr(r, field)
+        for r in report.runs
+        if r.attack == "none" and r.rule == "fedavg" and not r.expert_check
+    }
+    return [
+        getattr(r, field) - ref[r.seed]
+        for r in report.runs
+        if r.attack == attack and r.rule == rule and r.seed in ref
+    ]
+
+
+def markdown(report: PoisoningReport) -> str:
+    seeds = len(report.seeds)
+    lines = [
+        "# Poisoned nodes (SIMULATED GPUs)",
+        "",
+        f"Command: `{report.command}`  ",
+        f"Data: {report.data}. All latencies are SIMULATED (analytical GPU model).  ",
+        f"Federation: {report.grid}; {len(report.nodes)} nodes ({', '.join(report.nodes)}), "
+        f"{report.rounds} rounds, {report.epochs} epochs per round, k = {report.k_experts} "
+        f"experts per node; seeds {', '.join(map(str, report.seeds))}.  ",
+        f"Liars (bad shared update every round): {', '.join(report.liars)}; backwards expert: "
+        f"{report.backwards}; newcomers (join at the last round): "
+        f"{', '.join(report.newcomers)}.  ",
+        f"Robust rules: trimmed mean cutting {report.trim:g} at each end, median, multi-Krum "
+        f"with f = {report.krum_f}"
+        + (f", every change clipped to L2 norm {report.clip:g}" if report.clip else "")
+        + "; with a robust rule the nodes' expert check is on.  ",
+        f"Wall time {report.total_wall_s:.0f} s; load average at start "
+        f"{load_text(report.load_average_start)}, at end {load_text(report.load_average_end)}.",
+        "",
+        "nodes = mean top-1 over the 9 honest nodes' held-out tasks; newcomers = mean "
+        "zero-shot top-1 of the newcomers on the offline benchmark's test split. Δ = this "
+        "row minus the clean FedAvg run of the same seed"
+        + (
+            f", mean over {seeds} seeds with a 95% bootstrap interval."
+            if seeds > 1
+            else ", one seed."
+        ),
+        "",
+        "| attack | rule | expert check | nodes top-1 | Δ nodes | newcomers top-1 | Δ newcomers "
+        "| goal met | updates set aside | newcomers sent the backwards expert | failed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    keys = []
+    for r in report.runs:
+        key = (r.attack, r.rule, r.expert_check)
+        if key not in keys:
+            keys.append(key)
+    for attack, rule, check in keys:
+        rows = [
+            r for r in report.runs if (r.attack, r.rule, r.expert_check) == (attack, rule, check)
+        ]
+        nodes = _mean_ci([r.nodes_top1 for r in rows])
+        new = _mean_ci([r.newcomer_top1 for r in rows])
+        if attack == "none" and rule == "fedavg":
+            d_nodes = d_new = "(reference)"
+            within = ""
+        else:
+            dn = _mean_ci(_paired(report, attack, rule, "nodes_top1"))
+            dw = _mean_ci(_paired(report, attack, rule, "newcomer_top1"))
+            d_nodes, d_new = _delta(dn, seeds), _delta(dw, seeds)
+            within = "yes" if dn[0] >= -GOAL and dw[0] >= -GOAL else "no"
+        aside = sum(sum(r.set_aside.values()) for r in rows)
+        sent = sum(
+            report.backwards in experts for r in rows for experts in r.newcomer_experts.values()
+        )
+        sent_text = "" if attack == "none" else f"{sent} of {len(report.newcomers) * len(rows)}"
+        lines.append(
+            f"| {attack} | {rule} | {'on' if check else 'off'} | {nodes[0]:.3f} | {d_nodes} | "
+            f"{new[0]:.3f} | {d_new} | {within} | {aside} | {sent_text} | "
+            f"{sum(r.failed for r in rows)} |"
+        )
+    lines += [
+        "",
+        "## The backwards expert and the newcomers that received it",
+        "",
+        f"Zero-shot top-1 of each newcomer that the server sent {report.backwards}'s "
+        "(backwards) expert: as delivered (no measurements: only the gate can weigh it down), "
+        f"and after the node's expert check given its first {report.check_measurements} "
+        "measurements per task (from the offline benchmark's pool, never the test split): "
+        "delivered experts whose rank correlation with those measurements is negative are "
+        "left out.",
+        "",
+        "| attack | rule | seed | newcomer | as delivered | after the check | backwards dropped "
+        "| honest experts dropped |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report.runs:
+        for name, v in r.backwards_receivers.items():
+            lines.append(
+                f"| {r.attack} | {r.rule} | {r.seed} | {name} | {v['without_check']:.3f} | "
+                f"{v['with_check']:.3f} | {'yes' if v['dropped_backwards'] else 'no'} | "
+                f"{int(v['dropped_other'])} |"
+            )
+    clean = {r.seed: r for r in report.runs if r.attack == "none" and r.rule == "fedavg"}
+    refs = [
+        (name, clean[r.seed].newcomer_zero_shot.get(name))
+        for r in report.runs
+        for name in r.backwards_receivers
+        if r.seed in clean
+    ]
+    if refs:
+        lines += [
+            "",
+            "Clean run, same newcomers: "
+            + ", ".join(f"{n} {v:.3f}" for n, v in dict(refs).items() if v is not None)
+            + ".",
+        ]
+    lines += [
+        "",
+        "## Experts the honest nodes' check dropped (last round, summed over nodes)",
+        "",
+        "| attack | rule | seed | dropped |",
+        "|---|---|---|---|",
+    ]
+    for r in report.runs:
+        if r.expert_check:
+            lines.append(
+                f"| {r.attack} | {r.rule} | {r.seed} | {sum(r.experts_dropped.values())} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def merge_reports(reports: Sequence[PoisoningReport]) -> PoisoningReport:
+    """One report of several runs that differ only in their seeds (run in parallel)."""
+    first = reports[0]
+    fixed = ("nodes", "liars", "backwards", "newcomers", "rounds", "epochs", "k_experts", "trim")
+    for other in reports[1:]:
+        for name in (*fixed, "krum_f", "clip", "check_measurements"):
+            if getattr(other, name) != getattr(first, name):
+                raise BadInputError(f"--merge: the reports differ in {name}")
+    seeds = [s for r in reports for s in r.seeds]
+    if len(set(seeds)) != len(seeds):
+        raise BadInputError(f"--merge: a seed appears twice ({seeds})")
+    return first.model_copy(
+        update={
+            "command": " && ".join(r.command for r in reports),
+            "seeds": seeds,
+            "runs": [run for r in reports for run in r.runs],
+            "total_wall_s": sum(r.total_wall_s for r in reports),
+            "load_average_end": reports[-1].load_average_end,
+        }
+    )
+
+
+def _delta(values: tuple[float, float, float], seeds: int) -> str:
+    if seeds < 2:
+        return f"{values[0]:+.3f}"
+    return f"{values[0]:+.3f} [{values[1]:+.3f}, {values[2]:+.3f}]"
+
+
+def write_report(report: PoisoningReport, out: Path, stem: str = "poisoning") -> None:
+    reporting.write_report(report, markdown, out, stem)
+
+
+# -- the command ---------------------------------------------------------------------------
+def _names(text: str) -> list[str]:
+    return [n for n in text.split(",") if n]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, nargs="+", help="fleet dataset dirs")
+    parser.add_argument("--synthetic", action="store_true", help="a synthetic fleet instead")
+    parser.add_argument("--nodes", default=DEFAULT_NODES)
+    parser.add_argument("--liars", default=DEFAULT_LIARS, help="nodes sending bad updates")
+    parser.add_argument("--backwards", default=DEFAULT_BACKWARDS, help="its expert is reversed")
+    parser.add_argument("--newcomers", default=DEFAULT_NEWCOMERS)
+    parser.add_argument("--attacks", default=",".join(ATTACKS))
+    parser.add_argument("--rules", default=",".join(RULES))
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--k-experts", type=int, default=3)
+    parser.add_argument("--trim", type=float, default=0.2)
+    parser.add_argument("--krum-f", type=int, default=2)
+    parser.add_argument("--clip", type=float, default=0.0, help="clip every change (0: off)")
+    parser.add_argument("--check-measurements", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--work", type=Path)
+    parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    parser.add_argument("--tag", default="")
+    reporting.add_render_option(parser)
+    parser.add_argument(
+        "--merge", type=Path, nargs="+", help="join reports of other seeds (same settings) into OUT"
+    )
+    args = parser.parse_args(argv)
+    if args.render:
+        reporting.render(args.render, PoisoningReport, markdown)
+        return
+    if args.merge:
+        report = merge_reports([reporting.read_report(p, PoisoningReport) for p in args.merge])
+        write_report(report, args.out, "poisoning" + (f"_{args.tag}" if args.tag else ""))
+        print(markdown(report))
+        return
+    attacks, rules = _names(args.attacks), _names(args.rules)
+    unknown = sorted(set(attacks) - set(ATTACKS)) + sorted(set(rules) - set(RULES))
+    if unknown:
+        raise BadInputError(f"unknown attack or rule: {unknown}")
+    if args.rounds < 2:
+        raise BadInputError("--rounds must be at least 2 (newcomers join at the last round)")
+    seeds = [int(s) for s in _names(args.seeds)]
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    names, liars, newcomers = _names(args.nodes), _names(args.liars), _names(args.newcomers)
+    backwards = args.backwards
+    if args.synthetic:
+        fleet = synthetic_gpus(16, 9, 96)
+        every = list(fleet)
+        names, newcomers = every[:12], every[12:14]
+        liars, backwards = names[:2], names[2]
+        data = "synthetic fleet (simoe_model.synthetic)"
+    elif args.data:
+        fleet = load_gpus(args.data, names, newcomers)
+        data = f"fleet dataset, {len(args.data)} dir(s), one store per simulated GPU"
+    else:
+        parser.error("give --data DIR or --synthetic")
+    bad = [n for n in [*liars, backwards] if n not in names]
+    if bad:
+        raise BadInputError(f"liars and the backwards node must be nodes: {bad}")
+    if len(names) < 10:
+        raise BadInputError(f"the benchmark needs at least 10 nodes, got {len(names)}")
+    load_start = load_average()
+    started = time.perf_counter()
+    work = args.work or Path(tempfile.mkdtemp(prefix="poisoning-"))
+    runs = []
+    try:
+        for seed in seeds:
+            for attack, rule, check in plan(attacks, rules):
+                runs.append(
+                    run_once(
+                        fleet, names, liars, backwards, newcomers, work / "run",
+                        attack=attack, rule=rule, expert_check=check, seed=seed,
+                        rounds=args.rounds, epochs=args.epochs, k_experts=args.k_experts,
+                        trim=args.trim, krum_f=args.krum_f, clip=args.clip or None,
+                        check_measurements=args.check_measurements,
+                        say=lambda text: print(text, flush=True),
+                    )
+                )  # fmt: skip
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    report = PoisoningReport(
+        command=reporting.public_command(
+            "federation.poisoning", sys.argv[1:] if argv is None else argv
+        ),
+        data=data,
+        nodes=names,
+        liars=liars,
+        backwards=backwards,
+        newcomers=newcomers,
+        rounds=args.rounds,
+        epochs=args.epochs,
+        k_experts=args.k_experts,
+        seeds=seeds,
+        trim=args.trim,
+        krum_f=args.krum_f,
+        clip=args.clip or None,
+        check_measurements=args.check_measurements,
+        runs=runs,
+        total_wall_s=time.perf_counter() - started,
+        load_average_start=load_start,
+        load_average_end=load_average(),
+    )
+    stem = "poisoning_synthetic" if args.synthetic else "poisoning"
+    write_report(report, args.out, stem + (f"_{args.tag}" if args.tag else ""))
+    print(markdown(report))
+
+
+if __name__ == "__main__":
+    from bench import prepare
+
+    prepare()
+    from schemas.errors import run_cli
+
+    run_cli(main, "poisoning")

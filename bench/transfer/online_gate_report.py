@@ -1,0 +1,137 @@
+"""The online gate's sharpness selection, reported (`python -m bench.transfer.protocol_transfer
+--select-sharpness` writes docs/results/protocol_online_gate_validation.md with it): the
+mean top-1 per sharpness, how often the top pick moves from budget 0, and the paired
+interval of the chosen sharpness against the gate off."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def pick_changes(result: dict, sharpness: float, budget: int, key: str = "pick") -> dict:
+    """Per seed: units whose top pick at `budget` differs from the budget-0 pick on any
+    task, unit-tasks that differ, and the mean top-1 gain over budget 0."""
+    out = {}
+    for seed, by_unit in result["runs"].items():
+        units = tasks = 0
+        gains = []
+        for got in (by_unit[u][str(budget)] for u in by_unit):
+            picks = got[key][str(sharpness)] if str(sharpness) in got[key] else got[key][sharpness]
+            moved = sum(int(a != b) for a, b in zip(picks, got["pick0"], strict=True))
+            units += int(moved > 0)
+            tasks += moved
+            top = got["top1" + key[4:]]
+            top = top[str(sharpness)] if str(sharpness) in top else top[sharpness]
+            gains.extend(np.asarray(top) - np.asarray(got["top1_0"]))
+        out[seed] = {"units": units, "unit_tasks": tasks, "gain": float(np.mean(gains))}
+    return out
+
+
+def online_gate_markdown(result: dict) -> str:
+    grid, chosen = result["grid"], result["chosen"]
+    n_units = len(result["units"])
+    lines = [
+        "# The online gate's sharpness, on the validation split (SIMULATED units)",
+        "",
+        f"Command: `{result.get('command', '')}`; seeds {result['seeds']}; budgets "
+        f"{result['budgets']}; {n_units} validation units: {', '.join(result['units'])}; "
+        f"SiMoE's training budget {result['simoe_hyperparameters']} (protocol_choices.json); "
+        f"load {result.get('load', '?')}; {result.get('total_seconds', 0):.0f} s. Units whose "
+        "per-task hashes equal the recorded fleet's (protocol_fleet_hash.json): "
+        f"{result.get('units_equal_to_recorded_fleet', '?')}.",
+        "",
+        f"Rule (bench/protocol.py, written before the run): {result['rule']}",
+        "",
+        "| sharpness | mean top-1 (adapted + online gate) | mean top-1 (gate only, no "
+        "fine-tuning) |",
+        "|---|---|---|",
+    ]
+    for s in grid:
+        mark = "**" if s == chosen else ""
+        lines.append(
+            f"| {mark}{s}{mark} | {mark}{result['mean_top1'][str(s)]:.4f}{mark} | "
+            f"{result['mean_top1_nofinetune'][str(s)]:.4f} |"
+        )
+    lines += [
+        "",
+        f"Chosen: sharpness **{chosen}**. Sharpness 0 is `simoe` exactly (today's scores).",
+        "",
+        "Top pick at each budget against the budget-0 pick, per seed: units (of "
+        f"{n_units}) where it differs on at least one task, unit-tasks where it differs, "
+        "mean top-1 gain over budget 0 (all unit-tasks).",
+        "",
+        "| budget | variant | seed | units moved | unit-tasks moved | top-1 gain over budget 0 |",
+        "|---|---|---|---|---|---|",
+    ]
+    # with the gate: the chosen sharpness, or (0 chosen) the best other one, said so
+    shown = chosen
+    if chosen == 0.0:
+        shown = max(grid[1:], key=lambda v: result["mean_top1"][str(v)])
+        lines.insert(-4, f"With the gate on below: sharpness {shown}, the best of the others "
+                     "(NOT chosen).\n")  # fmt: skip
+    variants = [
+        ("simoe (gate off, sharpness 0)", 0.0, "pick"),
+        (f"simoe-online (sharpness {shown})", shown, "pick"),
+        (f"online gate only, no fine-tuning (sharpness {shown})", shown, "pick_nofinetune"),
+    ]
+    for b in result["budgets"]:
+        for label, s, key in variants:
+            per_seed = pick_changes(result, s, b, key)
+            for seed, got in per_seed.items():
+                lines.append(
+                    f"| {b} | {label} | {seed} | {got['units']} | {got['unit_tasks']} | "
+                    f"{got['gain']:+.4f} |"
+                )
+            lines.append(
+                f"| {b} | {label} | mean | "
+                f"{np.mean([g['units'] for g in per_seed.values()]):.1f} | "
+                f"{np.mean([g['unit_tasks'] for g in per_seed.values()]):.1f} | "
+                f"{np.mean([g['gain'] for g in per_seed.values()]):+.4f} |"
+            )
+    lines += [
+        "",
+        "Every sharpness: mean over seeds of units moved / unit-tasks moved / top-1 gain over "
+        "budget 0, adapted + online gate | online gate only (no fine-tuning):",
+        "",
+        "| sharpness | " + " | ".join(f"budget {b}" for b in result["budgets"]) + " |",
+        "|---|" + "---|" * len(result["budgets"]),
+    ]
+    for s in grid:
+        cells = []
+        for b in result["budgets"]:
+            parts = []
+            for key in ("pick", "pick_nofinetune"):
+                got = list(pick_changes(result, s, b, key).values())
+                parts.append(
+                    f"{np.mean([g['units'] for g in got]):.1f} / "
+                    f"{np.mean([g['unit_tasks'] for g in got]):.1f} / "
+                    f"{np.mean([g['gain'] for g in got]):+.4f}"
+                )
+            cells.append(" ; ".join(parts))
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    if grid[1:]:
+        from bench.transfer.protocol_report import paired_interval
+
+        lines += [
+            "",
+            f"simoe-online (sharpness {shown}) minus simoe (gate off), per unit-task top-1 "
+            "averaged over the seeds; 95 % paired bootstrap over unit-tasks:",
+            "",
+            "| budget | difference | 95 % interval |",
+            "|---|---|---|",
+        ]
+        for b in result["budgets"]:
+            ours, theirs = seed_averaged(result, b, shown), seed_averaged(result, b, 0.0)
+            mean, low, high = paired_interval(ours, theirs)
+            lines.append(f"| {b} | {mean:+.4f} | [{low:+.4f}, {high:+.4f}] |")
+    return "\n".join(lines) + "\n"
+
+
+def seed_averaged(result: dict, budget: int, sharpness: float) -> dict[str, np.ndarray]:
+    """Per unit: each task's top-1 at `budget` and `sharpness`, averaged over the seeds."""
+    out: dict[str, list] = {}
+    for by_unit in result["runs"].values():
+        for unit, by_budget in by_unit.items():
+            top = by_budget[str(budget)]["top1"]
+            out.setdefault(unit, []).append(top.get(sharpness, top.get(str(sharpness))))
+    return {u: np.mean(np.asarray(v, dtype=float), axis=0) for u, v in out.items()}
