@@ -4,7 +4,7 @@ Units are split three ways by MODEL: training (experts, pre-training, schedule
 databases), validation (every hyperparameter, epoch count, threshold and design
 choice) and test (scored once, by one command, at the end). No model of a test unit
 is in training or validation, so transfer to the test split is transfer to unseen
-hardware. Two test GPUs are users' own spec files that the catalog does not have.
+hardware. Three test units are users' own spec files of GPUs the catalog does not have.
 
 Labels (measured latencies) reach a benchmark only through `UnitLabels`, which records
 every read with its purpose and refuses a test unit's labels to any purpose but "test",
@@ -37,25 +37,32 @@ ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "bench" / "protocol_specs"
 
 # -- units -----------------------------------------------------------------------------------
-# Training: 23 units of 17 models, Kepler to Hopper, data-centre, desktop and embedded;
-# several models appear as more than one unit (power limits, factory OC, ECC, power modes).
+# Training: 30 units of 18 models, Kepler to Hopper, data-centre, desktop and embedded;
+# several models appear as more than one unit (power limits, factory OC, ECC, power modes,
+# and since issue 24 MIG slices and memory variants with their own SMs, L2 and bandwidth).
 TRAIN_UNITS: tuple[str, ...] = (
     "k80-u1", "titanx-u1", "p4-u1", "1080-u1", "1080ti-fe", "1080ti-ftw3", "v100-sxm2",
     "titanv-u1", "a100-sxm4-400w", "a100-pcie-250w", "a100-80gb-u1", "a40-ecc-on",
     "a40-ecc-off", "a2-u1", "3090-fe", "3090-strix-oc", "l40s-u1", "h100-sxm-u1", "h200-u1",
     "tx2-maxn", "tx2-maxq", "nano-maxn", "nano-5w",
+    "a100-mig-1g5gb", "a100-mig-2g10gb", "a100-mig-3g20gb", "h100-sxm-mig-1g10gb",
+    "h100-sxm-mig-3g40gb", "3060ti-gddr6", "3060ti-gddr6x",
 )  # fmt: skip
-# Validation: 8 units of 6 models none of which is in training or test.
+# Validation: 11 units of 6 models none of which is in training or test (Orin's nvpmodel
+# modes gate TPCs off: issue 24).
 VALIDATION_UNITS: tuple[str, ...] = (
     "m40-u1", "p100-u1", "t4-cool", "t4-hot", "a10-ecc-on", "a10-ecc-off", "l4-u1", "orin-maxn",
+    "orin-50w", "orin-30w", "orin-15w",
 )  # fmt: skip
-# Test: 9 catalog units of 6 models (6 architectures, one embedded) in no other split,
-# plus two users' spec files of GPUs the catalog does not have.
+# Test: 13 catalog units of 6 models (6 architectures, one embedded) in no other split
+# (A30 and H100 PCIe MIG slices: issue 24), plus users' spec files of GPUs the catalog does
+# not have: an RTX 3060 12 GB, its 8 GB board (128-bit bus) and a Jetson Orin Nano.
 TEST_UNITS: tuple[str, ...] = (
     "titanxp-u1", "2080ti-ref", "2080ti-strix-oc", "a30-u1", "4090-ref", "4090-suprim",
     "h100-pcie-u1", "xavier-maxn", "xavier-15w",
+    "a30-mig-1g6gb", "a30-mig-2g12gb", "h100-pcie-mig-1g10gb", "h100-pcie-mig-3g40gb",
 )  # fmt: skip
-TEST_USER_SPECS: tuple[str, ...] = ("rtx3060.json", "orin-nano.json")
+TEST_USER_SPECS: tuple[str, ...] = ("rtx3060.json", "orin-nano.json", "rtx3060-8gb.json")
 
 # -- seeds, tasks, budgets -------------------------------------------------------------------
 SEEDS: tuple[int, ...] = (0, 1, 2)
@@ -442,7 +449,7 @@ def markdown() -> str:
         "|---|---|",
         f"| training | {', '.join(TRAIN_UNITS)} |",
         f"| validation | {', '.join(VALIDATION_UNITS)} |",
-        f"| test | {', '.join(units('test'))} (last two: users' spec files, "
+        f"| test | {', '.join(units('test'))} (last {len(TEST_USER_SPECS)}: users' spec files, "
         f"bench/protocol_specs/) |",
         "",
         f"Seeds {list(SEEDS)}; {len(WORKLOADS)} workloads, {PER_WORKLOAD} candidates each "
