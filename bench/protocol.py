@@ -75,8 +75,9 @@ PER_WORKLOAD = 128
 # Then (issue 24) the memory-bound tasks of the suite's own networks, appended so that the
 # first 9 keep their sampling seeds (seed + index) and their samples: BERT-base's attention
 # softmax and LayerNorm (agent/networks.py BertLayer, seq 128), MobileNetV2's depthwise
-# convolutions at 112x112 (stride 1 and 2) and 7x7, and its classifier (batch-1 GEMV). GPT-2 shapes stay out: the
-# compile section holds that network out of every model's training data.
+# convolutions at 112x112 (stride 1 and 2) and 7x7, and its classifier (batch-1 GEMV).
+# GPT-2 shapes stay out: the compile section holds that network out of every model's
+# training data.
 WORKLOADS: tuple[str, ...] = (
     "conv2d:1,64,56,56,64,1,1,1,0",
     "conv2d_bias_relu:1,64,56,56,64,3,3,1,1",
