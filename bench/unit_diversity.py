@@ -88,6 +88,19 @@ def pair_row(a: np.ndarray, b: np.ndarray) -> dict[str, float | bool | int]:
     }
 
 
+def vector_distances(a: str, b: str) -> dict[str, float]:
+    """How far apart two units' hardware vectors are: the spec-sheet half and the probes'
+    half (residuals against the specs), each as a Euclidean distance. The profiles are the
+    protocol's (`protocol.profile_vector`, cached beside the fleet): no label is read."""
+    from simoe_model.hardware import ANALYTICAL_SLICE, EMPIRICAL_SLICE
+
+    va, vb = protocol.profile_vector(a), protocol.profile_vector(b)
+    return {
+        "analytical_distance": float(np.linalg.norm(va[ANALYTICAL_SLICE] - vb[ANALYTICAL_SLICE])),
+        "empirical_distance": float(np.linalg.norm(va[EMPIRICAL_SLICE] - vb[EMPIRICAL_SLICE])),
+    }
+
+
 def build_report(workloads: list[str]) -> dict:
     from agent.devices.sim.catalog import unit_differences
 
@@ -125,6 +138,7 @@ def build_report(workloads: list[str]) -> dict:
                     "worst_reference_best_cost": float(
                         max(t["reference_best_cost"] for t in noisy)
                     ),
+                    **vector_distances(ref, other),
                 }
             )
     return {"workloads": workloads, "rows": rows}
@@ -145,14 +159,17 @@ def markdown(report: dict, command: str, wall_s: float) -> str:
         "",
         "Per task: Spearman of the candidates' latencies, reference unit against the unit. "
         "`best differs`: tasks whose best candidate differs. `ref best cost`: the worst task's "
-        "latency of the reference unit's best candidate on this unit over this unit's own best.",
+        "latency of the reference unit's best candidate on this unit over this unit's own best. "
+        "`d spec` and `d probes`: Euclidean distance between the two units' hardware vectors, "
+        "spec-sheet half and probe half (the protocol's profiles); 0 in `d spec` means only the "
+        "probes can tell the two units apart.",
         "",
         "Tasks: " + "; ".join(f"{t} `{w}`" for t, w in zip(tasks, workloads, strict=True)),
         "",
         "| split | unit | reference | what the unit states | "
         + " | ".join(tasks)
-        + " | mean | min | mean exact | best differs | ref best cost |",
-        "|---|---|---|---|" + "---|" * len(tasks) + "---|---|---|---|---|",
+        + " | mean | min | mean exact | best differs | ref best cost | d spec | d probes |",
+        "|---|---|---|---|" + "---|" * len(tasks) + "---|---|---|---|---|---|---|",
     ]
     for r in report["rows"]:
         per = [f"{r['tasks'][w]['noisy']['spearman']:.2f}" for w in workloads]
@@ -161,7 +178,8 @@ def markdown(report: dict, command: str, wall_s: float) -> str:
             + " | ".join(per)
             + f" | {r['mean_spearman']:.3f} | {r['min_spearman']:.2f} | "
             f"{r['mean_spearman_exact']:.3f} | {r['best_differs']}/{len(workloads)} | "
-            f"{r['worst_reference_best_cost']:.2f}x |"
+            f"{r['worst_reference_best_cost']:.2f}x | {r['analytical_distance']:.2f} | "
+            f"{r['empirical_distance']:.2f} |"
         )
     hw = [r for r in report["rows"] if r["hardware_overrides"]]
     rest = [r for r in report["rows"] if not r["hardware_overrides"]]
@@ -173,7 +191,7 @@ def markdown(report: dict, command: str, wall_s: float) -> str:
             f"{np.mean([r['mean_spearman'] for r in hw]):.3f}, lowest task "
             f"{min(r['min_spearman'] for r in hw):.2f}, best candidate differs on "
             f"{sum(r['best_differs'] for r in hw)} of {len(hw) * len(workloads)} unit-tasks; "
-            f"pairs that differ in clock, power, ECC or spread only ({len(rest)}): "
+            f"pairs that differ in clock, power, ECC, memory clock or spread only ({len(rest)}): "
             f"{np.mean([r['mean_spearman'] for r in rest]):.3f}, lowest "
             f"{min(r['min_spearman'] for r in rest):.2f}, best differs on "
             f"{sum(r['best_differs'] for r in rest)} of {len(rest) * len(workloads)}.",
