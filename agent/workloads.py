@@ -113,6 +113,11 @@ def workload_tensors(spec: WorkloadSpec) -> list[te.Tensor]:
     if spec.op == "softmax":
         x = te.placeholder((d["rows"], d["cols"]), dt, name="X")
         return [x, topi.nn.softmax(x, axis=1)]
+    if spec.op == "layer_norm":  # torch.nn.LayerNorm over the last axis (BERT, GPT-2)
+        x = te.placeholder((d["rows"], d["cols"]), dt, name="X")
+        gamma = te.placeholder((d["cols"],), dt, name="gamma")
+        beta = te.placeholder((d["cols"],), dt, name="beta")
+        return [x, gamma, beta, topi.nn.layer_norm(x, gamma, beta, axis=[1], epsilon=1e-5)]
     raise BadInputError(f"workload {spec}: no TE definition for operator {spec.op!r}")
 
 
@@ -150,6 +155,8 @@ def flops(workload: Workload) -> float:
         return 2.0 * out * d["C"] * d["R"] * d["S"] + 2.0 * out
     if workload.op == "depthwise_conv2d":
         return 2.0 * out * d["R"] * d["S"]
+    if workload.op == "layer_norm":  # mean, variance (sub, square, add), normalise, scale+shift
+        return 8.0 * out
     # softmax: max, subtract+exp, sum, divide per element
     return 5.0 * out
 

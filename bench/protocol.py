@@ -4,7 +4,7 @@ Units are split three ways by MODEL: training (experts, pre-training, schedule
 databases), validation (every hyperparameter, epoch count, threshold and design
 choice) and test (scored once, by one command, at the end). No model of a test unit
 is in training or validation, so transfer to the test split is transfer to unseen
-hardware. Two test GPUs are users' own spec files that the catalog does not have.
+hardware. Three test units are users' own spec files of GPUs the catalog does not have.
 
 Labels (measured latencies) reach a benchmark only through `UnitLabels`, which records
 every read with its purpose and refuses a test unit's labels to any purpose but "test",
@@ -37,25 +37,32 @@ ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "bench" / "protocol_specs"
 
 # -- units -----------------------------------------------------------------------------------
-# Training: 23 units of 17 models, Kepler to Hopper, data-centre, desktop and embedded;
-# several models appear as more than one unit (power limits, factory OC, ECC, power modes).
+# Training: 30 units of 18 models, Kepler to Hopper, data-centre, desktop and embedded;
+# several models appear as more than one unit (power limits, factory OC, ECC, power modes,
+# and since issue 24 MIG slices and memory variants with their own SMs, L2 and bandwidth).
 TRAIN_UNITS: tuple[str, ...] = (
     "k80-u1", "titanx-u1", "p4-u1", "1080-u1", "1080ti-fe", "1080ti-ftw3", "v100-sxm2",
     "titanv-u1", "a100-sxm4-400w", "a100-pcie-250w", "a100-80gb-u1", "a40-ecc-on",
     "a40-ecc-off", "a2-u1", "3090-fe", "3090-strix-oc", "l40s-u1", "h100-sxm-u1", "h200-u1",
     "tx2-maxn", "tx2-maxq", "nano-maxn", "nano-5w",
+    "a100-mig-1g5gb", "a100-mig-2g10gb", "a100-mig-3g20gb", "h100-sxm-mig-1g10gb",
+    "h100-sxm-mig-3g40gb", "3060ti-gddr6", "3060ti-gddr6x",
 )  # fmt: skip
-# Validation: 8 units of 6 models none of which is in training or test.
+# Validation: 11 units of 6 models none of which is in training or test (Orin's nvpmodel
+# modes gate TPCs off: issue 24).
 VALIDATION_UNITS: tuple[str, ...] = (
     "m40-u1", "p100-u1", "t4-cool", "t4-hot", "a10-ecc-on", "a10-ecc-off", "l4-u1", "orin-maxn",
+    "orin-50w", "orin-30w", "orin-15w",
 )  # fmt: skip
-# Test: 9 catalog units of 6 models (6 architectures, one embedded) in no other split,
-# plus two users' spec files of GPUs the catalog does not have.
+# Test: 13 catalog units of 6 models (6 architectures, one embedded) in no other split
+# (A30 and H100 PCIe MIG slices: issue 24), plus users' spec files of GPUs the catalog does
+# not have: an RTX 3060 12 GB, its 8 GB board (128-bit bus) and a Jetson Orin Nano.
 TEST_UNITS: tuple[str, ...] = (
     "titanxp-u1", "2080ti-ref", "2080ti-strix-oc", "a30-u1", "4090-ref", "4090-suprim",
     "h100-pcie-u1", "xavier-maxn", "xavier-15w",
+    "a30-mig-1g6gb", "a30-mig-2g12gb", "h100-pcie-mig-1g10gb", "h100-pcie-mig-3g40gb",
 )  # fmt: skip
-TEST_USER_SPECS: tuple[str, ...] = ("rtx3060.json", "orin-nano.json")
+TEST_USER_SPECS: tuple[str, ...] = ("rtx3060.json", "orin-nano.json", "rtx3060-8gb.json")
 
 # -- seeds, tasks, budgets -------------------------------------------------------------------
 SEEDS: tuple[int, ...] = (0, 1, 2)
@@ -65,6 +72,12 @@ PER_WORKLOAD = 128
 # agent.workloads.OPERATOR_SUITE): what 2 shared cores at load ~25 sampled in 40 min.
 # Scaled down from the 14 first planned (the BERT-base dense/batch_matmul/softmax and a
 # 512 GEMM were left out when sampling them would not finish in time).
+# Then (issue 24) the memory-bound tasks of the suite's own networks, appended so that the
+# first 9 keep their sampling seeds (seed + index) and their samples: BERT-base's attention
+# softmax and LayerNorm (agent/networks.py BertLayer, seq 128), MobileNetV2's depthwise
+# convolutions at 112x112 (stride 1 and 2) and 7x7, and its classifier (batch-1 GEMV).
+# GPT-2 shapes stay out: the compile section holds that network out of every model's
+# training data.
 WORKLOADS: tuple[str, ...] = (
     "conv2d:1,64,56,56,64,1,1,1,0",
     "conv2d_bias_relu:1,64,56,56,64,3,3,1,1",
@@ -75,6 +88,12 @@ WORKLOADS: tuple[str, ...] = (
     "depthwise_conv2d:1,144,56,56,3,3,1,1",
     "depthwise_conv2d:1,384,14,14,3,3,1,1",
     "conv2d:1,144,56,56,24,1,1,1,0",
+    "softmax:1536,128",
+    "depthwise_conv2d:1,32,112,112,3,3,1,1",
+    "dense:1,1000,1280",
+    "layer_norm:128,768",
+    "depthwise_conv2d:1,96,112,112,3,3,2,1",
+    "depthwise_conv2d:1,960,7,7,3,3,1,1",
 )
 # Federation-helps: these tasks are held out on EVERY node (no node trains on them).
 HELD_OUT_TASKS: tuple[str, ...] = (
@@ -443,7 +462,7 @@ def markdown() -> str:
         "|---|---|",
         f"| training | {', '.join(TRAIN_UNITS)} |",
         f"| validation | {', '.join(VALIDATION_UNITS)} |",
-        f"| test | {', '.join(units('test'))} (last two: users' spec files, "
+        f"| test | {', '.join(units('test'))} (last {len(TEST_USER_SPECS)}: users' spec files, "
         f"bench/protocol_specs/) |",
         "",
         f"Seeds {list(SEEDS)}; {len(WORKLOADS)} workloads, {PER_WORKLOAD} candidates each "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
@@ -18,11 +18,15 @@ INLINE_ECC_MEMORY = ("GDDR", "LPDDR")  # ECC bits carved out of the data path (n
 class UnitState(BaseModel):
     """One physical unit's own state, which no spec sheet of its model lists.
 
-    Two units of one model share the spec sheet (the analytical half of a profile) and
-    differ here: how fast they really clock under their power limit and cooling, whether
-    ECC is on, how well their memory and L2 perform, the driver's launch overhead, and a
-    seeded unit-to-unit spread. Every field is optional: an empty state is the model's
-    default behaviour. `source` names where the stated figures come from.
+    Two units of one model share the spec sheet and differ here: how fast they really
+    clock under their power limit and cooling, whether ECC is on, how well their memory
+    and L2 perform, the driver's launch overhead, and a seeded unit-to-unit spread. Where
+    a public source says a unit has other hardware than its model's sheet (a MIG slice, a
+    Jetson power mode that gates TPCs, a board with another memory bus), `sms`, `l2_cache_kb`
+    and `mem_bandwidth_gbs` state it; the unit's `GpuSpec` then presents that hardware (its
+    FP peaks scale with the SM count), as the CUDA runtime and NVML report it on the unit.
+    Every field is optional: an empty state is the model's default behaviour. `source`
+    names where the stated figures come from.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -43,6 +47,15 @@ class UnitState(BaseModel):
     launch_us: PositiveFloat | None = Field(None, description="driver launch overhead")
     spread_seed: int | None = Field(
         None, ge=0, description="seed of this unit's clock spread among units of its model"
+    )
+    sms: PositiveInt | None = Field(
+        None, description="SMs this unit has (a MIG compute slice, TPCs a power mode gates off)"
+    )
+    l2_cache_kb: PositiveFloat | None = Field(
+        None, description="L2 this unit has (MIG memory slices, a board's narrower bus)"
+    )
+    mem_bandwidth_gbs: PositiveFloat | None = Field(
+        None, description="DRAM bandwidth of this unit (MIG memory slices, bus width, GDDR6X)"
     )
     source: str = Field("", description="public sources of the stated figures")
 
@@ -85,6 +98,41 @@ class GpuSpec(BaseModel):
         None, description="for a unit: the catalog key of its model (the spec sheet it shares)"
     )
     unit: UnitState | None = Field(None, description="this unit's own state, if stated")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unit_hardware(cls, data: Any) -> Any:
+        """A unit's stated SM count, L2 and bandwidth replace its model's sheet's figures.
+
+        The FP peaks scale with the SM count (peak = 2 x SMs x lanes x clock). Applying it
+        again changes nothing, so a dumped unit validates to itself."""
+        if not isinstance(data, dict) or not data.get("unit"):
+            return data
+        unit = data["unit"]
+        state = unit.model_dump() if isinstance(unit, UnitState) else unit
+        if not isinstance(state, dict):
+            return data
+        data = dict(data)
+        sms, sheet_sms = state.get("sms"), data.get("sms")
+        if isinstance(sms, int) and isinstance(sheet_sms, int) and sms != sheet_sms:
+            if not 0 < sms <= sheet_sms:
+                raise ValueError(f"unit.sms: {sms} must be between 1 and the model's {sheet_sms}")
+            for peak in ("fp32_gflops", "fp16_gflops"):
+                if isinstance(data.get(peak), (int, float)):
+                    data[peak] = data[peak] * sms / sheet_sms
+            data["sms"] = sms
+        for name in ("l2_cache_kb", "mem_bandwidth_gbs"):
+            if state.get(name) is not None:
+                data[name] = state[name]
+        return data
+
+    @property
+    def hardware_overrides(self) -> dict[str, float]:
+        """The hardware this unit states beside its model's sheet (empty for most units)."""
+        if self.unit is None:
+            return {}
+        stated = {n: getattr(self.unit, n) for n in ("sms", "l2_cache_kb", "mem_bandwidth_gbs")}
+        return {n: v for n, v in stated.items() if v is not None}
 
     @model_validator(mode="after")
     def _consistent(self) -> GpuSpec:

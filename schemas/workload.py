@@ -18,6 +18,7 @@ OPERATOR_DIMS: dict[str, tuple[str, ...]] = {
     "conv2d_bias_relu": ("N", "C", "H", "W", "K", "R", "S", "stride", "pad"),
     "depthwise_conv2d": ("N", "C", "H", "W", "R", "S", "stride", "pad"),
     "softmax": ("rows", "cols"),
+    "layer_norm": ("rows", "cols"),  # normalised over cols, with a scale and a shift per col
 }
 # Dimensions that may be zero (everything else must be positive).
 ZERO_ALLOWED = {"pad"}
@@ -28,7 +29,14 @@ DTYPE_BYTES = {"float32": 4, "float16": 2}
 MAX_WORKLOAD_BYTES = 256 * 2**30
 
 Operator = Literal[
-    "matmul", "batch_matmul", "dense", "conv2d", "conv2d_bias_relu", "depthwise_conv2d", "softmax"
+    "matmul",
+    "batch_matmul",
+    "dense",
+    "conv2d",
+    "conv2d_bias_relu",
+    "depthwise_conv2d",
+    "softmax",
+    "layer_norm",
 ]
 
 
@@ -75,7 +83,7 @@ class WorkloadSpec(BaseModel):
             return (d["M"], d["N"])
         if self.op == "batch_matmul":
             return (d["B"], d["M"], d["N"])
-        if self.op == "softmax":
+        if self.op in ("softmax", "layer_norm"):
             return (d["rows"], d["cols"])
         oh = (d["H"] + 2 * d["pad"] - d["R"]) // d["stride"] + 1
         ow = (d["W"] + 2 * d["pad"] - d["S"]) // d["stride"] + 1
@@ -95,6 +103,8 @@ class WorkloadSpec(BaseModel):
             inputs = [(d["M"], d["K"]), (d["N"], d["K"])]
         elif self.op == "softmax":
             inputs = [(d["rows"], d["cols"])]
+        elif self.op == "layer_norm":
+            inputs = [(d["rows"], d["cols"]), (d["cols"],), (d["cols"],)]
         else:
             image = (d["N"], d["C"], d["H"], d["W"])
             if self.op == "depthwise_conv2d":

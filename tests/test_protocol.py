@@ -21,7 +21,7 @@ from bench import protocol
 def test_the_protocol_keeps_its_own_rules() -> None:
     summary = protocol.check()
     assert summary["test"]["units"] >= 8 and len(summary["test"]["architectures"]) >= 4
-    assert len(summary["test"]["user_specs"]) == 2
+    assert len(summary["test"]["user_specs"]) == 3  # rtx3060, its 8 GB board, orin-nano
     assert len(protocol.SEEDS) >= 3
     # every unit is resolvable and none is in two splits
     names = [u for s in ("train", "validation", "test") for u in protocol.units(s)]
@@ -33,6 +33,19 @@ def test_the_protocol_keeps_its_own_rules() -> None:
 def test_a_broken_split_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(protocol, "VALIDATION_UNITS", (*protocol.VALIDATION_UNITS, "4090-ref"))
     with pytest.raises(ValueError, match="test models also in training/validation"):
+        protocol.check()
+
+
+def test_units_with_their_own_hardware_sit_in_their_models_split(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A MIG slice, a power mode or a board variant is a unit of its model: a unit of a test
+    model is a test unit, never a training one."""
+    assert {"a100-mig-1g5gb", "h100-sxm-mig-1g10gb", "3060ti-gddr6x"} <= set(protocol.TRAIN_UNITS)
+    assert {"orin-15w", "orin-30w"} <= set(protocol.VALIDATION_UNITS)
+    assert {"a30-mig-1g6gb", "h100-pcie-mig-1g10gb", "rtx3060-8gb"} <= set(protocol.units("test"))
+    monkeypatch.setattr(protocol, "TRAIN_UNITS", (*protocol.TRAIN_UNITS, "a30-mig-2g12gb"))
+    with pytest.raises(ValueError, match="a30"):
         protocol.check()
 
 

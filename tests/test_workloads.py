@@ -59,6 +59,11 @@ CASES = [
         lambda x, w: F.conv2d(_t(x), _t(w), padding=1, groups=4).numpy(),
     ),
     ("softmax:3,9", lambda: [_rand(3, 9)], lambda x: F.softmax(_t(x), dim=1).numpy()),
+    (
+        "layer_norm:3,9",
+        lambda: [_rand(3, 9), _rand(9), _rand(9) + 1],
+        lambda x, g, b: F.layer_norm(_t(x), (9,), _t(g), _t(b), eps=1e-5).numpy(),
+    ),
 ]
 
 

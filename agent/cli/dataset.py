@@ -32,8 +32,15 @@ def gpus_command(
     verbose: Verbose = False,
     state_dir: StateDir = None,
 ) -> None:
-    """The GPU catalog of the simulated fleet (or one user spec file, validated)."""
-    from agent.devices.sim.catalog import load_catalog, load_spec_file, resolve
+    """The GPU catalog of the simulated fleet: its models, then its units (or one user spec
+    file, validated). Reads only the catalog files: no TVM import."""
+    from agent.devices.sim.catalog import (
+        load_catalog,
+        load_spec_file,
+        load_units,
+        resolve,
+        unit_differences,
+    )
 
     if check is not None:
         names = [n.strip() for n in check.split(",") if n.strip()]
@@ -46,35 +53,60 @@ def gpus_command(
     elif spec is not None:
         specs = [load_spec_file(spec)]
     else:
-        specs = list(load_catalog().values())
+        specs = [*load_catalog().values(), *load_units().values()]
     if json_out:
         print_json([s.model_dump() for s in specs])
         return
-    print_table(
-        "Simulated GPUs (spec sheets; latencies from them are modelled, not measured)",
-        [
-            "key",
-            "name",
-            *(Column(h, "right") for h in ("cc", "SMs", "TFLOPS", "GB/s")),
-            Column("L2 MB", "right", optional=True),
-            Column("arch", optional=True),
-            Column("source", optional=True),
-        ],
-        [
-            (
-                s.key,
-                s.name,
-                f"{s.compute_capability:.1f}",
-                s.sms,
-                f"{s.fp32_gflops / 1000:.1f}",
-                f"{s.mem_bandwidth_gbs:g}",
-                f"{s.l2_cache_kb / 1024:g}",
-                s.architecture,
-                s.source.split(";")[0],
-            )
-            for s in specs
-        ],
-    )
+    models = [s for s in specs if s.model is None]
+    units = [s for s in specs if s.model is not None]
+    if models or not units:
+        print_table(
+            "Simulated GPUs (spec sheets; latencies from them are modelled, not measured)",
+            [
+                "key",
+                "name",
+                *(Column(h, "right") for h in ("cc", "SMs", "TFLOPS", "GB/s")),
+                Column("L2 MB", "right", optional=True),
+                Column("arch", optional=True),
+                Column("source", optional=True),
+            ],
+            [
+                (
+                    s.key,
+                    s.name,
+                    f"{s.compute_capability:.1f}",
+                    s.sms,
+                    f"{s.fp32_gflops / 1000:.1f}",
+                    f"{s.mem_bandwidth_gbs:g}",
+                    f"{s.l2_cache_kb / 1024:g}",
+                    s.architecture,
+                    s.source.split(";")[0],
+                )
+                for s in models
+            ],
+        )
+    if units:
+        print_table(
+            "Simulated units (a model's sheet plus the unit's own state; sources in "
+            "agent/devices/sim/units.json)",
+            [
+                "unit",
+                "model",
+                *(Column(h, "right") for h in ("SMs", "GB/s", "L2 MB")),
+                "what differs from the model",
+            ],
+            [
+                (
+                    s.key,
+                    s.model,
+                    s.sms,
+                    f"{s.mem_bandwidth_gbs:g}",
+                    f"{s.l2_cache_kb / 1024:g}",
+                    unit_differences(s),
+                )
+                for s in units
+            ],
+        )
 
 
 @dataset_app.command("build")

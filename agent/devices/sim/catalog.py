@@ -61,36 +61,68 @@ class UnitCatalog(BaseModel):
 
 
 def as_unit(model: GpuSpec, key: str, label: str, state: UnitState) -> GpuSpec:
-    """A unit of `model`: the same spec sheet, its own key, name and state."""
+    """A unit of `model`: its spec sheet with the unit's own key, name and state (and, where
+    the state says so, its own SM count, L2 and memory bandwidth: `GpuSpec` applies them)."""
     source = model.source + (f"; unit state: {state.source}" if state.source else "")
-    return model.model_copy(
-        update={
-            "key": key,
-            "name": f"{model.name} [{label}]",
-            "aliases": [],
-            "model": model.key,
-            "unit": state,
-            "source": source,
-        }
-    )
+    data = model.model_dump()
+    data.update(
+        key=key, name=f"{model.name} [{label}]", aliases=[], model=model.key, unit=state,
+        source=source,
+    )  # fmt: skip
+    return GpuSpec.model_validate(data)
 
 
 @lru_cache(maxsize=1)
 def _load_units(path: str) -> dict[str, GpuSpec]:
     models = load_catalog()
     units: dict[str, GpuSpec] = {}
-    for entry in UnitCatalog.model_validate_json(Path(path).read_text()).units:
+    try:
+        entries = UnitCatalog.model_validate_json(Path(path).read_text()).units
+    except ValidationError as exc:
+        raise BadInputError(f"{path}: {one_line(exc)}") from None
+    for entry in entries:
         if entry.key in units or entry.key in models:
-            raise ValueError(f"units: duplicate key {entry.key!r}")
+            raise BadInputError(f"{path}: duplicate unit key {entry.key!r}")
         if entry.model not in models:
-            raise ValueError(f"units: {entry.key!r} names unknown model {entry.model!r}")
-        units[entry.key] = as_unit(models[entry.model], entry.key, entry.label, entry.state)
+            raise BadInputError(f"{path}: unit {entry.key!r} names unknown model {entry.model!r}")
+        try:
+            units[entry.key] = as_unit(models[entry.model], entry.key, entry.label, entry.state)
+        except ValidationError as exc:
+            raise BadInputError(f"{path}: unit {entry.key!r}: {one_line(exc)}") from None
     return units
 
 
 def load_units() -> dict[str, GpuSpec]:
     """Every unit of units.json, by key: catalog models with their own unit state."""
     return dict(_load_units(str(UNITS_PATH)))
+
+
+def unit_differences(spec: GpuSpec) -> str:
+    """What a unit states beside its model's sheet, in a few words (for listings)."""
+    state = spec.unit
+    if state is None:
+        return ""
+    parts: list[str] = []
+    hardware = spec.hardware_overrides
+    if "sms" in hardware:
+        parts.append(f"{spec.sms} SMs")
+    if "l2_cache_kb" in hardware:
+        parts.append(f"L2 {spec.l2_cache_kb / 1024:g} MB")
+    if "mem_bandwidth_gbs" in hardware:
+        parts.append(f"{spec.mem_bandwidth_gbs:g} GB/s")
+    if state.power_mode:
+        parts.append(f"mode {state.power_mode}")
+    if state.sustained_clock_mhz:
+        parts.append(f"{state.sustained_clock_mhz:g} MHz")
+    if state.memory_clock_factor != 1.0:
+        parts.append(f"memory clock x{state.memory_clock_factor:g}")
+    if state.power_limit_w:
+        parts.append(f"{state.power_limit_w:g} W")
+    if state.ecc is not None:
+        parts.append("ECC on" if state.ecc else "ECC off")
+    if state.spread_seed is not None:
+        parts.append(f"spread seed {state.spread_seed}")
+    return ", ".join(parts)
 
 
 def _normalise(name: str) -> str:
