@@ -1,11 +1,11 @@
-"""bench/unit_diversity.py: the per-task comparison of two units of one model."""
+"""bench/simulator/unit_diversity.py: the per-task comparison of two units of one model."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from bench import unit_diversity
+from bench.simulator import unit_diversity
 
 
 def test_a_pair_row_scores_only_candidates_that_ran_on_both() -> None:

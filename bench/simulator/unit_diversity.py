@@ -1,6 +1,6 @@
 """How differently units of one GPU model rank the protocol's candidates (SIMULATED).
 
-    python -m bench.unit_diversity      # docs/results/unit_diversity.md and .json
+    python -m bench.simulator.unit_diversity      # docs/results/unit_diversity.md and .json
 
 For every GPU model with several units in the protocol (bench/protocol.py, all splits): the
 model's first unit (the full card, MAXN, the launch board) against each other unit of it,
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     report = build_report(list(protocol.WORKLOADS))
     wall = time.perf_counter() - started
-    command = "python -m bench.unit_diversity"
+    command = "python -m bench.simulator.unit_diversity"
     report.update(command=command, wall_s=wall, simulated=True)
     args.out.write_text(markdown(report, command, wall))
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
