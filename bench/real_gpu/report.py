@@ -266,6 +266,55 @@ def _fmt(x: float | None, digits: int = 3) -> str:
     return "never" if x is None else f"{x:.{digits}f}"
 
 
+def online_md(run: dict, hub: Hub) -> tuple[list[str], dict]:
+    """Do measurements move SiMoE? Per (target, seed): whether its order within the first
+    16 measurements differs from the same model with the gate never moved (simoe-no-online),
+    and what that bought at 16 and 64 (log-ratio of fractions of the optimum)."""
+    runs, changed, gains = 0, 0, {16: [], 64: []}
+    for res in run["results"]:
+        moved, fixed = res["traces"].get("simoe"), res["traces"].get("simoe-no-online")
+        if moved is None or fixed is None:
+            continue
+        runs += 1
+        if moved[:16] == fixed[:16]:
+            continue
+        changed += 1
+        times = hub.caches[res["kernel"]][res["target"]].time_ms
+        a, b = fraction_at(moved, times, (16, 64)), fraction_at(fixed, times, (16, 64))
+        for n in gains:
+            gains[n].append(_log(a[n]) - _log(b[n]))
+    data = {
+        "runs": runs,
+        "changed_within_16": changed,
+        "gain": {
+            n: {
+                "mean_log_ratio": float(np.mean(g)) if g else None,
+                "better": sum(x > 1e-9 for x in g),
+                "worse": sum(x < -1e-9 for x in g),
+            }
+            for n, g in gains.items()
+        },
+    }
+    lines = [
+        "## Do measurements move SiMoE? (issue 23)",
+        "",
+        f"In {changed} of {runs} (target, seed) runs, SiMoE's first 16 measurements differ "
+        "from those of the same model whose gate measurements never move (simoe-no-online; "
+        "where the fleet's leave-one-out chose sharpness 0 the two are the same run). Over "
+        "those runs, SiMoE against simoe-no-online (mean log-ratio of fractions; runs better "
+        "/ worse):",
+        "",
+        "| n | mean log-ratio | better | worse |",
+        "|---|---|---|---|",
+        *[
+            f"| {n} | {_fmt(v['mean_log_ratio'])} | {v['better']} | {v['worse']} |"
+            for n, v in data["gain"].items()
+        ],
+        "",
+    ]
+    return lines, data
+
+
 def render(run: dict, scored: dict, hub: Hub) -> tuple[str, dict]:
     rows, summary = scored["rows"], scored["summary"]
     nvidia = {g for g, gpu in hub.gpus.items() if gpu.vendor == "nvidia"}
@@ -351,7 +400,8 @@ def render(run: dict, scored: dict, hub: Hub) -> tuple[str, dict]:
         )
         if SPEC_TRANSFER in r and r[SPEC_TRANSFER]["fraction"][16] < 0.95:
             hard.append((kernel, target))
-    lines += ["", *choices_md(run), *why_md(rows, summary)]
+    online_lines, online = online_md(run, hub)
+    lines += ["", *choices_md(run), *online_lines, *why_md(rows, summary)]
     goals = {}
     lines += ["", "## Goals", ""]
     for method in ("simoe", "simoe-sharing"):
@@ -363,6 +413,7 @@ def render(run: dict, scored: dict, hub: Hub) -> tuple[str, dict]:
         "summary": summary,
         "pairs": pairs_json,
         "goals": goals,
+        "online": online,
         "hard_targets": hard,
         "rows": {f"{k}/{t}": r for (k, t), r in rows.items()},
     }
