@@ -24,7 +24,6 @@ from pydantic import ValidationError
 from agent.node_state import NodeState, write_atomic
 from agent.store import canonical_json
 from schemas.sharing import (
-    MAX_TRACE_CHARS,
     MAX_WORKLOADS,
     ScheduleOffer,
     ScheduleShare,
@@ -86,14 +85,17 @@ def schedule_share(node: NodeState) -> ScheduleShare | None:
     if node.store_path.exists():
         with node.open_store() as store:
             keys = sorted({r.workload_key for r in store.best_records(device=config.device)})
-            for key in keys[:MAX_WORKLOADS]:
+            for key in [k for k in keys if k.isdigit()][:MAX_WORKLOADS]:
                 rank = 0
                 for record in store.fastest_records(key, config.device, config.share_top_k):
-                    text = canonical_json(record.trace)
-                    if len(text) > MAX_TRACE_CHARS:
-                        continue  # too long to share: the next one takes its rank
+                    try:  # one that is not a MetaSchedule trace (an import) is not shared
+                        item = SharedTrace(
+                            workload_key=key, rank=rank + 1, trace=canonical_json(record.trace)
+                        )
+                    except ValidationError:
+                        continue  # the next one takes its rank
                     rank += 1
-                    schedules.append(SharedTrace(workload_key=key, rank=rank, trace=text))
+                    schedules.append(item)
     return ScheduleShare(top_k=config.share_top_k, schedules=schedules, wanted=wanted(node))
 
 
