@@ -382,3 +382,15 @@ def test_sharing_is_switched_and_checked_on_the_command_line(
         one_line_error("simoe-agent", *result)
     code, _, _ = run_main(main, "simoe-agent", ["sharing", "off", *state], monkeypatch, capsys)
     assert code == 0 and not NodeState(tmp_path).config().share_schedules
+
+
+def test_enroll_refuses_a_bad_share_top_k_before_anything(tmp_path: Path) -> None:
+    from agent.enroll import enroll
+    from schemas import BadInputError
+
+    with pytest.raises(BadInputError, match="--share-top-k must be 1 to 8"):
+        enroll(
+            state_dir=tmp_path / "node", server="127.0.0.1:1", ca=tmp_path / "missing.pem",
+            name="n1", device="cpu", share_schedules=True, share_top_k=0,
+        )  # fmt: skip
+    assert not (tmp_path / "node").exists()  # nothing written
