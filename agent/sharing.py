@@ -66,6 +66,7 @@ def ask_for(node: NodeState, keys: Iterable[str]) -> None:
     `MAX_WORKLOADS` are kept)."""
     if not sharing_on(node):
         return
+    keys = list(keys)
     known = wanted(node)
     merged = [k for k in known if k not in set(keys)] + [k for k in dict.fromkeys(keys)]
     node.federation_dir.mkdir(parents=True, exist_ok=True)
