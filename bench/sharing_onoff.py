@@ -201,6 +201,41 @@ def markdown(result: dict[str, Any], command: str) -> str:
     return "\n".join(lines)
 
 
+def explain(work: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """For each case with sharing on: how many of the measured candidates were shared
+    traces, and whether the best was one (read back from the scratch stores and the
+    registry of `work`)."""
+    from agent.store import Store, canonical_json
+    from server.registry import Registry
+
+    with Registry(work / "registry.sqlite") as registry:
+        shared: dict[str, set[str]] = {}
+        for key in registry.schedule_sharers():
+            for workload, traces in registry.shared_schedules(key).items():
+                shared.setdefault(workload, set()).update(traces)
+    measured = shared_measured = best_shared = cases = 0
+    for r in rows:
+        path = work / f"on-{r['seed']}-{r['budget']}" / r["unit"] / "store.sqlite"
+        if not path.exists():
+            continue
+        with Store(path) as store:
+            records = [x for x in store.records() if x.task_name == r["workload"]]
+        if not records:
+            continue
+        cases += 1
+        hits = [canonical_json(x.trace) in shared.get(x.workload_key, set()) for x in records]
+        measured += len(records)
+        shared_measured += sum(hits)
+        ok = [(x.latency_s, h) for x, h in zip(records, hits, strict=True) if x.latency_s]
+        best_shared += bool(ok) and min(ok)[1]
+    return {
+        "cases": cases,
+        "measured": measured,
+        "measured_shared": shared_measured,
+        "best_was_shared": best_shared,
+    }
+
+
 def main() -> None:
     bench.prepare()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -212,7 +247,16 @@ def main() -> None:
     parser.add_argument("--donor-trials", type=int, default=32)
     parser.add_argument("--work", type=Path, default=Path("runs/sharing_onoff"))
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    parser.add_argument(
+        "--explain", action="store_true", help="read a finished run back: shared picks, exit"
+    )
     args = parser.parse_args()
+    if args.explain:
+        result = json.loads((args.out / "sharing_onoff.json").read_text())
+        result["explained"] = explain(args.work, result["rows"])
+        (args.out / "sharing_onoff.json").write_text(json.dumps(result, indent=1))
+        print(json.dumps(result["explained"]))
+        return
     args.units = args.units.split(",")
     args.donors = args.donors.split(",")
     args.workloads = args.workloads.split(";")
