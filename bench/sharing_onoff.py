@@ -195,10 +195,27 @@ def markdown(result: dict[str, Any], command: str) -> str:
     lines += [
         "",
         "off/on > 1: with sharing the tune's best schedule was faster. Per case (unit, "
-        "workload, budget, seed): `docs/results/sharing_onoff.json`.",
-        "",
+        "workload, budget, seed): `sharing_onoff.json` beside this file.",
     ]
-    return "\n".join(lines)
+    seen = result.get("explained")
+    if seen:
+        lines += [
+            "",
+            f"Read back (`{seen['command']}`): of the {seen['measured']} candidates measured "
+            f"with sharing on, {seen['measured_shared']} were shared traces; the best of a "
+            f"case was a shared trace in {seen['best_was_shared']} of {seen['cases']} cases.",
+        ]
+    spread = result.get("spread")
+    if spread:
+        lines += [
+            "",
+            f"Run-to-run spread (`{spread['command']}`): the same tunes with sharing off, "
+            f"run again, differ in {spread['differ']} of {spread['cases']} cases; geomean "
+            f"this run / the other {spread['geomean']:.3f}, per case from "
+            f"{spread['min']:.3f} to {spread['max']:.3f} (MetaSchedule's search threads do "
+            "not repeat exactly).",
+        ]
+    return "\n".join(lines + [""])
 
 
 def explain(work: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -236,6 +253,24 @@ def explain(work: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def spread(rows: list[dict[str, Any]], other: list[dict[str, Any]]) -> dict[str, Any]:
+    """Sharing off in this run against sharing off in another run of the same cases."""
+    key = ("unit", "workload", "budget", "seed")
+    theirs = {tuple(r[k] for k in key): r["off"]["best_s"] for r in other}
+    ratios = [
+        r["off"]["best_s"] / theirs[tuple(r[k] for k in key)]
+        for r in rows
+        if theirs.get(tuple(r[k] for k in key)) and r["off"]["best_s"]
+    ]
+    return {
+        "cases": len(ratios),
+        "differ": sum(abs(x - 1.0) > 1e-9 for x in ratios),
+        "geomean": float(np.exp(np.mean(np.log(ratios)))) if ratios else float("nan"),
+        "min": min(ratios, default=float("nan")),
+        "max": max(ratios, default=float("nan")),
+    }
+
+
 def main() -> None:
     bench.prepare()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -250,12 +285,25 @@ def main() -> None:
     parser.add_argument(
         "--explain", action="store_true", help="read a finished run back: shared picks, exit"
     )
+    parser.add_argument(
+        "--against", type=Path, help="with --explain: another run's JSON, for the spread"
+    )
     args = parser.parse_args()
     if args.explain:
+        import sys
+
+        command = ("python -m bench.sharing_onoff " + " ".join(sys.argv[1:])).strip()
         result = json.loads((args.out / "sharing_onoff.json").read_text())
-        result["explained"] = explain(args.work, result["rows"])
+        if "command" not in result:  # a run written before the JSON kept it: the report has it
+            report = (args.out / "sharing_onoff.md").read_text()
+            result["command"] = report.split("Command: `", 1)[1].split("`", 1)[0]
+        result["explained"] = explain(args.work, result["rows"]) | {"command": command}
+        if args.against is not None:
+            other = json.loads(args.against.read_text())["rows"]
+            result["spread"] = spread(result["rows"], other) | {"command": command}
         (args.out / "sharing_onoff.json").write_text(json.dumps(result, indent=1))
-        print(json.dumps(result["explained"]))
+        (args.out / "sharing_onoff.md").write_text(markdown(result, result["command"]))
+        print(markdown(result, result["command"]))
         return
     args.units = args.units.split(",")
     args.donors = args.donors.split(",")
@@ -283,6 +331,7 @@ def main() -> None:
         result["summary"] = summarise(result["rows"], args.budgets)
         result["partial"] = partial
         result["args"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+        result["command"] = command
         text = markdown(result, command)
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "sharing_onoff.json").write_text(json.dumps(result, indent=1))
