@@ -183,14 +183,16 @@ def markdown(result: dict[str, Any], command: str) -> str:
         f"{result['args']['donor_trials']} trials per workload). Workloads: "
         f"{', '.join(result['args']['workloads'])}. Seeds: {result['args']['seeds']}.",
         "",
-        "| budget | cases | geomean off/on | 95% interval (by model) | on faster | off faster |",
-        "|---|---|---|---|---|---|",
+        "| budget | cases | geomean off/on | 95% interval (by model) | on faster | off faster "
+        "| verdict |",
+        "|---|---|---|---|---|---|---|",
     ]
     for budget, s in result["summary"].items():
         lo, hi = s["interval_95"]
+        verdict = "sharing faster" if lo > 1 else "sharing slower" if hi < 1 else "no effect shown"
         lines.append(
             f"| {budget} | {s['cases']} | {s['geomean_off_over_on']:.3f} | "
-            f"[{lo:.3f}, {hi:.3f}] | {s['on_faster']} | {s['off_faster']} |"
+            f"[{lo:.3f}, {hi:.3f}] | {s['on_faster']} | {s['off_faster']} | {verdict} |"
         )
     lines += [
         "",
