@@ -295,7 +295,7 @@ def fleet_best(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     with Store(path) as store:
         result = tune_workload(
             parse_workload("matmul:64,64,64"), get_device("sim:t4"), store, trials=2,
-            cost_model="random", population=16, baseline=False,
+            cost_model="random", population=16, baseline=False, seed=7,
         )  # fmt: skip
         key = result.tasks[0].workload_key
         [best] = store.fastest_records(key, "sim:t4", 1)
@@ -327,13 +327,14 @@ def _ranking(prefer: bool, seed: str) -> object:
     return _Ranking()
 
 
-@pytest.mark.parametrize("prefer", [True, False])
+@pytest.mark.parametrize(("prefer", "share"), [(True, True), (False, True), (True, False)])
 def test_shared_traces_are_ranked_with_the_search_before_the_first_measurement(
-    tmp_path: Path, fleet_best: tuple[str, str], prefer: bool
+    tmp_path: Path, fleet_best: tuple[str, str], prefer: bool, share: bool
 ) -> None:
     """Budget 1: the shared trace is the one measured when the cost model ranks it first,
-    and not when it ranks it last (it joins the ranking, it is not forced in); a trace that
-    does not apply to this task is skipped and counted."""
+    and not when it ranks it last (it joins the ranking, it is not forced in), nor without
+    sharing (the search does not find it by itself: the control); a trace that does not
+    apply to this task is skipped and counted."""
     from agent.cost_models import COST_MODELS
     from agent.devices import get_device
     from agent.store import Store, canonical_json
@@ -349,14 +350,14 @@ def test_shared_traces_are_ranked_with_the_search_before_the_first_measurement(
             result = tune_workload(
                 parse_workload("matmul:64,64,64"), get_device("sim:t4"), store, trials=1,
                 cost_model=name, population=16, baseline=False,
-                shared=SharedSeeds({key: [seed, wrong]}),
+                shared=SharedSeeds({key: [seed, wrong]}) if share else None,
             )  # fmt: skip
             measured = [canonical_json(r.trace) for r in store.records(device="sim:t4")]
     finally:
         COST_MODELS.pop(name)
-    assert result.shared_schedules == 1 and result.shared_skipped == 1
+    assert (result.shared_schedules, result.shared_skipped) == ((1, 1) if share else (0, 0))
     assert len(measured) == 1
-    assert (measured[0] == seed) is prefer
+    assert (measured[0] == seed) is (prefer and share)
 
 
 # -- the command line -----------------------------------------------------------------------
