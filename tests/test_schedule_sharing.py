@@ -327,14 +327,18 @@ def _ranking(prefer: bool, seed: str) -> object:
     return _Ranking()
 
 
-@pytest.mark.parametrize(("prefer", "share"), [(True, True), (False, True), (True, False)])
+@pytest.mark.parametrize(
+    ("prefer", "share", "rounds"),
+    [(True, True, 0), (False, True, 0), (True, False, 0), (True, True, 1), (True, False, 1)],
+)
 def test_shared_traces_are_ranked_with_the_search_before_the_first_measurement(
-    tmp_path: Path, fleet_best: tuple[str, str], prefer: bool, share: bool
+    tmp_path: Path, fleet_best: tuple[str, str], prefer: bool, share: bool, rounds: int
 ) -> None:
     """Budget 1: the shared trace is the one measured when the cost model ranks it first,
     and not when it ranks it last (it joins the ranking, it is not forced in), nor without
     sharing (the search does not find it by itself: the control); a trace that does not
-    apply to this task is skipped and counted."""
+    apply to this task is skipped and counted. The same in fast mode (`rounds` chained
+    model-only searches: the shared traces seed them)."""
     from agent.cost_models import COST_MODELS
     from agent.devices import get_device
     from agent.store import Store, canonical_json
@@ -349,7 +353,7 @@ def test_shared_traces_are_ranked_with_the_search_before_the_first_measurement(
         with Store(tmp_path / "store.sqlite") as store:
             result = tune_workload(
                 parse_workload("matmul:64,64,64"), get_device("sim:t4"), store, trials=1,
-                cost_model=name, population=16, baseline=False,
+                cost_model=name, population=16, baseline=False, model_rounds=rounds,
                 shared=SharedSeeds({key: [seed, wrong]}) if share else None,
             )  # fmt: skip
             measured = [canonical_json(r.trace) for r in store.records(device="sim:t4")]
