@@ -126,8 +126,10 @@ def _seeded_search_class() -> type:
             self.first = False
             import numpy as np
             import tvm
+            import tvm_ffi
 
             args = ms.arg_info.ArgInfo.from_prim_func(self.context.mod["main"])
+            seen = {tvm_ffi.structural_hash(c.sch.mod) for c in batch}
             seeds = []
             for trace in self.seeds:
                 sch = tvm.s_tir.Schedule(self.context.mod)
@@ -135,7 +137,10 @@ def _seeded_search_class() -> type:
                     trace.apply_to_schedule(sch, remove_postproc=False)
                 except Exception:  # noqa: BLE001 - a seed that does not apply: left out
                     continue
-                seeds.append(ms.MeasureCandidate(sch, args))
+                key = tvm_ffi.structural_hash(sch.mod)
+                if key not in seen:  # one the search proposed too is measured once
+                    seen.add(key)
+                    seeds.append(ms.MeasureCandidate(sch, args))
             pool = [*seeds, *batch]
             if self.cost_model is None or not seeds:
                 return pool[: len(batch)]
