@@ -3,7 +3,8 @@
 Flower starts a fresh process per message, so nothing lives here between messages:
 the state directory (node config `state-dir`) holds the model, the store and what
 the node knows of the federation. Replies carry only the shared arrays, the node's
-own expert, its hardware profile (in NodeHello) and aggregate metrics.
+own expert, its hardware profile (in NodeHello) and aggregate metrics, and, where the
+node opted in to schedule sharing (`agent.sharing`), its schedule share.
 
 The node's round itself (adopt the global model and the experts, prune the bank, drop
 refuted experts, train, keep the federation state) is `agent.node_round`, a plain
@@ -27,11 +28,20 @@ from pydantic import ValidationError
 from agent.audit import record_replies
 from agent.node_round import Received, node_round, refuse_payload
 from agent.node_state import NodeState
-from agent.payload import PayloadRefused, adopt_global, check_protocol, decode, decode_experts
+from agent.payload import (
+    PayloadRefused,
+    adopt_global,
+    check_protocol,
+    decode,
+    decode_experts,
+    decode_offer,
+)
+from agent.sharing import keep_offer, schedule_share, sharing_on
 from schemas import BadInputError, NodeHello, TrainInstruction
 from schemas.errors import one_line
 from schemas.messages import BUSY_METRIC, REC_CONFIG, REC_EXPERT_PREFIX, REC_SHARED
 from schemas.protocol import node_reply, prepare_flower_env
+from schemas.sharing import REC_SCHEDULES
 from simoe_model import tvm_compat
 
 log = logging.getLogger("simoe.agent")
@@ -95,7 +105,9 @@ def hello(message: Message, context: Context) -> Message:
             state.global_version = version
             state.refused = None
             node.save_federation_state(state)
-    return Message(node_reply(_hello(node, context)), reply_to=message)
+    # schedule sharing (opt-in): the share goes with the hello, so the server can answer
+    # a newcomer's first round with the most similar units' schedules
+    return Message(node_reply(_hello(node, context), share=schedule_share(node)), reply_to=message)
 
 
 @app.query("refused")
@@ -145,6 +157,11 @@ def train(message: Message, context: Context) -> Message:
             if key.startswith(REC_EXPERT_PREFIX) and key.removeprefix(REC_EXPERT_PREFIX) != name
         }
     )
+    if REC_SCHEDULES in inbox.config_records and sharing_on(node):
+        try:  # a bad offer is refused and noted; the round goes on without it
+            keep_offer(node, decode_offer(inbox.config_records[REC_SCHEDULES]))
+        except PayloadRefused as exc:
+            refuse_payload(node, f"round {instruction.server_round}: {exc}")
     result = node_round(
         node,
         instruction,
@@ -158,5 +175,6 @@ def train(message: Message, context: Context) -> Message:
         own_expert=result.own_expert,
         # a node still tuning: its records are still coming
         metrics={**result.metrics, BUSY_METRIC: float(queued_jobs(node))},
+        share=schedule_share(node),
     )
     return Message(content, reply_to=message)

@@ -148,7 +148,7 @@ def run_job(state_dir: Path, job_path: Path) -> int:
     from agent.devices import get_device
     from agent.store_datasets import cache_missing_features
     from agent.task_selection import TaskChoice
-    from agent.tuner import tune_network, tune_workload
+    from agent.tuner import node_shared_seeds, tune_network, tune_workload
     from agent.workloads import parse_workload
 
     job = Job.model_validate_json(job_path.read_text())
@@ -166,6 +166,7 @@ def run_job(state_dir: Path, job_path: Path) -> int:
                 trials=job.trials,
                 cost_model=cost_model,
                 node=node,
+                shared=node_shared_seeds(node),  # schedule sharing, when on
             )
         else:
             result = tune_network(
@@ -176,6 +177,7 @@ def run_job(state_dir: Path, job_path: Path) -> int:
                 cost_model=cost_model,
                 node=node,
                 choice=TaskChoice(largest=job.largest_tasks, flops_share=job.flops_share),
+                shared=node_shared_seeds(node),
             )
         # TVM is loaded here already: featurize the new records now, so that the next
         # round's ClientApp (a fresh process per message) need not import TVM to do it

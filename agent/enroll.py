@@ -33,6 +33,7 @@ from schemas.cli import Port, Seconds, checked
 from schemas.messages import check_node_name, key_fingerprint
 from schemas.private_files import write_private
 from schemas.protocol import CONNECTION, flower_env, flwr_bin, write_connection
+from schemas.sharing import MAX_TOP_K
 
 
 def create_node_key(state_dir: Path) -> tuple[Path, Path, bool]:
@@ -146,6 +147,8 @@ def enroll(
     download: bool = True,
     download_timeout: float = 180.0,
     supernode_port: int | None = None,
+    share_schedules: bool | None = None,
+    share_top_k: int | None = None,
     say: Callable[[str], None] = lambda _text: None,
 ) -> EnrollResult:
     """Enrol this node (idempotent: running it again keeps the key and the registration).
@@ -153,6 +156,7 @@ def enroll(
     Everything the user gave is checked before anything is written or started, so a
     refused enrolment changes nothing here nor what the server records of this node.
     `say` hears each step as it starts (the CLI prints them: enrolling takes a while).
+    `share_schedules`/`share_top_k`: opt in to (or out of) schedule sharing (None: keep).
     """
     try:
         check_node_name(name)
@@ -161,6 +165,8 @@ def enroll(
     checked("--timeout", download_timeout, Seconds)
     if supernode_port is not None:
         checked("--port", supernode_port, Port)
+    if share_top_k is not None and not 1 <= share_top_k <= MAX_TOP_K:
+        raise BadInputError(f"--share-top-k must be 1 to {MAX_TOP_K}, got {share_top_k}")
     parse_address(server)
     check_ca(ca)
     node = NodeState(state_dir)
@@ -180,6 +186,10 @@ def enroll(
     }  # fmt: skip
     if supernode_port is not None:  # kept: `run` uses it (nodes on one host differ)
         update["supernode_port"] = supernode_port
+    if share_schedules is not None:
+        update["share_schedules"] = share_schedules
+    if share_top_k is not None:
+        update["share_top_k"] = share_top_k
     config = config.model_copy(update=update)
     # The SuperNode's ClientApp reads the name from agent.json, so it is written now; a
     # failed enrolment (refused name, no server) puts the old config back, so nothing

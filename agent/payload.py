@@ -22,13 +22,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from pydantic import ValidationError
 
 from schemas import BadInputError, RunFailure
 from schemas.messages import PROTOCOL_VERSION
 from schemas.protocol import Arrays, record_to_arrays
+from schemas.sharing import OFFER_FIELD, ScheduleOffer, short_error
 
 if TYPE_CHECKING:
-    from flwr.app import ArrayRecord
+    from flwr.app import ArrayRecord, ConfigRecord
 
     from simoe_model.model import SiMoE
 
@@ -52,6 +54,14 @@ def decode(record: ArrayRecord, what: str) -> dict[str, np.ndarray]:
         return record_to_arrays(record)
     except Exception as exc:  # noqa: BLE001 - any decoding failure means a corrupt payload
         raise PayloadRefused(f"{what}: corrupt arrays ({type(exc).__name__})") from None
+
+
+def decode_offer(record: ConfigRecord) -> ScheduleOffer:
+    """The schedules the server offered (schedule sharing); PayloadRefused if malformed."""
+    try:
+        return ScheduleOffer.model_validate_json(str(record[OFFER_FIELD]))
+    except (KeyError, ValidationError, ValueError) as exc:
+        raise PayloadRefused(f"schedule offer refused ({short_error(exc)})") from None
 
 
 def adopt_global(model: SiMoE, arrays: Mapping[str, np.ndarray]) -> None:

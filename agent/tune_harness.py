@@ -10,6 +10,7 @@ progress bars, a benchmark's compile-time curve).
 
 from __future__ import annotations
 
+import functools
 import logging
 import tempfile
 import time
@@ -68,6 +69,98 @@ def evolutionary(
             min(50, population) if init_min_unmeasured is None else init_min_unmeasured
         ),
     )
+
+
+def seeded(strategy: Any, seeds: Sequence[Any]) -> Any:
+    """`strategy` with `seeds` (traces of known-good schedules, e.g. the most similar units'
+    shared ones) ranked by the cost model together with its first batch (`SeededSearch`);
+    the strategy itself when there are none."""
+    return SeededSearch(strategy, list(seeds)) if seeds else strategy
+
+
+@functools.cache
+def _seeded_search_class() -> type:
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
+
+    @derived_object
+    class _SeededSearch(ms.search_strategy.PySearchStrategy):
+        """MetaSchedule's search with seed traces ranked into its first batch.
+
+        The first batch the inner search proposes and the seeds (applied to the task) are
+        ranked together by the cost model; the best of them, as many as the batch, are
+        measured first. Ties keep the seeds first. Later batches are the inner search's."""
+
+        def __init__(self, inner: Any, seeds: list[Any]) -> None:
+            super().__init__()
+            self.inner = inner
+            self.seeds = seeds
+            self.context: Any = None
+            self.cost_model: Any = None
+            self.first = True
+
+        def _initialize_with_tune_context(self, context: Any) -> None:
+            self.context = context
+            self.inner._initialize_with_tune_context(context)
+
+        def pre_tuning(
+            self,
+            max_trials: int,
+            num_trials_per_iter: int,
+            design_spaces: Any,
+            database: Any = None,
+            cost_model: Any = None,
+        ) -> None:
+            self.cost_model, self.first = cost_model, True
+            self.inner.pre_tuning(
+                max_trials, num_trials_per_iter, design_spaces, database, cost_model
+            )
+
+        def post_tuning(self) -> None:
+            self.inner.post_tuning()
+
+        def generate_measure_candidates(self) -> list[Any] | None:
+            batch = self.inner.generate_measure_candidates()
+            if not self.first or batch is None:
+                return batch
+            self.first = False
+            import numpy as np
+            import tvm
+            import tvm_ffi
+
+            args = ms.arg_info.ArgInfo.from_prim_func(self.context.mod["main"])
+            seen = {tvm_ffi.structural_hash(c.sch.mod) for c in batch}
+            seeds = []
+            for trace in self.seeds:
+                sch = tvm.s_tir.Schedule(self.context.mod)
+                try:
+                    trace.apply_to_schedule(sch, remove_postproc=False)
+                except Exception:  # noqa: BLE001 - a seed that does not apply: left out
+                    continue
+                key = tvm_ffi.structural_hash(sch.mod)
+                if key not in seen:  # one the search proposed too is measured once
+                    seen.add(key)
+                    seeds.append(ms.MeasureCandidate(sch, args))
+            pool = [*seeds, *batch]
+            if self.cost_model is None or not seeds:
+                return pool[: len(batch)]
+            scores = np.asarray(self.cost_model.predict(self.context, pool), dtype=np.float64)
+            order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), kind="stable")
+            return [pool[i] for i in order[: len(batch)]]
+
+        def notify_runner_results(self, candidates: Any, results: Any) -> None:
+            self.inner.notify_runner_results(candidates, results)
+
+        def clone(self) -> Any:
+            return _SeededSearch(self.inner.clone(), self.seeds)
+
+    return _SeededSearch
+
+
+def SeededSearch(inner: Any, seeds: list[Any]) -> Any:  # noqa: N802 - a class, made lazily
+    """A search strategy: `inner` with `seeds` ranked into its first batch (TVM is imported
+    only when one is made)."""
+    return _seeded_search_class()(inner, seeds)
 
 
 # Fast mode with the online gate: the device measures the model's picks in batches of this

@@ -24,7 +24,14 @@ from agent.ms_database import ms_database, workload_key_of
 from agent.networks import Network, extract_network_tasks, load_network, one_line_of
 from agent.progress import ProgressCallback
 from agent.task_selection import TaskChoice, select_tasks
-from agent.tune_harness import TuneTask, evolutionary, model_picks, run_tasks, task_flops
+from agent.tune_harness import (
+    TuneTask,
+    evolutionary,
+    model_picks,
+    run_tasks,
+    seeded,
+    task_flops,
+)
 from agent.workloads import TEWorkload, Workload, flops, prim_func
 from schemas import BadInputError, RunFailure, SimoeError
 from schemas.records import failed_run
@@ -137,6 +144,7 @@ def _run_search(
     population: int | None = None,
     model_rounds: int = 0,
     warm_start: Path | None = None,
+    shared: SharedSeeds | None = None,
 ) -> tuple[ms.database.Database, list[int], float, float | None, ModelUsed]:
     """Run MetaSchedule over `tasks`.
 
@@ -145,12 +153,23 @@ def _run_search(
     `trials_per_task`. Returns the database, trials per task, search wall seconds, and
     (simulated devices only) the modelled seconds those measurements would have taken on
     the real GPU. `warm_start`: the fleet schedule warm start (fast mode only; see
-    `warm_start_seeds`).
+    `warm_start_seeds`). `shared`: the most similar units' schedules the federation offered
+    (schedule sharing, opt-in): per task, they join the candidates the cost model ranks
+    before the first measurement, in fast mode (seeds of its model-only search, as
+    `warm_start`) and in MetaSchedule's evolutionary search (ranked into its first batch);
+    `shared.used` and `shared.skipped` count them.
     """
     import tvm
 
     population = search_population(trials_per_task, population)
     seeds = warm_start_seeds(tasks, warm_start, trials_per_task) if warm_start else None
+    if shared is not None:
+        shared.resolve(tasks)
+        if node is not None:  # the next reply asks the federation about these workloads
+            from agent.sharing import ask_for
+
+            ask_for(node, [workload_key_of(t.mod) for t in tasks])
+        seeds = [[*(seeds[i] if seeds else []), *shared.seeds[i]] for i in range(len(tasks))]
     for task in tasks:
         store.add_workload(
             workload_key_of(task.mod), task.name, tvm.ir.save_json(task.mod), task.spec
@@ -171,7 +190,8 @@ def _run_search(
                          population=population, seed=seed or 0,
                          seeds=seeds[i] if seeds else ()) for i, t in enumerate(tasks)]
             if model_rounds > 0
-            else [evolutionary(population) for _ in tasks]
+            else [seeded(evolutionary(population), seeds[i] if seeds else ())
+                  for i in range(len(tasks))]
         )  # fmt: skip
     except SimoeError:
         raise
@@ -190,6 +210,33 @@ def _run_search(
     if modelled_before is not None:
         modelled = float(device.modelled_measure_seconds) - float(modelled_before)
     return database, counts, wall, modelled, model_used_by(model)
+
+
+class SharedSeeds:
+    """The schedules the federation offered this node (schedule sharing, opt-in), by
+    workload key, made into each task's seed traces (`resolve`); what applied (`used`) and
+    what did not (`skipped`: a trace of another target or TVM version, never a crash)."""
+
+    def __init__(self, traces: dict[str, list[str]]) -> None:
+        self.traces = traces
+        self.seeds: list[list[Any]] = []
+        self.used = 0
+        self.skipped = 0
+
+    def resolve(self, tasks: list[TuneTask]) -> None:
+        from agent.sharing import seed_traces
+
+        self.seeds, self.skipped = seed_traces(tasks, self.traces)
+        self.used = sum(len(s) for s in self.seeds)
+
+
+def node_shared_seeds(node: NodeState | None) -> SharedSeeds | None:
+    """The schedules the federation offered `node`, when it shares (else None)."""
+    if node is None:
+        return None
+    from agent.sharing import received_schedules, sharing_on
+
+    return SharedSeeds(received_schedules(node)) if sharing_on(node) else None
 
 
 def observe_stored(model: Any, tasks: list[TuneTask], store: Store, device: str) -> int:
@@ -347,10 +394,12 @@ def tune_workload(
     population: int | None = None,
     model_rounds: int = 0,
     warm_start: Path | None = None,
+    shared: SharedSeeds | None = None,
 ) -> TuneResult:
     """Tune one operator for `trials` candidates; every measurement goes to `store`.
 
-    `model_rounds` > 0: fast mode (see `_run_search`)."""
+    `model_rounds` > 0: fast mode; `shared`: the federation's shared schedules (see
+    `_run_search`)."""
     from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
 
     if trials < 1:
@@ -364,7 +413,7 @@ def tune_workload(
         [task], device, store, trials_per_task=trials, cost_model=cost_model,
         node=node, progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
         log_level=log_level, population=population, model_rounds=model_rounds,
-        warm_start=warm_start,
+        warm_start=warm_start, shared=shared,
     )  # fmt: skip
     result = _task_result(task, database, device, counts[0], baseline=baseline, repeat=repeat)
     return TuneResult(
@@ -378,6 +427,8 @@ def tune_workload(
         modelled_measure_s=modelled,
         tasks=[result],
         model_used=used,
+        shared_schedules=shared.used if shared else 0,
+        shared_skipped=shared.skipped if shared else 0,
     )
 
 
@@ -402,6 +453,7 @@ def tune_network(
     model_rounds: int = 0,
     choice: TaskChoice | None = None,
     warm_start: Path | None = None,
+    shared: SharedSeeds | None = None,
 ) -> TuneResult:
     """Tune a network's tasks, compile it from the store's best schedules and check it.
 
@@ -432,7 +484,7 @@ def tune_network(
         tasks, device, store, trials_per_task=trials_per_task, cost_model=cost_model,
         node=node, progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
         log_level=log_level, population=population, model_rounds=model_rounds,
-        warm_start=warm_start,
+        warm_start=warm_start, shared=shared,
     )  # fmt: skip
     stage(f"{network.name}: measuring the best and the untuned schedules")
     results = [
@@ -456,6 +508,8 @@ def tune_network(
         network=check,
         model_used=used,
         selection=selection,
+        shared_schedules=shared.used if shared else 0,
+        shared_skipped=shared.skipped if shared else 0,
     )
 
 

@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
+from schemas.sharing import MAX_TOP_K
+
 
 class AgentConfig(BaseModel):
     """What a node is and how it tunes. Where it is saved is NodeState's business."""
@@ -28,6 +30,14 @@ class AgentConfig(BaseModel):
         le=100.0,
         description="how fast measurements move SiMoE's gate (simoe_model.online_gate; "
         "0: off; None: the default chosen on the protocol's validation split)",
+    )
+    share_schedules: bool = Field(
+        default=False,
+        description="opt-in: share this node's top-k schedule traces per workload with the "
+        "federation and receive the most similar units' (schemas.sharing; off by default)",
+    )
+    share_top_k: int = Field(
+        default=3, ge=1, le=MAX_TOP_K, description="schedules shared per workload"
     )
     supernode_port: int | None = Field(
         default=None, ge=1, le=65535, description="the SuperNode's local port (enroll --port)"

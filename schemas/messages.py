@@ -2,7 +2,10 @@
 
 A node's reply may carry only: the shared parameter arrays, its own expert's arrays,
 its hardware profile (inside `NodeHello`) and the aggregate metrics named in
-`ALLOWED_METRICS`. Never records, features or workload descriptions. The record keys
+`ALLOWED_METRICS`. Never records, features or workload descriptions. The one exception is
+opt-in (`AgentConfig.share_schedules`, off by default): a node that opted in adds
+`REC_SCHEDULES`, its top-k schedule traces per workload key and the workload keys it asks
+about (`schemas.sharing.ScheduleShare`), never latencies or features. The record keys
 below are the whole vocabulary; the privacy audit checks every reply against it.
 """
 
@@ -14,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validator
 
 from schemas.hardware import HardwareProfile
+from schemas.sharing import REC_SCHEDULES
 
 # Message types (Flower: "<category>.<action>").
 MSG_HELLO = "query.hello"
@@ -35,6 +39,8 @@ REC_CONFIG = "config"  # ConfigRecord: {"instruction": TrainInstruction JSON}
 REC_OWN_EXPERT = "own_expert"  # ArrayRecord: the node's own expert
 REC_METRICS = "metrics"  # MetricRecord: ALLOWED_METRICS only
 REC_NODE = "node"  # ConfigRecord: {"hello": NodeHello JSON}
+# Both ways, opt-in only (schemas.sharing): node -> server {"share": ScheduleShare JSON},
+# server -> node (train) {"offer": ScheduleOffer JSON}.
 
 WEIGHT_METRIC = "num-examples"
 # Tuning jobs queued or running on the node (a count): its records are still coming, so
@@ -62,6 +68,7 @@ ALLOWED_REPLY_RECORDS: dict[str, str] = {
     REC_OWN_EXPERT: "array",
     REC_METRICS: "metric",
     REC_NODE: "config",
+    REC_SCHEDULES: "config",  # only from a node that opted in to schedule sharing
 }
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from schemas.messages import REC_METRICS, REC_NODE, REC_OWN_EXPERT, REC_SHARED, NodeHello
+from schemas.sharing import REC_SCHEDULES, SHARE_FIELD, ScheduleShare
 
 if TYPE_CHECKING:  # flwr is imported where arrays meet the wire, not by the env helpers
     from flwr.app import ArrayRecord, ConfigRecord, RecordDict
@@ -59,12 +60,14 @@ def node_reply(
     shared: Mapping[str, np.ndarray] | None = None,
     own_expert: Mapping[str, np.ndarray] | None = None,
     metrics: Mapping[str, float] | None = None,
+    share: ScheduleShare | None = None,
 ) -> RecordDict:
-    """A node's reply: its shared update, own expert, metrics (each if given) and hello.
+    """A node's reply: its shared update, own expert, metrics, schedule share (each if
+    given: the share only from a node that opted in) and hello.
 
     These are all the records a reply may carry (`schemas.messages.ALLOWED_REPLY_RECORDS`).
     """
-    from flwr.app import MetricRecord, RecordDict
+    from flwr.app import ConfigRecord, MetricRecord, RecordDict
 
     content = RecordDict()
     if shared is not None:
@@ -73,6 +76,8 @@ def node_reply(
         content[REC_OWN_EXPERT] = arrays_to_record(own_expert)
     if metrics is not None:
         content[REC_METRICS] = MetricRecord(dict(metrics))
+    if share is not None:
+        content[REC_SCHEDULES] = ConfigRecord({SHARE_FIELD: share.model_dump_json()})
     content[REC_NODE] = hello_record(hello)
     return content
 

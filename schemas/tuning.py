@@ -96,3 +96,11 @@ class TuneResult(BaseModel):
     selection: TaskSelection | None = Field(
         default=None, description="a network tuned in part: which tasks, what share of FLOPs"
     )
+    shared_schedules: int = Field(
+        default=0,
+        description="schedules of the most similar units (schedule sharing, opt-in) that "
+        "joined the candidates ranked before the first measurement",
+    )
+    shared_skipped: int = Field(
+        default=0, description="offered schedules that did not apply to this target's task"
+    )

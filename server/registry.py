@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timezone
@@ -23,6 +24,7 @@ import sqlite_utils
 from schemas import BadInputError, HardwareProfile, RunFailure
 from schemas.messages import ExpertInfo, NodeHello, RoundInfo
 from schemas.private_files import create_private
+from schemas.sharing import ScheduleShare
 
 SCHEMA_VERSION = 1
 
@@ -212,6 +214,18 @@ class Registry:
             pk="version",
             if_not_exists=True,
         )
+        # opt-in schedule sharing (schemas.sharing): who shares and what it asked about,
+        # and each sharing node's top-k traces per workload (replaced at each share)
+        db["schedule_sharing"].create(
+            {"node_key": str, "round": int, "top_k": int, "wanted": str, "updated_at": str},
+            pk="node_key",
+            if_not_exists=True,
+        )
+        db["shared_schedules"].create(
+            {"node_key": str, "workload_key": str, "rank": int, "trace": str, "round": int},
+            pk=("node_key", "workload_key", "rank"),
+            if_not_exists=True,
+        )
 
     # -- nodes and profiles -------------------------------------------------------------
 
@@ -378,6 +392,68 @@ class Registry:
                 )
             )
         return out
+
+    # -- shared schedules (opt-in) ------------------------------------------------------
+
+    def put_share(self, node_key: str, share: ScheduleShare, *, round_: int) -> None:
+        """A node's schedule share: replaces everything it shared before."""
+        rows = [
+            {
+                "node_key": node_key,
+                "workload_key": s.workload_key,
+                "rank": s.rank,
+                "trace": s.trace,
+                "round": round_,
+            }
+            for s in share.schedules
+        ]
+        with self._writing():
+            self.db.execute("delete from shared_schedules where node_key = ?", [node_key])
+            if rows:
+                self.db["shared_schedules"].insert_all(rows)
+            self.db["schedule_sharing"].upsert(
+                {
+                    "node_key": node_key,
+                    "round": round_,
+                    "top_k": share.top_k,
+                    "wanted": json.dumps(share.wanted),
+                    "updated_at": now_iso(),
+                },
+                pk="node_key",
+            )
+
+    def drop_share(self, node_key: str) -> None:
+        """A node no longer shares (it turned sharing off): its schedules go."""
+        with self._writing():
+            self.db.execute("delete from shared_schedules where node_key = ?", [node_key])
+            self.db.execute("delete from schedule_sharing where node_key = ?", [node_key])
+
+    def sharing(self, node_key: str) -> list[str] | None:
+        """The workload keys an opted-in node asked about; None if it does not share."""
+        rows = list(self.db["schedule_sharing"].rows_where("node_key = ?", [node_key], limit=1))
+        return [str(k) for k in json.loads(rows[0]["wanted"])] if rows else None
+
+    def schedule_sharers(self) -> list[str]:
+        """Node keys with shared schedules in the registry."""
+        rows = self.db.execute("select distinct node_key from shared_schedules order by 1")
+        return [str(r[0]) for r in rows.fetchall()]
+
+    def shared_schedules(self, node_key: str) -> dict[str, list[str]]:
+        """One node's shared traces: workload key -> trace JSON texts, rank order."""
+        out: dict[str, list[str]] = {}
+        for row in self.db["shared_schedules"].rows_where(
+            "node_key = ?", [node_key], order_by="workload_key, rank"
+        ):
+            out.setdefault(str(row["workload_key"]), []).append(str(row["trace"]))
+        return out
+
+    def drop_node(self, node_key: str) -> None:
+        """Forget a node: its row, profiles, expert, verdicts and shared schedules."""
+        with self._writing():
+            for table in ("shared_schedules", "schedule_sharing", "profiles", "experts"):
+                self.db.execute(f"delete from {table} where node_key = ?", [node_key])  # noqa: S608
+            self.db.execute("delete from expert_checks where node_key = ?", [node_key])
+            self.db.execute("delete from nodes where node_key = ?", [node_key])
 
     # -- rounds, metrics, traffic -------------------------------------------------------
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from schemas.messages import NodeHello
+from schemas.sharing import ScheduleShare
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,9 @@ class Identified:
     node_key: str
     hello: NodeHello
     key_verified: bool  # the SuperLink vouched for the key the node claims
+    # its schedule share (opt-in schedule sharing); None: it does not share (any it
+    # shared before is dropped)
+    share: ScheduleShare | None = None
 
 
 @dataclass

@@ -49,7 +49,7 @@ class RoundRecorder:
 
     def record_hellos(self, outcome: HelloOutcome) -> None:
         for node in outcome.identified:
-            self._node(node)
+            self._node(node, self.registry.last_round())
         for node_id, why in outcome.refusals:
             self.registry.add_refusal(node_id, why)
 
@@ -57,7 +57,7 @@ class RoundRecorder:
         """Write the round; the outcome with the global version it ended on."""
         registry, number = self.registry, outcome.round
         for node in outcome.identified:
-            self._node(node)
+            self._node(node, number)
         for who, why in outcome.rejected.items():
             registry.add_rejection(number, who, why)
         for answer in outcome.replies:
@@ -89,5 +89,9 @@ class RoundRecorder:
         )
         return replace(outcome, global_version=version)
 
-    def _node(self, node: Identified) -> None:
+    def _node(self, node: Identified, round_: int) -> None:
         self.registry.upsert_node(node.hello, node.node_id, key_verified=node.key_verified)
+        if node.share is not None:  # opt-in: its shared schedules replace the last ones
+            self.registry.put_share(node.node_key, node.share, round_=round_)
+        else:  # it does not share (or no longer): nothing of it stays shared
+            self.registry.drop_share(node.node_key)

@@ -63,6 +63,17 @@ from schemas.messages import (
     key_fingerprint,
 )
 from schemas.protocol import Arrays, arrays_to_record, payload_bytes, record_to_arrays
+from schemas.sharing import (
+    MAX_OFFER_PER_WORKLOAD,
+    MAX_WORKLOADS,
+    OFFER_FIELD,
+    REC_SCHEDULES,
+    SHARE_FIELD,
+    OfferedTrace,
+    ScheduleOffer,
+    ScheduleShare,
+    short_error,
+)
 from server.averaging import (
     ServerAdam,
     apply_change,
@@ -138,6 +149,20 @@ def check_update(update: Mapping[str, np.ndarray], reference: Mapping[str, np.nd
             raise UpdateRejected(f"{key}: dtype {value.dtype} is not floating point")
         if not np.all(np.isfinite(value)):
             raise UpdateRejected(f"{key}: contains NaN or Inf")
+
+
+def read_share(content: RecordDict) -> ScheduleShare | None:
+    """A reply's schedule share (opt-in schedule sharing), None when it carries none;
+    UpdateRejected, in one line, when it does not validate."""
+    record = content.get(REC_SCHEDULES)
+    if record is None:
+        return None
+    if not isinstance(record, ConfigRecord) or set(record) != {SHARE_FIELD}:
+        raise UpdateRejected(f"schedule share: record {REC_SCHEDULES!r} is not {{share}}")
+    try:
+        return ScheduleShare.model_validate_json(str(record[SHARE_FIELD]))
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        raise UpdateRejected(f"schedule share refused: {short_error(exc)}") from None
 
 
 def check_finite(arrays: Mapping[str, np.ndarray], what: str) -> None:
@@ -241,8 +266,12 @@ class SiMoEStrategy:
         server_lr: float = 1.0,
         server_optimizer: str = "sgd",
         matched_global: bool = False,
+        share_units: int = 3,
     ) -> None:
         self.registry = registry
+        # schedule sharing (opt-in): an opted-in node gets the shared schedules of this
+        # many units most similar to it
+        self.share_units = share_units
         self.similarity = similarity
         self.k_experts = k_experts
         if clip_norm is not None and not clip_norm > 0:
@@ -332,8 +361,11 @@ class SiMoEStrategy:
         pem = public_keys.get(node_id)
         if pem and key_fingerprint(pem) != hello.key_fingerprint:
             raise UpdateRejected("key fingerprint does not match the node's registered key")
+        share = read_share(reply.content)
         names.claim(hello.name, hello.key_fingerprint)
-        return Identified(node_id, hello.key_fingerprint, hello, key_verified=bool(pem))
+        return Identified(
+            node_id, hello.key_fingerprint, hello, key_verified=bool(pem), share=share
+        )
 
     def read_hellos(
         self, replies: Iterable[Message], public_keys: Mapping[int, bytes], roster: Roster
@@ -389,6 +421,57 @@ class SiMoEStrategy:
         ranked = sorted(candidates, key=lambda name: (-scores[name], name))
         return ranked[: self.k_experts]
 
+    # -- shared schedules (opt-in) ------------------------------------------------------
+
+    def schedule_offer(
+        self, node_key: str, global_arrays: Arrays, wanted: Sequence[str], server_round: int
+    ) -> ScheduleOffer:
+        """The shared schedules for an opted-in node: those of the `share_units` units most
+        similar to it (same target kind, the similarity that picks its experts), for the
+        workloads it asked about (none asked: every workload they shared, up to
+        `MAX_WORKLOADS`). Per workload, rank 1 of each unit (most similar first), then
+        rank 2, ..., at most `MAX_OFFER_PER_WORKLOAD`. Units are labelled by their
+        similarity rank, never named."""
+        target = self.registry.profile(node_key)
+        if target is None:
+            return ScheduleOffer(round=server_round)
+        profiles = {k: self.registry.profile(k) for k in self.registry.schedule_sharers()}
+        candidates = {
+            key: profile
+            for key, profile in profiles.items()
+            if key != node_key and profile is not None and profile.target_kind == target.target_kind
+        }
+        if not candidates:
+            return ScheduleOffer(round=server_round)
+        scores = self.similarity(global_arrays, target, candidates)
+        units = sorted(candidates, key=lambda k: (-scores[k], k))[: self.share_units]
+        shared = [self.registry.shared_schedules(k) for k in units]
+        if wanted:
+            keys = [k for k in dict.fromkeys(wanted) if any(k in s for s in shared)]
+        else:
+            keys = sorted({k for s in shared for k in s})
+        offered: list[OfferedTrace] = []
+        for workload in keys[:MAX_WORKLOADS]:
+            seen: set[str] = set()
+            depth = max(len(s.get(workload, [])) for s in shared)
+            for rank in range(depth):
+                for unit, schedules in enumerate(shared, start=1):
+                    traces = schedules.get(workload, [])
+                    if rank >= len(traces) or traces[rank] in seen:
+                        continue
+                    if len(seen) >= MAX_OFFER_PER_WORKLOAD:
+                        break
+                    seen.add(traces[rank])
+                    offered.append(
+                        OfferedTrace(
+                            workload_key=workload,
+                            trace=traces[rank],
+                            source=f"similar-{unit}",
+                            rank=rank + 1,
+                        )
+                    )
+        return ScheduleOffer(round=server_round, schedules=offered)
+
     # -- the round ----------------------------------------------------------------------
 
     def configure_train(self, inputs: RoundInputs) -> RoundPlan:
@@ -427,6 +510,10 @@ class SiMoEStrategy:
                 expert = self.registry.expert(name)
                 if expert is not None:
                     content[REC_EXPERT_PREFIX + name] = arrays_to_record(expert)
+            wanted = self.registry.sharing(node_key)
+            if wanted is not None:  # it opted in to schedule sharing
+                offer = self.schedule_offer(node_key, inputs.arrays, wanted, server_round)
+                content[REC_SCHEDULES] = ConfigRecord({OFFER_FIELD: offer.model_dump_json()})
             plan.bytes_down[node_id] = payload_bytes(content)
             plan.delivered[node_key] = experts
             plan.messages.append(
@@ -554,7 +641,9 @@ class SiMoEStrategy:
     ) -> tuple[Arrays | None, float, dict[str, float]]:
         """(shared update or None for a node without data yet, weight, metrics)."""
         content = reply.content
-        extra = set(content.keys()) - {REC_SHARED, REC_OWN_EXPERT, REC_METRICS, REC_NODE}
+        extra = set(content.keys()) - {
+            REC_SHARED, REC_OWN_EXPERT, REC_METRICS, REC_NODE, REC_SCHEDULES
+        }  # fmt: skip
         if extra:
             raise UpdateRejected(f"unexpected records {sorted(extra)}")
         metric_record = content.metric_records.get(REC_METRICS)

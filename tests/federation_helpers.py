@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-from flwr.app import Context, Message, RecordDict
+from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from schemas import AnalyticalSpecs, EmpiricalFingerprint, HardwareProfile
@@ -20,6 +21,13 @@ from schemas.messages import (
     TrainInstruction,
 )
 from schemas.protocol import node_reply, record_to_arrays
+from schemas.sharing import (
+    OFFER_FIELD,
+    REC_SCHEDULES,
+    SHARE_FIELD,
+    ScheduleOffer,
+    ScheduleShare,
+)
 
 SHARED_SHAPES = {"encoder.w": (3, 2), "gate.b": (4,)}
 
@@ -84,6 +92,9 @@ class ToyNode:
     trained_from: list[dict[str, np.ndarray]] = field(default_factory=list)  # globals sent
     device_kind: str = "sim"
     extra_metrics: dict[str, float] = field(default_factory=dict)  # e.g. queued-jobs
+    share: ScheduleShare | None = None  # schedule sharing: what it shares in each reply
+    raw_share: str | None = None  # a share's JSON as sent in its train replies (malformed)
+    offers: list[ScheduleOffer] = field(default_factory=list)  # the offers it was sent
 
     @property
     def key(self) -> str:
@@ -108,7 +119,7 @@ class ToyNode:
         def _hello(message: Message, _context: Context) -> Message:
             node.hellos += 1
             node.got_global.append(record_to_arrays(message.content.array_records[REC_SHARED]))
-            return Message(node_reply(node.hello()), reply_to=message)
+            return Message(node_reply(node.hello(), share=node.share), reply_to=message)
 
         @app.query("refused")
         def _refused(message: Message, _context: Context) -> Message:
@@ -134,7 +145,14 @@ class ToyNode:
                 shared = node.corrupt(shared)
             own = {"head.w": np.full((2, 2), node.fp32_gflops, dtype=np.float32)}
             metrics = {WEIGHT_METRIC: node.weight, "shared-loss": 0.5, **node.extra_metrics}
-            content = node_reply(node.hello(), shared=shared, own_expert=own, metrics=metrics)
+            if REC_SCHEDULES in message.content.config_records:
+                offer = message.content.config_records[REC_SCHEDULES][OFFER_FIELD]
+                node.offers.append(ScheduleOffer.model_validate_json(str(offer)))
+            content = node_reply(
+                node.hello(), shared=shared, own_expert=own, metrics=metrics, share=node.share
+            )
+            if node.raw_share is not None:
+                content[REC_SCHEDULES] = ConfigRecord({SHARE_FIELD: node.raw_share})
             return Message(content, reply_to=message)
 
         return app
@@ -173,3 +191,44 @@ def seed_node(state_dir, name: str, device, tasks) -> None:  # noqa: ANN001
             ]
             ids = store.add_records(records)
             store.put_features(dict(zip(ids, task.features, strict=True)))
+
+
+def fake_trace(factor: int) -> str:
+    """A trace's JSON as MetaSchedule writes it (one split of a matmul's first loop)."""
+    return json.dumps(
+        [
+            [
+                ["GetSBlock", [], ["C", "main"], ["b0"]],
+                ["GetLoops", ["b0"], [], ["l1", "l2", "l3"]],
+                ["Split", ["l1", "None", factor], [True, False], ["l4", "l5"]],
+            ],
+            [],
+        ],
+        separators=(",", ":"),
+    )
+
+
+def add_shareable_records(state_dir, workload_key: str, latencies: Mapping[int, float]) -> None:  # noqa: ANN001
+    """Records of one workload with MetaSchedule-shaped traces (split factor -> seconds) in a
+    node's store (seed_node's), with feature rows so training reads them as it does the rest."""
+    from agent.node_state import NodeState
+    from schemas import TuningRecord
+
+    node = NodeState(state_dir)
+    device = node.config().device
+    with node.open_store() as store:
+        records = [
+            TuningRecord(
+                workload_key=workload_key,
+                task_name=f"shareable-{workload_key[:6]}",
+                trace=json.loads(fake_trace(factor)),
+                run_secs=[seconds],
+                target={"kind": "cuda"},
+                device=device,
+                simulated=True,
+            )
+            for factor, seconds in latencies.items()
+        ]
+        ids = store.add_records(records)
+        rng = np.random.default_rng(len(ids))
+        store.put_features({i: rng.random((2, 164)).astype(np.float32) for i in ids})

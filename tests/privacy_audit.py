@@ -12,6 +12,7 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
 from schemas.messages import ALLOWED_METRICS, ALLOWED_REPLY_RECORDS, REC_NODE, NodeHello
+from schemas.sharing import REC_SCHEDULES, SHARE_FIELD, ScheduleShare
 from simoe_model.model import Expert, SiMoE, shared_arrays
 
 SHARED_SHAPES = {k: v.shape for k, v in shared_arrays(SiMoE()).items()}
@@ -23,15 +24,43 @@ class PrivacyViolation(AssertionError):
     pass
 
 
-def audit_reply(message: Message, secrets: set[str], secret_rows: list[bytes]) -> None:
+def audit_reply(
+    message: Message, secrets: set[str], secret_rows: list[bytes], *, sharing: bool = False
+) -> None:
     """Raise PrivacyViolation if the message carries anything but the allowed payloads."""
     if not message.has_error():
-        audit_content(message.content, secrets, secret_rows)
+        audit_content(message.content, secrets, secret_rows, sharing=sharing)
 
 
-def audit_content(content: RecordDict, secrets: set[str], secret_rows: list[bytes]) -> None:
-    """Raise PrivacyViolation if a reply's content holds anything but the allowed payloads."""
+# What one shared schedule may say (schemas.sharing.SharedTrace), and nothing else.
+SHARED_ITEM_FIELDS = {"workload_key", "rank", "trace"}
+
+
+def audit_share(record: ConfigRecord) -> list[dict]:
+    """The items of a schedule share, each exactly the promised fields; PrivacyViolation
+    for anything else."""
+    if set(record) != {SHARE_FIELD}:
+        raise PrivacyViolation(f"schedule record has {sorted(record)}")
+    share = json.loads(str(record[SHARE_FIELD]))
+    if set(share) != {"top_k", "schedules", "wanted"}:
+        raise PrivacyViolation(f"schedule share has {sorted(share)}")
+    ScheduleShare.model_validate(share)  # extra fields are refused
+    for item in share["schedules"]:
+        if set(item) != SHARED_ITEM_FIELDS:
+            raise PrivacyViolation(f"a shared schedule has {sorted(item)}")
+    return share["schedules"]
+
+
+def audit_content(
+    content: RecordDict, secrets: set[str], secret_rows: list[bytes], *, sharing: bool = False
+) -> None:
+    """Raise PrivacyViolation if a reply's content holds anything but the allowed payloads.
+
+    `sharing`: the node opted in to schedule sharing, so its schedule share is allowed
+    (exactly `SHARED_ITEM_FIELDS` per schedule); without it, a share is a violation."""
     for key, record in content.items():
+        if key == REC_SCHEDULES and not sharing:
+            raise PrivacyViolation("a schedule share from a node that did not opt in")
         kind = ALLOWED_REPLY_RECORDS.get(key)
         if kind is None or not isinstance(record, RECORD_TYPES[kind]):
             raise PrivacyViolation(f"record {key!r} ({type(record).__name__}) is not allowed")
@@ -49,6 +78,9 @@ def audit_content(content: RecordDict, secrets: set[str], secret_rows: list[byte
         if extra:
             raise PrivacyViolation(f"metrics {sorted(extra)} are not allowed aggregates")
     for key, record in content.config_records.items():
+        if key == REC_SCHEDULES:
+            audit_share(record)
+            continue
         if key != REC_NODE or set(record) != {"hello"}:
             raise PrivacyViolation(f"config record {key!r} has {sorted(record)}")
         NodeHello.model_validate_json(str(record["hello"]))  # extra fields are refused

@@ -23,13 +23,14 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import free_port, wait_for
-from federation_helpers import seed_node
+from federation_helpers import add_shareable_records, fake_trace, seed_node
 from privacy_audit import audit_content, node_secrets
 
 from agent.audit import read_audit
 from agent.enroll import create_node_key, enroll, flwr_home, register_key
 from agent.enroll import supernode_command as node_command
 from agent.node_state import NodeState
+from agent.sharing import received_schedules
 from schemas import AgentConfig
 from schemas.protocol import flower_env
 from server.registry import Registry
@@ -110,6 +111,11 @@ def test_federation_with_real_processes(tmp_path: Path, processes: list) -> None
         node.audit_dir.mkdir()  # the node keeps a copy of every reply it sends
         node.save_config(node.config().model_copy(update={"server": address, "ca_cert": certs.ca}))
         nodes.append(state_dir)
+    # schedule sharing: the first node opts in (its fastest traces of one workload), the
+    # others do not; the newcomer below opts in when it enrolls
+    sharer = NodeState(nodes[0])
+    sharer.save_config(sharer.config().model_copy(update={"share_schedules": True}))
+    add_shareable_records(nodes[0], "4242", {4: 2e-3, 8: 1e-3})
     for state_dir in nodes[:3]:
         assert register_key(state_dir, address, certs.ca, NodeState(state_dir).public_key_path) in (
             "registered",
@@ -156,8 +162,11 @@ def test_federation_with_real_processes(tmp_path: Path, processes: list) -> None
         device=f"sim:{devices[3].name}",
         download_timeout=300,  # under a loaded machine a first ClientApp takes minutes
         supernode_port=node_ports[3],
+        share_schedules=True,
     )
     assert result.registration == "registered" and not result.key_created
+    # it got the sharing unit's traces with its first model (the only unit that shares)
+    assert received_schedules(NodeState(late)) == {"4242": [fake_trace(8), fake_trace(4)]}
     assert result.model_path and len(result.experts) == 2
     assert set(NodeState(late).load_model().expert_names) >= set(result.experts)
     # enroll returned once the server held its reply: its round counts it, not as failed
@@ -204,8 +213,10 @@ def test_federation_with_real_processes(tmp_path: Path, processes: list) -> None
     for state_dir in nodes[:4]:
         sent = read_audit(NodeState(state_dir).audit_dir)
         assert any("shared" in content for _, content in sent), state_dir
+        sharing = state_dir in (nodes[0], late)  # a share from any other is a violation
+        assert any("schedules" in content for _, content in sent) == sharing, state_dir
         for _, content in sent:
-            audit_content(content, secrets, secret_rows)
+            audit_content(content, secrets, secret_rows, sharing=sharing)
     # no key material and no raw record in any log, the server's or a node's
     keys = [certs.key, *(NodeState(d).key_path for d in nodes[:4])]
     key_lines = [

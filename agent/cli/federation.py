@@ -44,6 +44,16 @@ def enroll(
     port: int = typer.Option(
         9094, "--port", help="local port of the node's SuperNode API (kept for `run`)"
     ),
+    share_schedules: bool | None = typer.Option(
+        None,
+        "--share-schedules/--no-share-schedules",
+        help="opt in to schedule sharing (off by default): send the workload keys and "
+        "schedule traces of this node's fastest records per workload (never latencies) and "
+        "get the most similar units' (see docs/usage.md); kept in agent.json",
+    ),
+    share_top_k: int | None = typer.Option(
+        None, "--share-top-k", help="schedules shared per workload (1-8, default 3)"
+    ),
     state_dir: StateDir = None,
     as_json: Json = False,
     verbose: Verbose = False,
@@ -69,6 +79,8 @@ def enroll(
             download=not no_download,
             download_timeout=timeout,
             supernode_port=port,
+            share_schedules=share_schedules,
+            share_top_k=share_top_k,
             say=say,
         )
     if as_json:
@@ -151,6 +163,13 @@ def submit(
             known = ", ".join(COST_MODELS)
             raise BadInputError(f"--cost-model {cost_model!r}: unknown (known: {known})")
         job.cost_model = cost_model
+    if job.kind == "workload" and node.config().share_schedules:
+        from agent.ms_database import workload_key_of
+        from agent.sharing import ask_for
+        from agent.workloads import parse_workload, prim_func
+
+        # the next round asks the fleet about it (a network's tasks: once it is tuned)
+        ask_for(node, [workload_key_of(prim_func(parse_workload(job.subject)))])
     path = Queue(node.queue_dir).put(job)
     if as_json:
         print_json(job.model_dump(mode="json") | {"path": str(path)})

@@ -91,6 +91,14 @@ def _print_result(result: TuneResult) -> None:
             markup=False,
             highlight=False,
         )
+    if result.shared_schedules or result.shared_skipped:
+        skipped = f"; {result.shared_skipped} did not apply" if result.shared_skipped else ""
+        console.print(
+            f"schedule sharing: {result.shared_schedules} schedules of the most similar units "
+            f"ranked with the search's candidates{skipped}",
+            markup=False,
+            highlight=False,
+        )
     used = result.model_used
     if used is not None:
         where = f" ({used.path})" if used.path else ""
@@ -189,7 +197,13 @@ def tune(
     from agent.devices import get_device
     from agent.networks import check_model_ref, load_network
     from agent.task_selection import TaskChoice
-    from agent.tuner import check_fits, search_population, tune_network, tune_workload
+    from agent.tuner import (
+        check_fits,
+        node_shared_seeds,
+        search_population,
+        tune_network,
+        tune_workload,
+    )
     from agent.workloads import parse_workload
 
     if (workload is None) == (model is None):
@@ -239,12 +253,13 @@ def tune(
             progress.update(probing, visible=False)
         profile_id = profile.profile_id if profile is not None else None
         bars = _TuningBar(progress)
+        shared = node_shared_seeds(node)  # schedule sharing (opt-in): what the fleet offered
         if parsed is not None:
             result = tune_workload(
                 parsed, device, store, trials=trials, cost_model=cost_model, node=node,
                 progress=bars, seed=seed, baseline=baseline, profile_id=profile_id,
                 log_level=log_level, population=population, model_rounds=model_rounds,
-                warm_start=warm_start,
+                warm_start=warm_start, shared=shared,
             )  # fmt: skip
         else:
             assert network is not None
@@ -254,7 +269,7 @@ def tune(
                 node=node, progress=bars, seed=seed, baseline=baseline, profile_id=profile_id,
                 log_level=log_level, population=population, model_rounds=model_rounds,
                 choice=choice, on_stage=lambda text: progress.update(status, description=text),
-                warm_start=warm_start,
+                warm_start=warm_start, shared=shared,
             )  # fmt: skip
             progress.update(status, visible=False)
     if json_out:

@@ -1,0 +1,347 @@
+"""Schedule sharing on vs off, through the product's own path, on simulated validation units.
+
+    python -m bench.sharing_onoff                 # defaults below; writes docs/results/
+    python -m bench.sharing_onoff --units t4-cool,l4-u1 --seeds 0 --budgets 4   # smaller
+
+Donors (training units of the protocol, `--donors`) each tune every workload with
+MetaSchedule's XGB at `--donor-trials` into their own node store, opt in to schedule
+sharing and share (agent.sharing.schedule_share: top 3 traces per workload) into a
+server registry. For each validation unit (a newcomer with no records and no federation
+model), the server's offer (server.strategy.SiMoEStrategy.schedule_offer: the 3 donors most
+similar to it by the starter model's hardware encoder, server.similarity) seeds its tune
+(agent.tuner.tune_workload, `--cost-model simoe`: the shipped starter model, trained on
+training units only), at each budget and seed, against the same tune without it. The
+workloads are not in the starter model's training data.
+
+Validation units only (bench/protocol.py): this is a design check, not the test split.
+Simulated: every latency is the simulator's model of the unit (`sim:<unit>`), labelled so,
+never a measurement. Each tune re-measures its best schedule the same way
+(`best_measured_during_tuning_s`); the ratio off/on > 1 means sharing found faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import bench
+from bench import protocol
+
+DONORS = ("v100-sxm2", "a100-pcie-250w", "3090-fe", "a40-ecc-on", "l40s-u1")
+WORKLOADS = ("matmul:256,256,256", "conv2d:1,64,28,28,64,3,3,1,1")
+
+
+def _node(root: Path, name: str, device: str, share: bool) -> Any:
+    from agent.enroll import create_node_key
+    from agent.node_state import NodeState
+    from schemas import AgentConfig
+
+    node = NodeState(root / name)
+    if not node.config_path.exists():
+        node.save_config(AgentConfig(name=name, device=device, share_schedules=share))
+        create_node_key(node.dir)
+    return node
+
+
+def _tune(node: Any, device: Any, workload: str, trials: int, cost_model: str, seed: int,
+          shared: Any = None) -> dict[str, Any]:  # fmt: skip
+    from agent.tuner import tune_workload
+    from agent.workloads import parse_workload
+
+    with node.open_store() as store:
+        result = tune_workload(
+            parse_workload(workload), device, store, trials=trials, cost_model=cost_model,
+            node=node, seed=seed, baseline=False, shared=shared,
+        )  # fmt: skip
+    task = result.tasks[0]
+    return {
+        "best_s": task.best_measured_during_tuning_s,
+        "search_wall_s": result.search_wall_s,
+        "shared_schedules": result.shared_schedules,
+        "shared_skipped": result.shared_skipped,
+    }
+
+
+def run(args: argparse.Namespace, save: Any = None) -> dict[str, Any]:
+    from agent.devices import get_device
+    from agent.model_choice import starter_model_path
+    from agent.sharing import schedule_share
+    from agent.tuner import SharedSeeds
+    from server.registry import Registry
+    from server.similarity import model_similarity
+    from server.strategy import SiMoEStrategy
+    from simoe_model.model import load_model, shared_arrays
+
+    root = args.work
+    root.mkdir(parents=True, exist_ok=True)
+    registry = Registry(root / "registry.sqlite")
+    strategy = SiMoEStrategy(registry, model_similarity, share_units=3)
+    arrays = shared_arrays(load_model(starter_model_path()))
+    donors: dict[str, Any] = {}
+    for unit in args.donors:
+        device = get_device(protocol.device_of(unit))
+        node = _node(root, f"donor-{unit}", device.name, share=True)
+        for workload in args.workloads:
+            with node.open_store() as store:
+                done = store.count_records(device=device.name) >= args.donor_trials * (
+                    args.workloads.index(workload) + 1
+                )
+            if not done:
+                donors[f"{unit} {workload}"] = _tune(
+                    node, device, workload, args.donor_trials, "xgb", 0
+                )
+        registry.upsert_node(node.hello(), len(donors))
+        share = schedule_share(node)
+        assert share is not None
+        registry.put_share(node.fingerprint(), share, round_=1)
+        print(f"donor {unit}: shared {len(share.schedules)} traces", flush=True)
+    rows: list[dict[str, Any]] = []
+    for unit in args.units:
+        device = get_device(protocol.device_of(unit))
+        newcomer = _node(root, f"new-{unit}", device.name, share=True)
+        newcomer.profile(device)
+        registry.upsert_node(newcomer.hello(), 1000 + len(rows))
+        offer = strategy.schedule_offer(newcomer.fingerprint(), arrays, [], 1)
+        sources = sorted({o.source for o in offer.schedules})
+        for workload in args.workloads:
+            for budget in args.budgets:
+                for seed in args.seeds:
+                    row: dict[str, Any] = {
+                        "unit": unit, "workload": workload, "budget": budget, "seed": seed,
+                        "offered_sources": sources,
+                    }  # fmt: skip
+                    for mode in ("off", "on"):
+                        scratch = _node(root / f"{mode}-{seed}-{budget}", unit, device.name, False)
+                        scratch.save_profile(newcomer.profile(device))
+                        shared = SharedSeeds(offer.by_workload()) if mode == "on" else None
+                        row[mode] = _tune(
+                            scratch, device, workload, budget, "simoe", seed, shared=shared
+                        )
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+                    if save is not None:  # a partial run still leaves its report
+                        save({"donors": donors, "rows": rows}, partial=True)
+    return {"donors": donors, "rows": rows}
+
+
+def summarise(rows: list[dict[str, Any]], budgets: list[int]) -> dict[str, Any]:
+    """Per budget: geometric mean of off/on best latency and a bootstrap interval that
+    resamples GPU models (units of one model rank alike), 2000 draws, seed 0."""
+    out: dict[str, Any] = {}
+    model_of = {u: u.split("-")[0] for u in {r["unit"] for r in rows}}
+    for budget in budgets:
+        ratios: dict[str, list[float]] = {}
+        for r in rows:
+            if r["budget"] != budget or not (r["off"]["best_s"] and r["on"]["best_s"]):
+                continue
+            ratio = math.log(r["off"]["best_s"] / r["on"]["best_s"])
+            ratios.setdefault(model_of[r["unit"]], []).append(ratio)
+        if not ratios:
+            continue
+        models = sorted(ratios)
+        rng = np.random.default_rng(0)
+        draws = []
+        for _ in range(2000):
+            pick = rng.choice(len(models), size=len(models), replace=True)
+            draws.append(np.mean([x for i in pick for x in ratios[models[i]]]))
+        every = [x for m in models for x in ratios[m]]
+        out[str(budget)] = {
+            "cases": len(every),
+            "geomean_off_over_on": float(np.exp(np.mean(every))),
+            "interval_95": [
+                float(np.exp(np.percentile(draws, 2.5))),
+                float(np.exp(np.percentile(draws, 97.5))),
+            ],  # fmt: skip
+            "on_faster": sum(x > 1e-9 for x in every),
+            "off_faster": sum(x < -1e-9 for x in every),
+        }
+    return out
+
+
+def markdown(result: dict[str, Any], command: str) -> str:
+    lines = [
+        "# Schedule sharing on vs off (simulated validation units)",
+        "",
+        f"Command: `{command}` ({result['wall_s']:.0f} s wall, {result['cpu_s']:.0f} CPU s"
+        + (
+            "; PARTIAL: the run stopped before every case was done)."
+            if result.get("partial")
+            else ")."
+        ),
+        "SIMULATED: every latency is the simulator's model of a unit, not a measurement. "
+        "Validation units only; the newcomer tunes with the shipped starter model "
+        "(`--cost-model simoe`), with and without the offer of the 3 donors most similar to "
+        "it (the server's own `schedule_offer`).",
+        "",
+        f"Donors: {', '.join(result['args']['donors'])} (XGB, "
+        f"{result['args']['donor_trials']} trials per workload). Workloads: "
+        f"{', '.join(result['args']['workloads'])}. Seeds: {result['args']['seeds']}.",
+        "",
+        "| budget | cases | geomean off/on | 95% interval (by model) | on faster | off faster "
+        "| verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for budget, s in result["summary"].items():
+        lo, hi = s["interval_95"]
+        verdict = "sharing faster" if lo > 1 else "sharing slower" if hi < 1 else "no effect shown"
+        lines.append(
+            f"| {budget} | {s['cases']} | {s['geomean_off_over_on']:.3f} | "
+            f"[{lo:.3f}, {hi:.3f}] | {s['on_faster']} | {s['off_faster']} | {verdict} |"
+        )
+    lines += [
+        "",
+        "off/on > 1: with sharing the tune's best schedule was faster. Per case (unit, "
+        "workload, budget, seed): `sharing_onoff.json` beside this file.",
+    ]
+    seen = result.get("explained")
+    if seen:
+        lines += [
+            "",
+            f"Read back (`{seen['command']}`): of the {seen['measured']} candidates measured "
+            f"with sharing on, {seen['measured_shared']} were shared traces; the best of a "
+            f"case was a shared trace in {seen['best_was_shared']} of {seen['cases']} cases.",
+        ]
+    spread = result.get("spread")
+    if spread:
+        lines += [
+            "",
+            f"Run-to-run spread (`{spread['command']}`): the same tunes with sharing off, "
+            f"run again, differ in {spread['differ']} of {spread['cases']} cases; geomean "
+            f"this run / the other {spread['geomean']:.3f}, per case from "
+            f"{spread['min']:.3f} to {spread['max']:.3f} (MetaSchedule's search threads do "
+            "not repeat exactly).",
+        ]
+    return "\n".join(lines + [""])
+
+
+def explain(work: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """For each case with sharing on: how many of the measured candidates were shared
+    traces, and whether the best was one (read back from the scratch stores and the
+    registry of `work`)."""
+    from agent.store import Store, canonical_json
+    from server.registry import Registry
+
+    with Registry(work / "registry.sqlite") as registry:
+        shared: dict[str, set[str]] = {}
+        for key in registry.schedule_sharers():
+            for workload, traces in registry.shared_schedules(key).items():
+                shared.setdefault(workload, set()).update(traces)
+    measured = shared_measured = best_shared = cases = 0
+    for r in rows:
+        path = work / f"on-{r['seed']}-{r['budget']}" / r["unit"] / "store.sqlite"
+        if not path.exists():
+            continue
+        with Store(path) as store:
+            records = [x for x in store.records() if x.task_name == r["workload"]]
+        if not records:
+            continue
+        cases += 1
+        hits = [canonical_json(x.trace) in shared.get(x.workload_key, set()) for x in records]
+        measured += len(records)
+        shared_measured += sum(hits)
+        ok = [(x.latency_s, h) for x, h in zip(records, hits, strict=True) if x.latency_s]
+        best_shared += bool(ok) and min(ok)[1]
+    return {
+        "cases": cases,
+        "measured": measured,
+        "measured_shared": shared_measured,
+        "best_was_shared": best_shared,
+    }
+
+
+def spread(rows: list[dict[str, Any]], other: list[dict[str, Any]]) -> dict[str, Any]:
+    """Sharing off in this run against sharing off in another run of the same cases."""
+    key = ("unit", "workload", "budget", "seed")
+    theirs = {tuple(r[k] for k in key): r["off"]["best_s"] for r in other}
+    ratios = [
+        r["off"]["best_s"] / theirs[tuple(r[k] for k in key)]
+        for r in rows
+        if theirs.get(tuple(r[k] for k in key)) and r["off"]["best_s"]
+    ]
+    return {
+        "cases": len(ratios),
+        "differ": sum(abs(x - 1.0) > 1e-9 for x in ratios),
+        "geomean": float(np.exp(np.mean(np.log(ratios)))) if ratios else float("nan"),
+        "min": min(ratios, default=float("nan")),
+        "max": max(ratios, default=float("nan")),
+    }
+
+
+def main() -> None:
+    bench.prepare()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--units", default=",".join(protocol.VALIDATION_UNITS))
+    parser.add_argument("--donors", default=",".join(DONORS))
+    parser.add_argument("--workloads", default=";".join(WORKLOADS), help="';'-separated")
+    parser.add_argument("--budgets", default="4")
+    parser.add_argument("--seeds", default=",".join(str(s) for s in protocol.SEEDS))
+    parser.add_argument("--donor-trials", type=int, default=32)
+    parser.add_argument("--work", type=Path, default=Path("runs/sharing_onoff"))
+    parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    parser.add_argument(
+        "--explain", action="store_true", help="read a finished run back: shared picks, exit"
+    )
+    parser.add_argument(
+        "--against", type=Path, help="with --explain: another run's JSON, for the spread"
+    )
+    args = parser.parse_args()
+    if args.explain:
+        import sys
+
+        command = ("python -m bench.sharing_onoff " + " ".join(sys.argv[1:])).strip()
+        result = json.loads((args.out / "sharing_onoff.json").read_text())
+        if "command" not in result:  # a run written before the JSON kept it: the report has it
+            report = (args.out / "sharing_onoff.md").read_text()
+            result["command"] = report.split("Command: `", 1)[1].split("`", 1)[0]
+        result["explained"] = explain(args.work, result["rows"]) | {"command": command}
+        if args.against is not None:
+            other = json.loads(args.against.read_text())["rows"]
+            result["spread"] = spread(result["rows"], other) | {"command": command}
+        (args.out / "sharing_onoff.json").write_text(json.dumps(result, indent=1))
+        (args.out / "sharing_onoff.md").write_text(markdown(result, result["command"]))
+        print(markdown(result, result["command"]))
+        return
+    args.units = args.units.split(",")
+    args.donors = args.donors.split(",")
+    args.workloads = args.workloads.split(";")
+    args.budgets = [int(b) for b in args.budgets.split(",")]
+    args.seeds = [int(s) for s in args.seeds.split(",")]
+    bad = [u for u in args.units if protocol.split_of(u) != "validation"]
+    if bad:
+        parser.exit(2, f"error: validation units only, not {bad}\n")
+    import resource
+
+    import torch
+
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    import sys
+
+    command = ("python -m bench.sharing_onoff " + " ".join(sys.argv[1:])).strip()
+
+    def save(result: dict[str, Any], partial: bool = False) -> str:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        result["wall_s"] = time.perf_counter() - started
+        result["cpu_s"] = usage.ru_utime + usage.ru_stime + children.ru_utime + children.ru_stime
+        result["summary"] = summarise(result["rows"], args.budgets)
+        result["partial"] = partial
+        result["args"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+        result["command"] = command
+        text = markdown(result, command)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "sharing_onoff.json").write_text(json.dumps(result, indent=1))
+        (args.out / "sharing_onoff.md").write_text(text)
+        return text
+
+    print(save(run(args, save)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,401 @@
+"""Opt-in schedule sharing: what leaves a node, what the server keeps and offers, and how
+the tuner ranks what it received.
+
+- off (the default): a node's replies carry nothing new; on: exactly the promised fields
+  (workload key, rank, trace), no latencies, and the audit copy holds every shared item;
+- the registry keeps a node's share, replaces it when it shares again, drops it when the
+  node stops sharing or is dropped;
+- an opted-in node gets the most similar units' traces for the workloads it asked about,
+  labelled by similarity rank only; a malformed share is rejected in one line and the
+  round goes on;
+- the tuner ranks the received traces with its own search's candidates before the first
+  measurement: at budget 1 the shared trace is measured when the cost model ranks it
+  first, and not when it ranks it last; a trace that does not apply is counted, skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from federation_helpers import (
+    ToyNode,
+    add_shareable_records,
+    fake_trace,
+    initial_arrays,
+    seed_node,
+    toy_similarity,
+)
+from flwr.app import ConfigRecord, RecordDict
+from privacy_audit import PrivacyViolation, audit_content, audit_share, node_secrets
+
+from agent.audit import read_audit
+from agent.client_app import app as client_app
+from agent.node_state import NodeState
+from agent.sharing import keep_offer, offer_path, received_schedules, schedule_share
+from agent.tuner import node_shared_seeds
+from schemas.sharing import (
+    REC_SCHEDULES,
+    SHARE_FIELD,
+    OfferedTrace,
+    ScheduleOffer,
+    ScheduleShare,
+    SharedTrace,
+)
+from server.inprocess import InProcessGrid
+from server.registry import Registry
+from server.server_app import run_rounds
+from server.similarity import initial_shared_arrays, model_similarity
+from server.strategy import SiMoEStrategy, UpdateRejected, read_share
+from simoe_model.synthetic import make_devices, make_tasks
+
+KEY_A, KEY_B = "1234567890123", "98765"
+
+
+def _share(key: str, *factors: int, wanted: tuple[str, ...] = ()) -> ScheduleShare:
+    return ScheduleShare(
+        top_k=3,
+        schedules=[
+            SharedTrace(workload_key=key, rank=i, trace=fake_trace(f))
+            for i, f in enumerate(factors, start=1)
+        ],
+        wanted=list(wanted),
+    )
+
+
+# -- the node: what it sends ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Three real ClientApps in process, one round: `off` never opted in, `on1` and `on2`
+    did; `on1` measured workload KEY_A (its fastest: split 8, then 4, then 2, 16 failed)."""
+    tmp_path = tmp_path_factory.mktemp("sharing")
+    devices, tasks = make_devices(3, seed=5), make_tasks(1, 8, seed=9)
+    registry = Registry(tmp_path / "registry.sqlite")
+    strategy = SiMoEStrategy(registry, model_similarity, k_experts=1, epochs=1)
+    grid = InProcessGrid()
+    dirs = {}
+    for i, (label, device) in enumerate(zip(["off", "on1", "on2"], devices, strict=True)):
+        state_dir = tmp_path / label
+        seed_node(state_dir, device.name, device, tasks)
+        node = NodeState(state_dir)
+        if label != "off":
+            node.save_config(node.config().model_copy(update={"share_schedules": True}))
+        node.audit_dir.mkdir()
+        grid.add_node(10 + i, client_app, {"state-dir": str(state_dir)})
+        dirs[label] = state_dir
+    add_shareable_records(dirs["on1"], KEY_A, {2: 3e-3, 4: 2e-3, 8: 1e-3, 16: 1e10, 32: 4e-3})
+    run_rounds(grid, strategy, initial_shared_arrays(0), num_rounds=1, wait_nodes_s=0)
+    return {"grid": grid, "dirs": dirs, "registry": registry, "tasks": tasks}
+
+
+def _sent(state_dir: Path) -> list[RecordDict]:
+    return [content for _, content in read_audit(NodeState(state_dir).audit_dir)]
+
+
+def test_a_node_that_did_not_opt_in_sends_nothing_new(federation) -> None:
+    sent = _sent(federation["dirs"]["off"])
+    assert len(sent) == 2  # its hello and its train reply, each copied by the audit
+    secrets, rows = node_secrets(federation["tasks"])
+    for content in sent:
+        assert REC_SCHEDULES not in content
+        audit_content(content, secrets, rows)  # sharing=False: a share would be a violation
+    with Registry(federation["registry"].path) as registry:
+        key = NodeState(federation["dirs"]["off"]).fingerprint()
+        assert registry.sharing(key) is None and not registry.shared_schedules(key)
+
+
+def test_an_opted_in_node_sends_exactly_the_promised_fields(federation) -> None:
+    sent = _sent(federation["dirs"]["on1"])
+    assert len(sent) == 2 and all(REC_SCHEDULES in c for c in sent)  # hello and train
+    secrets, rows = node_secrets(federation["tasks"])
+    for content in sent:
+        audit_content(content, secrets, rows, sharing=True)
+        items = audit_share(content.config_records[REC_SCHEDULES])
+        # its 3 fastest successful records of KEY_A, rank order; the failed one never
+        assert [(i["workload_key"], i["rank"]) for i in items] == [
+            (KEY_A, 1),
+            (KEY_A, 2),
+            (KEY_A, 3),
+        ]
+        assert [i["trace"] for i in items] == [fake_trace(8), fake_trace(4), fake_trace(2)]
+        text = str(dict(content.config_records[REC_SCHEDULES]))
+        for number in ("0.001", "0.002", "0.003", "1e-03", "shareable"):
+            assert number not in text  # no latency, no task name
+    with pytest.raises(PrivacyViolation, match="did not opt in"):
+        audit_content(sent[0], secrets, rows)
+
+
+def test_the_audit_catches_an_extra_field_in_a_share(federation) -> None:
+    content = _sent(federation["dirs"]["on1"])[0]
+    share = json.loads(str(content.config_records[REC_SCHEDULES][SHARE_FIELD]))
+    share["schedules"][0]["latency_s"] = 1e-3
+    with pytest.raises((PrivacyViolation, ValueError)):
+        audit_share(ConfigRecord({SHARE_FIELD: json.dumps(share)}))
+
+
+def test_the_server_offers_a_sharing_node_the_other_units_schedules(federation) -> None:
+    """on2 asked nothing yet: it gets what the similar units shared (here on1's KEY_A), in
+    its first round, and keeps it for its tuner; `off` gets and keeps nothing."""
+    dirs = federation["dirs"]
+    received = received_schedules(NodeState(dirs["on2"]))
+    assert received == {KEY_A: [fake_trace(8), fake_trace(4), fake_trace(2)]}
+    offer = json.loads(
+        (NodeState(dirs["on2"]).federation_dir / "shared_schedules.json").read_text()
+    )
+    assert {item["source"] for item in offer["schedules"]} == {"similar-1"}
+    assert NodeState(dirs["on1"]).config().name not in json.dumps(offer)  # no node names
+    assert received_schedules(NodeState(dirs["off"])) == {}
+    assert not offer_path(NodeState(dirs["off"])).exists()
+
+
+def test_the_share_is_built_from_the_store_and_off_means_none(tmp_path: Path) -> None:
+    devices, tasks = make_devices(1, seed=1), make_tasks(1, 4, seed=1)
+    seed_node(tmp_path, devices[0].name, devices[0], tasks)  # its keys are not digits: not shared
+    node = NodeState(tmp_path)
+    add_shareable_records(tmp_path, KEY_B, {2: 2e-3, 4: 1e-3})
+    assert schedule_share(node) is None  # off by default
+    node.save_config(node.config().model_copy(update={"share_schedules": True, "share_top_k": 1}))
+    share = schedule_share(node)
+    assert share is not None and share.top_k == 1
+    assert [(s.workload_key, s.rank, s.trace) for s in share.schedules] == [
+        (KEY_B, 1, fake_trace(4))
+    ]
+
+
+# -- the server: what it keeps and offers -----------------------------------------------------
+
+
+def test_the_registry_stores_replaces_and_drops_a_share(tmp_path: Path) -> None:
+    node = ToyNode("a", 1000.0)
+    with Registry(tmp_path / "registry.sqlite") as registry:
+        registry.upsert_node(node.hello(), 1)
+        registry.put_share(node.key, _share(KEY_A, 2, 4, wanted=(KEY_B,)), round_=1)
+        assert registry.shared_schedules(node.key) == {KEY_A: [fake_trace(2), fake_trace(4)]}
+        assert registry.sharing(node.key) == [KEY_B]
+        registry.put_share(node.key, _share(KEY_B, 8), round_=2)  # shares again: replaced
+        assert registry.shared_schedules(node.key) == {KEY_B: [fake_trace(8)]}
+        assert registry.sharing(node.key) == []
+        registry.drop_share(node.key)  # it turned sharing off
+        assert registry.shared_schedules(node.key) == {} and registry.sharing(node.key) is None
+        registry.put_share(node.key, _share(KEY_A, 2), round_=3)
+        registry.drop_node(node.key)  # the node goes, and its schedules with it
+        assert registry.shared_schedules(node.key) == {} and registry.node(node.key) is None
+        assert registry.schedule_sharers() == []
+
+
+def test_a_newcomer_gets_the_most_similar_units_traces_for_what_it_asks(tmp_path: Path) -> None:
+    """Units by FP32 rate (toy similarity): the newcomer (1100) is nearest to `near` (1000),
+    then `far` (8000). A unit of another target kind (CPU) is never a source. A malformed
+    share is rejected in one line; the other replies of the round are accepted."""
+    near = ToyNode("near", 1000.0, share=_share(KEY_A, 2, 4))
+    far = ToyNode("far", 8000.0, share=_share(KEY_A, 8))
+    cpu = ToyNode("cpu", 1050.0, device_kind="cpu", share=_share(KEY_A, 32))
+    newcomer = ToyNode("newcomer", 1100.0, share=_share(KEY_B, 16))
+    asker = ToyNode("asker", 1100.0, share=ScheduleShare(top_k=3, wanted=[KEY_B]))
+    silent = ToyNode("silent", 1100.0)  # did not opt in
+    broken = ToyNode("broken", 900.0, raw_share='{"top_k": 3, "schedules": [{"rank": 1}]}')
+    nodes = [near, far, cpu, newcomer, asker, silent, broken]
+    registry = Registry(tmp_path / "registry.sqlite")
+    strategy = SiMoEStrategy(registry, toy_similarity, k_experts=1, share_units=2)
+    grid = InProcessGrid()
+    for i, node in enumerate(nodes):
+        grid.add_node(i + 1, node.app(), {})
+    [outcome] = run_rounds(grid, strategy, initial_arrays(), num_rounds=1, wait_nodes_s=0)
+
+    [offer] = newcomer.offers
+    assert [(o.workload_key, o.trace, o.source, o.rank) for o in offer.schedules] == [
+        (KEY_A, fake_trace(2), "similar-1", 1),  # rank 1 of each unit, nearest first
+        (KEY_A, fake_trace(8), "similar-2", 1),
+        (KEY_A, fake_trace(4), "similar-1", 2),
+    ]
+    [asked] = asker.offers  # it asked about KEY_B only: the newcomer's (its nearest sharer)
+    assert [(o.workload_key, o.trace) for o in asked.schedules] == [(KEY_B, fake_trace(16))]
+    assert silent.offers == []  # no opt-in: no offer
+    assert "near" not in offer.model_dump_json() and "far" not in offer.model_dump_json()
+
+    why = outcome.rejected[broken.key]
+    assert why.startswith("schedule share refused") and "\n" not in why and len(why) < 200
+    assert set(outcome.accepted) == {n.key for n in nodes if n is not broken}
+    assert registry.sharing(broken.key) is None  # nothing of a rejected reply is kept
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("not json", "share refused"),
+        ('{"top_k": 3, "schedules": [], "wanted": ["abc"]}', "wanted"),
+        (_share(KEY_A, 2).model_dump_json().replace('"rank":1', '"rank":0'), "rank"),
+        (_share(KEY_A, 2).model_dump_json().replace("GetSBlock", "x").replace("[[[", "[[7,["), ""),
+        (_share(KEY_A, 2).model_dump_json()[:-1] + ', "latency_s": 0.001}', "latency_s"),
+        (json.dumps({"top_k": 3, "schedules": [
+            {"workload_key": KEY_A, "rank": 1, "trace": fake_trace(2)},
+            {"workload_key": KEY_A, "rank": 1, "trace": fake_trace(4)}]}), "rank 1 twice"),
+        (json.dumps({"top_k": 3, "schedules": [
+            {"workload_key": KEY_A, "rank": 1, "trace": "[[], []]"}]}), "instructions"),
+    ],
+)  # fmt: skip
+def test_a_malformed_share_is_one_line(text: str, problem: str) -> None:
+    content = RecordDict({REC_SCHEDULES: ConfigRecord({SHARE_FIELD: text})})
+    with pytest.raises(UpdateRejected, match="schedule share refused") as caught:
+        read_share(content)
+    message = str(caught.value)
+    assert problem in message and "\n" not in message and len(message) < 200
+    assert read_share(RecordDict()) is None  # no share: a node that does not share
+
+
+def test_a_malformed_offer_is_refused_and_the_round_goes_on() -> None:
+    from agent.payload import PayloadRefused, decode_offer
+
+    good = ScheduleOffer(
+        round=1,
+        schedules=[
+            OfferedTrace(workload_key=KEY_A, trace=fake_trace(2), source="similar-1", rank=1)
+        ],
+    )
+    assert decode_offer(ConfigRecord({"offer": good.model_dump_json()})) == good
+    for bad in ("{", good.model_dump_json().replace("similar-1", "node-a")):
+        with pytest.raises(PayloadRefused, match="schedule offer refused") as caught:
+            decode_offer(ConfigRecord({"offer": bad}))
+        assert "\n" not in str(caught.value)
+
+
+# -- the tuner: what it does with it ---------------------------------------------------------
+
+
+def test_the_tuner_uses_received_schedules_only_when_sharing_is_on(tmp_path: Path) -> None:
+    node = NodeState(tmp_path)
+    keep_offer(
+        node,
+        ScheduleOffer(
+            round=1,
+            schedules=[
+                OfferedTrace(workload_key=KEY_A, trace=fake_trace(2), source="similar-1", rank=1)
+            ],
+        ),
+    )
+    assert node_shared_seeds(node) is None  # off: what it holds is not used
+    node.save_config(node.config().model_copy(update={"share_schedules": True}))
+    seeds = node_shared_seeds(node)
+    assert seeds is not None and seeds.traces == {KEY_A: [fake_trace(2)]}
+
+
+@pytest.fixture(scope="module")
+def fleet_best(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """A similar unit's best schedule of a tiny matmul on a simulated T4 (its key, trace)."""
+    from agent.devices import get_device
+    from agent.store import Store, canonical_json
+    from agent.tuner import tune_workload
+    from agent.workloads import parse_workload
+
+    path = tmp_path_factory.mktemp("donor") / "store.sqlite"
+    with Store(path) as store:
+        result = tune_workload(
+            parse_workload("matmul:64,64,64"), get_device("sim:t4"), store, trials=2,
+            cost_model="random", population=16, baseline=False, seed=7,
+        )  # fmt: skip
+        key = result.tasks[0].workload_key
+        [best] = store.fastest_records(key, "sim:t4", 1)
+    return key, canonical_json(best.trace)
+
+
+def _ranking(prefer: bool, seed: str) -> object:
+    """A cost model that ranks the candidate whose trace is `seed` first (or last)."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
+
+    from agent.ms_database import trace_json
+
+    @derived_object
+    class _Ranking(ms.cost_model.PyCostModel):
+        def load(self, path: str) -> None:
+            pass
+
+        def save(self, path: str) -> None:
+            pass
+
+        def update(self, context: object, candidates: object, results: object) -> None:
+            pass
+
+        def predict(self, context: object, candidates: list) -> np.ndarray:
+            hit = [trace_json(c.sch.trace) == seed for c in candidates]
+            return np.asarray([(1.0 if h else 0.0) * (1 if prefer else -1) for h in hit])
+
+    return _Ranking()
+
+
+@pytest.mark.parametrize(
+    ("prefer", "share", "rounds"),
+    [(True, True, 0), (False, True, 0), (True, False, 0), (True, True, 1), (True, False, 1)],
+)
+def test_shared_traces_are_ranked_with_the_search_before_the_first_measurement(
+    tmp_path: Path, fleet_best: tuple[str, str], prefer: bool, share: bool, rounds: int
+) -> None:
+    """Budget 1: the shared trace is the one measured when the cost model ranks it first,
+    and not when it ranks it last (it joins the ranking, it is not forced in), nor without
+    sharing (the search does not find it by itself: the control); a trace that does not
+    apply to this task is skipped and counted. The same in fast mode (`rounds` chained
+    model-only searches: the shared traces seed them)."""
+    from agent.cost_models import COST_MODELS
+    from agent.devices import get_device
+    from agent.store import Store, canonical_json
+    from agent.tuner import SharedSeeds, tune_workload
+    from agent.workloads import parse_workload
+
+    key, seed = fleet_best
+    name = f"test-ranking-{prefer}"
+    COST_MODELS[name] = lambda device, node: _ranking(prefer, seed)
+    wrong = json.dumps([[["GetSBlock", [], ["no_such_block", "main"], ["b0"]]], []])
+    try:
+        with Store(tmp_path / "store.sqlite") as store:
+            result = tune_workload(
+                parse_workload("matmul:64,64,64"), get_device("sim:t4"), store, trials=1,
+                cost_model=name, population=16, baseline=False, model_rounds=rounds,
+                shared=SharedSeeds({key: [seed, wrong]}) if share else None,
+            )  # fmt: skip
+            measured = [canonical_json(r.trace) for r in store.records(device="sim:t4")]
+    finally:
+        COST_MODELS.pop(name)
+    assert (result.shared_schedules, result.shared_skipped) == ((1, 1) if share else (0, 0))
+    assert len(measured) == 1
+    assert (measured[0] == seed) is (prefer and share)
+
+
+# -- the command line -----------------------------------------------------------------------
+
+
+def test_sharing_is_switched_and_checked_on_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from cli_helpers import one_line_error, run_main
+
+    from agent.cli import main
+
+    state = ["--state-dir", str(tmp_path)]
+    code, out, _ = run_main(main, "simoe-agent", ["sharing", "--json", *state], monkeypatch, capsys)
+    assert code == 0 and json.loads(out)["share_schedules"] is False
+    args = ["sharing", "on", "--top-k", "2", "--json", *state]
+    code, out, err = run_main(main, "simoe-agent", args, monkeypatch, capsys)
+    assert code == 0, err
+    config = NodeState(tmp_path).config()
+    assert config.share_schedules and config.share_top_k == 2
+    for bad in (["sharing", "maybe"], ["sharing", "--top-k", "9"]):
+        result = run_main(main, "simoe-agent", [*bad, *state], monkeypatch, capsys)
+        one_line_error("simoe-agent", *result)
+    code, _, _ = run_main(main, "simoe-agent", ["sharing", "off", *state], monkeypatch, capsys)
+    assert code == 0 and not NodeState(tmp_path).config().share_schedules
+
+
+def test_enroll_refuses_a_bad_share_top_k_before_anything(tmp_path: Path) -> None:
+    from agent.enroll import enroll
+    from schemas import BadInputError
+
+    with pytest.raises(BadInputError, match="--share-top-k must be 1 to 8"):
+        enroll(
+            state_dir=tmp_path / "node", server="127.0.0.1:1", ca=tmp_path / "missing.pem",
+            name="n1", device="cpu", share_schedules=True, share_top_k=0,
+        )  # fmt: skip
+    assert not (tmp_path / "node").exists()  # nothing written
