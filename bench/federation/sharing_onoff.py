@@ -1,7 +1,7 @@
 """Schedule sharing on vs off, through the product's own path, on simulated validation units.
 
-    python -m bench.sharing_onoff                 # defaults below; writes docs/results/
-    python -m bench.sharing_onoff --units t4-cool,l4-u1 --seeds 0 --budgets 4   # smaller
+    python -m bench.federation.sharing_onoff                 # defaults below; writes docs/results/
+    python -m bench.federation.sharing_onoff --units t4-cool,l4-u1 --seeds 0 --budgets 4   # smaller
 
 Donors (training units of the protocol, `--donors`) each tune every workload with
 MetaSchedule's XGB at `--donor-trials` into their own node store, opt in to schedule
@@ -294,7 +294,7 @@ def main() -> None:
     if args.explain:
         import sys
 
-        command = ("python -m bench.sharing_onoff " + " ".join(sys.argv[1:])).strip()
+        command = ("python -m bench.federation.sharing_onoff " + " ".join(sys.argv[1:])).strip()
         result = json.loads((args.out / "sharing_onoff.json").read_text())
         if "command" not in result:  # a run written before the JSON kept it: the report has it
             report = (args.out / "sharing_onoff.md").read_text()
@@ -323,7 +323,7 @@ def main() -> None:
     started = time.perf_counter()
     import sys
 
-    command = ("python -m bench.sharing_onoff " + " ".join(sys.argv[1:])).strip()
+    command = ("python -m bench.federation.sharing_onoff " + " ".join(sys.argv[1:])).strip()
 
     def save(result: dict[str, Any], partial: bool = False) -> str:
         usage = resource.getrusage(resource.RUSAGE_SELF)
