@@ -19,7 +19,7 @@ from dataclasses import replace
 from schemas.protocol import Arrays
 from server.registry import Registry
 from server.roster import Identified
-from server.strategy import HelloOutcome, RoundOutcome
+from server.round_outcome import HelloOutcome, RoundOutcome
 
 log = logging.getLogger("simoe.server")
 

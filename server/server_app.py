@@ -28,9 +28,10 @@ from server.aggregation import make_strategy
 from server.idle import News
 from server.registry import Registry
 from server.roster import Roster
+from server.round_outcome import RoundInputs, RoundOutcome
 from server.round_recorder import RoundRecorder
 from server.run_config import ServerRunConfig
-from server.strategy import RoundInputs, RoundOutcome, SimilarityFn, SiMoEStrategy
+from server.strategy import SimilarityFn, SiMoEStrategy
 from simoe_model import tvm_compat
 
 log = logging.getLogger("simoe.server")

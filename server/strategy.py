@@ -38,7 +38,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 from flwr.app import ConfigRecord, Message, RecordDict
@@ -68,11 +67,8 @@ from schemas.sharing import (
     MAX_WORKLOADS,
     OFFER_FIELD,
     REC_SCHEDULES,
-    SHARE_FIELD,
     OfferedTrace,
     ScheduleOffer,
-    ScheduleShare,
-    short_error,
 )
 from server.averaging import (
     ServerAdam,
@@ -83,7 +79,23 @@ from server.averaging import (
     weighted_average,
 )
 from server.registry import Registry
+from server.reply_checks import (
+    AlreadyServed,
+    NameBook,
+    NameTaken,
+    UpdateRejected,
+    check_finite,
+    check_update,
+    read_share,
+)
 from server.roster import Identified, Roster
+from server.round_outcome import (
+    HelloOutcome,
+    NodeReply,
+    RoundInputs,
+    RoundOutcome,
+    RoundPlan,
+)
 
 log = logging.getLogger("simoe.server")
 
@@ -92,157 +104,6 @@ log = logging.getLogger("simoe.server")
 SimilarityFn = Callable[
     [Mapping[str, np.ndarray], HardwareProfile, Mapping[str, HardwareProfile]], dict[str, float]
 ]
-
-
-class UpdateRejected(ValueError):
-    """A reply that must not be averaged (wrong keys or shapes, NaN/Inf, bad weight)."""
-
-
-class AlreadyServed(UpdateRejected):
-    """A leaving node answered a hello again before it stopped: it has what it came for."""
-
-
-class NameTaken(UpdateRejected):
-    """A node claimed a name another key holds: refused, and told why."""
-
-
-class NameBook:
-    """Which key holds each node name: the registry's, then the claims of this batch of
-    replies (read before the recorder writes any of them, so they must see each other)."""
-
-    def __init__(self, registry: Registry) -> None:
-        self.registry = registry
-        self.claims: dict[str, str] = {}  # name -> key, claimed in this batch
-        self.renamed: dict[str, str] = {}  # key -> the name it claimed in this batch
-
-    def holder(self, name: str) -> str | None:
-        if name in self.claims:
-            return self.claims[name]
-        row = self.registry.node_by_name(name)
-        if row is None:
-            return None
-        key = str(row["node_key"])
-        return key if self.renamed.get(key, name) == name else None  # renamed since: free
-
-    def claim(self, name: str, key: str) -> None:
-        holder = self.holder(name)
-        if holder is not None and holder != key:
-            raise NameTaken(f"node name {name!r} is already taken by another key")
-        old = self.renamed.get(key)
-        if old is not None and old != name:
-            self.claims.pop(old, None)
-        self.claims[name] = key
-        self.renamed[key] = name
-
-
-def check_update(update: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]) -> None:
-    """Raise UpdateRejected unless `update` has exactly the reference's keys and shapes."""
-    missing = sorted(set(reference) - set(update))
-    extra = sorted(set(update) - set(reference))
-    if missing or extra:
-        raise UpdateRejected(f"keys differ (missing {missing[:3]}, extra {extra[:3]})")
-    for key, ref in reference.items():
-        value = update[key]
-        if value.shape != ref.shape:
-            raise UpdateRejected(f"{key}: shape {value.shape} != {ref.shape}")
-        if not np.issubdtype(value.dtype, np.floating):
-            raise UpdateRejected(f"{key}: dtype {value.dtype} is not floating point")
-        if not np.all(np.isfinite(value)):
-            raise UpdateRejected(f"{key}: contains NaN or Inf")
-
-
-def read_share(content: RecordDict) -> ScheduleShare | None:
-    """A reply's schedule share (opt-in schedule sharing), None when it carries none;
-    UpdateRejected, in one line, when it does not validate."""
-    record = content.get(REC_SCHEDULES)
-    if record is None:
-        return None
-    if not isinstance(record, ConfigRecord) or set(record) != {SHARE_FIELD}:
-        raise UpdateRejected(f"schedule share: record {REC_SCHEDULES!r} is not {{share}}")
-    try:
-        return ScheduleShare.model_validate_json(str(record[SHARE_FIELD]))
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        raise UpdateRejected(f"schedule share refused: {short_error(exc)}") from None
-
-
-def check_finite(arrays: Mapping[str, np.ndarray], what: str) -> None:
-    if not arrays:
-        raise UpdateRejected(f"{what}: empty")
-    for key, value in arrays.items():
-        if not np.issubdtype(value.dtype, np.floating) or not np.all(np.isfinite(value)):
-            raise UpdateRejected(f"{what} {key}: not finite floating point")
-
-
-@dataclass(frozen=True)
-class RoundInputs:
-    """What the round loop hands the strategy for one round."""
-
-    server_round: int
-    arrays: Arrays  # the current global shared arrays
-    node_ids: Sequence[int]  # the nodes online now (Flower node ids)
-    # node_id -> the public key (PEM) the SuperLink authenticated it with, where known
-    public_keys: Mapping[int, bytes] = field(default_factory=dict)
-    roster: Roster = field(default_factory=Roster)  # the loop's; the strategy only reads it
-
-
-@dataclass
-class HelloOutcome:
-    """What the nodes' answers to a hello said, for the recorder and the roster."""
-
-    identified: list[Identified] = field(default_factory=list)
-    refusals: list[tuple[int, str]] = field(default_factory=list)  # (node_id, why), all
-    name_taken: dict[int, str] = field(default_factory=dict)  # refused and told why
-
-
-@dataclass
-class NodeReply:
-    """One accepted or served reply, as the registry keeps it."""
-
-    node_key: str
-    name: str  # the node's name, which its expert is kept under
-    metrics: dict[str, float]
-    bytes_down: int
-    bytes_up: int
-    expert: Arrays | None = field(default=None, repr=False)  # None: served, not trained
-    num_examples: int = 0
-    checked: list[str] = field(default_factory=list)  # experts it was sent and tested
-    refuted: list[str] = field(default_factory=list)  # those it found ranking backwards
-
-
-@dataclass
-class RoundPlan:
-    """The messages of a round and what they carry, for `aggregate_train`."""
-
-    messages: list[Message]
-    sampled: list[int]
-    delivered: dict[str, list[str]]  # node key -> expert names sent to it
-    bytes_down: dict[int, int]  # node_id -> payload bytes sent to it
-    # node_id -> the older global sent to it in place of the current (see matched_base)
-    bases: dict[int, Arrays] = field(default_factory=dict)
-
-
-@dataclass
-class RoundOutcome:
-    """What one round did, for the loop, the logs and the tests."""
-
-    round: int
-    sampled: list[int] = field(default_factory=list)
-    accepted: list[str] = field(default_factory=list)
-    served: list[str] = field(default_factory=list)  # answered without data to train on
-    rejected: dict[str, str] = field(default_factory=dict)
-    set_aside: list[str] = field(default_factory=list)  # accepted, left out by the aggregation
-    failed: int = 0  # replies with an error plus nodes that did not answer
-    missing: list[int] = field(default_factory=list)  # node ids that did not answer
-    leaving: list[int] = field(default_factory=list)  # replied and go: told the reply is here
-    delivered: dict[str, list[str]] = field(default_factory=dict)
-    global_version: int = 0  # set by the loop once it has saved the new global model
-    aggregated: Arrays | None = field(default=None, repr=False)  # None: nothing to average
-    metrics: dict[str, float] = field(default_factory=dict)  # weighted means of the replies
-    replied: int = 0  # replies without an error
-    errored: list[int] = field(default_factory=list)  # node ids whose reply was an error
-    identified: list[Identified] = field(default_factory=list)  # hellos in the replies
-    name_taken: dict[int, str] = field(default_factory=dict)  # node_id -> refused: why
-    replies: list[NodeReply] = field(default_factory=list, repr=False)  # accepted, served
 
 
 class SiMoEStrategy:

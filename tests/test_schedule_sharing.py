@@ -46,9 +46,10 @@ from schemas.sharing import (
 )
 from server.inprocess import InProcessGrid
 from server.registry import Registry
+from server.reply_checks import UpdateRejected, read_share
 from server.server_app import run_rounds
 from server.similarity import initial_shared_arrays, model_similarity
-from server.strategy import SiMoEStrategy, UpdateRejected, read_share
+from server.strategy import SiMoEStrategy
 from simoe_model.synthetic import make_devices, make_tasks
 
 KEY_A, KEY_B = "1234567890123", "98765"
