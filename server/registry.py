@@ -25,6 +25,7 @@ from schemas import BadInputError, HardwareProfile, RunFailure
 from schemas.messages import ExpertInfo, NodeHello, RoundInfo
 from schemas.private_files import create_private
 from schemas.sharing import ScheduleShare
+from server.registry_tables import TABLES
 
 SCHEMA_VERSION = 1
 
@@ -131,101 +132,10 @@ class Registry:
                 f"simoe-server's ({SCHEMA_VERSION}); upgrade simoe-server"
             )
         db["meta"].upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)}, pk="key")
-        db["nodes"].create(
-            {
-                "node_key": str,
-                "name": str,
-                "flower_node_id": str,
-                "device": str,
-                "device_kind": str,
-                "simulated": int,
-                "profile_id": str,
-                "first_seen": str,
-                "last_seen": str,
-                "rounds": int,
-                "key_verified": int,
-            },
-            pk="node_key",
-            if_not_exists=True,
-        )
-        db["nodes"].create_index(["name"], unique=True, if_not_exists=True)
-        db["profiles"].create(
-            {"profile_id": str, "node_key": str, "profile_json": str, "created_at": str},
-            pk="profile_id",
-            if_not_exists=True,
-        )
-        db["experts"].create(
-            {
-                "name": str,
-                "node_key": str,
-                "version": int,
-                "round": int,
-                "num_examples": int,
-                "weights": bytes,
-                "updated_at": str,
-            },
-            pk="name",
-            if_not_exists=True,
-        )
-        db["rounds"].create(
-            {
-                "round": int,
-                "run_id": str,
-                "started_at": str,
-                "finished_at": str,
-                "sampled": int,
-                "replied": int,
-                "rejected": int,
-                "failed": int,
-                "global_version": int,
-                "status": str,
-            },
-            pk="round",
-            if_not_exists=True,
-        )
-        db["metrics"].create(
-            {"round": int, "node_key": str, "key": str, "value": float},
-            pk=("round", "node_key", "key"),
-            if_not_exists=True,
-        )
-        db["traffic"].create(
-            {"round": int, "node_key": str, "bytes_down": int, "bytes_up": int},
-            pk=("round", "node_key"),
-            if_not_exists=True,
-        )
-        db["rejections"].create(
-            {"id": int, "round": int, "node_key": str, "reason": str, "at": str},
-            pk="id",
-            if_not_exists=True,
-        )
-        db["refusals"].create(
-            {"id": int, "flower_node_id": str, "reason": str, "at": str},
-            pk="id",
-            if_not_exists=True,
-        )
-        # each node's latest verdict on each expert it was sent (from its own records)
-        db["expert_checks"].create(
-            {"expert": str, "node_key": str, "round": int, "refuted": int},
-            pk=("expert", "node_key"),
-            if_not_exists=True,
-        )
-        db["model_versions"].create(
-            {"version": int, "round": int, "weights": bytes, "created_at": str},
-            pk="version",
-            if_not_exists=True,
-        )
-        # opt-in schedule sharing (schemas.sharing): who shares and what it asked about,
-        # and each sharing node's top-k traces per workload (replaced at each share)
-        db["schedule_sharing"].create(
-            {"node_key": str, "round": int, "top_k": int, "wanted": str, "updated_at": str},
-            pk="node_key",
-            if_not_exists=True,
-        )
-        db["shared_schedules"].create(
-            {"node_key": str, "workload_key": str, "rank": int, "trace": str, "round": int},
-            pk=("node_key", "workload_key", "rank"),
-            if_not_exists=True,
-        )
+        for name, table in TABLES.items():
+            db[name].create(table.columns, pk=table.pk, if_not_exists=True)
+            for unique_index in table.unique:
+                db[name].create_index(unique_index, unique=True, if_not_exists=True)
 
     # -- nodes and profiles -------------------------------------------------------------
 

@@ -1,0 +1,97 @@
+"""The registry's tables (`server.registry.Registry` creates them): one place to read what
+the server keeps. Bump `server.registry.SCHEMA_VERSION` with a migration when they change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Table:
+    columns: dict[str, type]
+    pk: str | tuple[str, ...]
+    unique: list[list[str]] = field(default_factory=list)  # unique indexes
+
+
+TABLES: dict[str, Table] = {
+    # a node is its key fingerprint; flower_node_id is TEXT (an unsigned 64-bit number)
+    "nodes": Table(
+        {
+            "node_key": str,
+            "name": str,
+            "flower_node_id": str,
+            "device": str,
+            "device_kind": str,
+            "simulated": int,
+            "profile_id": str,
+            "first_seen": str,
+            "last_seen": str,
+            "rounds": int,
+            "key_verified": int,
+        },
+        pk="node_key",
+        unique=[["name"]],
+    ),
+    "profiles": Table(
+        {"profile_id": str, "node_key": str, "profile_json": str, "created_at": str},
+        pk="profile_id",
+    ),
+    "experts": Table(
+        {
+            "name": str,
+            "node_key": str,
+            "version": int,
+            "round": int,
+            "num_examples": int,
+            "weights": bytes,
+            "updated_at": str,
+        },
+        pk="name",
+    ),
+    "rounds": Table(
+        {
+            "round": int,
+            "run_id": str,
+            "started_at": str,
+            "finished_at": str,
+            "sampled": int,
+            "replied": int,
+            "rejected": int,
+            "failed": int,
+            "global_version": int,
+            "status": str,
+        },
+        pk="round",
+    ),
+    "metrics": Table(
+        {"round": int, "node_key": str, "key": str, "value": float},
+        pk=("round", "node_key", "key"),
+    ),
+    "traffic": Table(
+        {"round": int, "node_key": str, "bytes_down": int, "bytes_up": int},
+        pk=("round", "node_key"),
+    ),
+    "rejections": Table(
+        {"id": int, "round": int, "node_key": str, "reason": str, "at": str}, pk="id"
+    ),
+    "refusals": Table({"id": int, "flower_node_id": str, "reason": str, "at": str}, pk="id"),
+    # each node's latest verdict on each expert it was sent (from its own records)
+    "expert_checks": Table(
+        {"expert": str, "node_key": str, "round": int, "refuted": int},
+        pk=("expert", "node_key"),
+    ),
+    "model_versions": Table(
+        {"version": int, "round": int, "weights": bytes, "created_at": str}, pk="version"
+    ),
+    # opt-in schedule sharing (schemas.sharing): who shares and what it asked about,
+    # and each sharing node's top-k traces per workload (replaced at each share)
+    "schedule_sharing": Table(
+        {"node_key": str, "round": int, "top_k": int, "wanted": str, "updated_at": str},
+        pk="node_key",
+    ),
+    "shared_schedules": Table(
+        {"node_key": str, "workload_key": str, "rank": int, "trace": str, "round": int},
+        pk=("node_key", "workload_key", "rank"),
+    ),
+}
