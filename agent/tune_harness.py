@@ -83,8 +83,10 @@ def _seeded_search_class() -> type:
     from tvm.ir.utils import derived_object
     from tvm.s_tir import meta_schedule as ms
 
+    from simoe_model.model_search import DelegatingSearch
+
     @derived_object
-    class _SeededSearch(ms.search_strategy.PySearchStrategy):
+    class _SeededSearch(DelegatingSearch):
         """MetaSchedule's search with seed traces ranked into its first batch.
 
         The first batch the inner search proposes and the seeds (applied to the task) are
@@ -92,32 +94,13 @@ def _seeded_search_class() -> type:
         measured first. Ties keep the seeds first. Later batches are the inner search's."""
 
         def __init__(self, inner: Any, seeds: list[Any]) -> None:
-            super().__init__()
-            self.inner = inner
+            super().__init__(inner)
             self.seeds = seeds
-            self.context: Any = None
-            self.cost_model: Any = None
             self.first = True
 
-        def _initialize_with_tune_context(self, context: Any) -> None:
-            self.context = context
-            self.inner._initialize_with_tune_context(context)
-
-        def pre_tuning(
-            self,
-            max_trials: int,
-            num_trials_per_iter: int,
-            design_spaces: Any,
-            database: Any = None,
-            cost_model: Any = None,
-        ) -> None:
-            self.cost_model, self.first = cost_model, True
-            self.inner.pre_tuning(
-                max_trials, num_trials_per_iter, design_spaces, database, cost_model
-            )
-
-        def post_tuning(self) -> None:
-            self.inner.post_tuning()
+        def pre_tuning(self, *args: Any, **kwargs: Any) -> None:
+            super().pre_tuning(*args, **kwargs)
+            self.first = True
 
         def generate_measure_candidates(self) -> list[Any] | None:
             batch = self.inner.generate_measure_candidates()
@@ -147,9 +130,6 @@ def _seeded_search_class() -> type:
             scores = np.asarray(self.cost_model.predict(self.context, pool), dtype=np.float64)
             order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), kind="stable")
             return [pool[i] for i in order[: len(batch)]]
-
-        def notify_runner_results(self, candidates: Any, results: Any) -> None:
-            self.inner.notify_runner_results(candidates, results)
 
         def clone(self) -> Any:
             return _SeededSearch(self.inner.clone(), self.seeds)

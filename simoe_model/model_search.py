@@ -255,19 +255,20 @@ class StopRule:
         return new > old * (1.0 - self.min_gain)
 
 
-@derived_object
-class _StoppingSearch(ms.search_strategy.PySearchStrategy):
-    """MetaSchedule's search strategy, ended early by a `StopRule` on the scores so far."""
+class DelegatingSearch(ms.search_strategy.PySearchStrategy):
+    """A MetaSchedule search strategy that hands every call to `inner` and keeps the tune
+    context and cost model it was given; a subclass changes only what it must (the
+    stopping search below; the node's seeded search, agent.tune_harness). Not registered
+    itself: decorate the subclass with `derived_object`."""
 
-    def __init__(self, inner: Any, rule: StopRule, scores: list[float]) -> None:
+    def __init__(self, inner: Any) -> None:
         super().__init__()
         self.inner = inner
-        self.rule = rule
-        self.scores = list(scores)
-        self.rounds = 0
-        self.stopped = False
+        self.context: Any = None
+        self.cost_model: Any = None
 
     def _initialize_with_tune_context(self, context: Any) -> None:
+        self.context = context
         self.inner._initialize_with_tune_context(context)
 
     def pre_tuning(
@@ -278,10 +279,29 @@ class _StoppingSearch(ms.search_strategy.PySearchStrategy):
         database: Any = None,
         cost_model: Any = None,
     ) -> None:
+        self.cost_model = cost_model
         self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
 
     def post_tuning(self) -> None:
         self.inner.post_tuning()
+
+    def generate_measure_candidates(self) -> list[Any] | None:
+        return self.inner.generate_measure_candidates()
+
+    def notify_runner_results(self, candidates: Any, results: Any) -> None:
+        self.inner.notify_runner_results(candidates, results)
+
+
+@derived_object
+class _StoppingSearch(DelegatingSearch):
+    """MetaSchedule's search strategy, ended early by a `StopRule` on the scores so far."""
+
+    def __init__(self, inner: Any, rule: StopRule, scores: list[float]) -> None:
+        super().__init__(inner)
+        self.rule = rule
+        self.scores = list(scores)
+        self.rounds = 0
+        self.stopped = False
 
     def generate_measure_candidates(self) -> list[Any] | None:
         return None if self.stopped else self.inner.generate_measure_candidates()
