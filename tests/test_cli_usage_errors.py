@@ -3,6 +3,8 @@ of the wrong type, a missing argument) are one line and exit 2 in both CLIs, not
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from cli_helpers import one_line_error, run_main
 
@@ -46,3 +48,25 @@ def test_a_bare_group_still_prints_its_help(
     assert code == 0 and "Usage" in out
     code, out, err = run_main(agent_main, "simoe-agent", ["dataset"], monkeypatch, capsys)
     assert code == 2 and "Usage" in out + err
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('{"device": 42, "trials_per_task": -1}',
+         "device must be a valid string (got 42); trials_per_task must be at least 1 (got -1)"),
+        ("not json", "the file is not valid JSON"),
+    ],
+)  # fmt: skip
+def test_an_invalid_agent_config_names_each_field_in_plain_words(
+    text: str,
+    words: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    (tmp_path / "agent.json").write_text(text)
+    args = ["status", "--state-dir", str(tmp_path)]
+    code, out, err = run_main(agent_main, "simoe-agent", args, monkeypatch, capsys)
+    line = one_line_error("simoe-agent", code, out, err)
+    assert words in line and "validation error" not in line, line
