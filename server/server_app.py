@@ -172,7 +172,7 @@ def wait_between_rounds(
     stop: threading.Event | None,
     news: News | None = None,
     *,
-    poll_s: float = JOIN_POLL_S,
+    poll_s: float | None = None,
 ) -> bool:
     """Wait out the interval between rounds, but end it when a node joins (True: stopped).
 
@@ -182,7 +182,7 @@ def wait_between_rounds(
     """
     end = time.monotonic() + wait_s
     while (left := end - time.monotonic()) > 0:
-        step = min(poll_s, left)
+        step = min(poll_s or JOIN_POLL_S, left)
         if stop.wait(step) if stop is not None else time.sleep(step):
             return True
         if news is not None and news.requested():
