@@ -39,7 +39,7 @@ from server.run_config import RunConfigValue, ServerRunConfig
 
 # How often the SuperLink's SuperExec asks it for a task (Flower's option, default 1 s).
 # That SuperExec only starts the ServerApp of a submitted run, once per `start`, yet each
-# ask is a request the SuperLink serves: at 1 s it was half of an idle federation's CPU.
+# ask is a request the SuperLink serves, all day long (docs/reliability.md, section 8).
 SUPEREXEC_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
 SUPEREXEC_POLL_S = 5.0
 
