@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from schemas import AgentConfig, BadInputError, HardwareProfile, NodeFederationState, RunFailure
+from schemas.errors import plain_errors
 from schemas.messages import NodeHello, key_fingerprint
 
 if TYPE_CHECKING:
@@ -225,8 +226,10 @@ class NodeState:
             return AgentConfig()
         try:
             return AgentConfig.model_validate_json(self.config_path.read_text())
-        except ValueError as exc:
-            raise BadInputError(f"{self.config_path}: not a valid agent config ({exc})") from None
+        except ValidationError as exc:
+            raise BadInputError(
+                f"{self.config_path}: not a valid agent config ({plain_errors(exc, 'the file')})"
+            ) from None
 
     def save_config(self, config: AgentConfig) -> None:
         write_atomic(self.config_path, config.model_dump_json(indent=2))

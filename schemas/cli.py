@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import click
 import typer
 from pydantic import Field, TypeAdapter, ValidationError
 from rich.console import Console
@@ -54,11 +55,43 @@ def state_folder(path: Path, option: str = "--state-dir") -> Path:
     return path
 
 
+class OneLineUsageErrors(typer.core.TyperGroup):
+    """A top-level command group whose usage errors are one line (exit 2), not a usage box.
+
+    Click raises `UsageError` (an option without its value, an unknown option or command,
+    a value of the wrong type, a missing argument) while parsing this group's arguments
+    and, inside `invoke`, every subcommand's; Typer would print it as a usage panel.
+    Raised again as `BadInputError`, `run_cli` prints it as `PROG: error: ...`. Bare
+    groups (`NoArgsIsHelpError`) still print their help.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise _one_line_usage(exc) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise _one_line_usage(exc) from None
+
+
+def _one_line_usage(exc: click.UsageError) -> click.UsageError | BadInputError:
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):
+        return exc
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    where = exc.ctx.command_path if exc.ctx is not None else ""
+    return BadInputError(f"{message} (see '{where} --help')" if where else message)
+
+
 def typer_app(name: str, help: str) -> typer.Typer:
     """A top-level CLI: help when called bare, no shell completion, one-line errors (run_cli)."""
     return typer.Typer(
         name=name,
         help=help,
+        cls=OneLineUsageErrors,
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,

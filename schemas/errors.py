@@ -56,6 +56,7 @@ _PLAIN = {
     "string_too_short": "must not be empty",
     "missing": "is missing",
     "extra_forbidden": "is not a known setting",
+    "json_invalid": "is not valid JSON ({error})",
 }
 
 
@@ -77,16 +78,28 @@ def plain_problem(error: Mapping[str, Any]) -> str:
     return text[:1].lower() + text[1:] if text.startswith("must") else text
 
 
+def plain_errors(exc: ValidationError, whole: str | None = None) -> str:
+    """Every field's problem in plain words, `; `-separated: `device must be a valid
+    string (got 42); trials_per_task must be at least 1 (got -1)`. `whole` names what a
+    problem without a field is about (default: the model's name)."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        # a problem without a field (invalid JSON): its input is the whole document
+        got = (
+            f" (got {err['input']!r})"
+            if loc and "input" in err and not isinstance(err["input"], (dict, list))
+            else ""
+        )
+        loc = loc or whole or exc.title
+        parts.append(f"{loc} {plain_problem(err)}{got}")
+    return "; ".join(parts)
+
+
 def one_line(exc: BaseException) -> str:
     """The error as one line; validation errors name the offending field, in plain words."""
     if isinstance(exc, ValidationError):
-        parts = []
-        for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or exc.title
-            got = f" (got {err['input']!r})" if "input" in err and not isinstance(
-                err["input"], (dict, list)) else ""  # fmt: skip
-            parts.append(f"{loc} {plain_problem(err)}{got}")
-        return f"bad {exc.title.lower()}: " + "; ".join(parts)
+        return f"bad {exc.title.lower()}: " + plain_errors(exc)
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 

@@ -549,7 +549,9 @@ def demo(
     fleet_trials: int = typer.Option(16, "--fleet-trials", help="trials/task each node tunes"),
     budget: int = typer.Option(8, "--budget", help="trials per task, zero-shot and baseline"),
     full_budget: int = typer.Option(32, "--full-budget", help="the baseline's larger budget"),
-    epochs: int = typer.Option(2, "--epochs", help="local epochs per round"),
+    epochs: int = typer.Option(
+        DEFAULTS.epochs, "--epochs", help="local epochs per round (the deployment's default)"
+    ),
     seed: int = typer.Option(0, "--seed", help="seed of the newcomer's three searches"),
     as_json: Json = False,
     verbose: Verbose = False,

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 from schemas import BadInputError, RunFailure
 from server.demo_report import DemoNode, DemoReport, DemoRow, failed_tasks, network_latency
 from server.processes import Background, cli, free_port, wait_until
-from server.run_config import ServerRunConfig
+from server.run_config import CLI_OPTIONS, DEFAULTS, ServerRunConfig
 
 JOBS_POLL_S = 20.0  # each poll starts a `simoe-agent status` per node still tuning
 
@@ -74,8 +74,10 @@ class DemoPlan:
     seed: int = 0  # of the newcomer's three searches
     budget: int = 8
     full_budget: int = 32
-    epochs: int = 2
-    k_experts: int = 3
+    # The server runs on the deployment's defaults (server.run_config.DEFAULTS: FedAdam,
+    # its local epochs, its k); `server_overrides` lists the demo's only departures.
+    epochs: int = DEFAULTS.epochs
+    k_experts: int = DEFAULTS.k_experts
     # Rounds while nodes still tune cost CPU (a ClientApp process per node and round) and
     # teach little; the newcomer does not wait for it (a node that joins starts a round).
     round_interval: float = 60.0
@@ -86,14 +88,24 @@ class DemoPlan:
         return ServerRunConfig.from_options(
             epochs=self.epochs,
             k_experts=self.k_experts,
-            # the aggregation its recorded runs (README, docs/results/demo*) used; the
-            # deployment's default is FedAdam (server.run_config) since session 20
-            server_optimizer="sgd",
-            server_lr=1.0,
-            round_timeout=300.0,
             round_interval=self.round_interval,
             min_nodes=len(self.gpus) + int(self.cpu),  # all, at once
         )
+
+    def server_overrides(self) -> list[str]:
+        """Each setting off the deployment's defaults, with its value, default and why."""
+        why = {
+            "round_interval": "rounds while the nodes still tune cost CPU and teach little",
+            "min_nodes": "the first round waits for the whole fleet",
+        }
+        config = self.server_config()
+        lines = []
+        for option, name in _option_names(config):
+            default = getattr(DEFAULTS, name)
+            value = getattr(config, name)
+            reason = f": {why[name]}" if name in why else ""
+            lines.append(f"{option} {_plain(value)} (default {_plain(default)}{reason})")
+        return lines
 
     def check(self) -> None:
         if not self.gpus and not self.cpu:
@@ -114,6 +126,26 @@ class DemoPlan:
         if self.full_budget <= self.budget:
             raise BadInputError("--full-budget must be larger than --budget")
         self.server_config()
+
+
+def _settings_text(config: ServerRunConfig) -> str:
+    return (
+        f"{config.describe()}, {config.epochs} local epoch(s) per round, "
+        f"{config.k_experts} experts per node"
+    )
+
+
+def _plain(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _option_names(config: ServerRunConfig) -> list[tuple[str, str]]:
+    """(`simoe-server start` option, field name) of each setting off the defaults."""
+    return [
+        (CLI_OPTIONS.get(name, "--" + name.replace("_", "-")), name)
+        for name, value in config
+        if name != "registry" and value != getattr(DEFAULTS, name)
+    ]
 
 
 @dataclass
@@ -215,6 +247,10 @@ class Demo:
         self.ui.event(
             f"server: SuperLink on {self.address} (TLS, node authentication), SiMoE run "
             f"started; registry {self.registry_path}"
+        )
+        self.ui.event(
+            f"server settings: {_settings_text(self.plan.server_config())}; off the "
+            f"deployment's defaults: {'; '.join(self.plan.server_overrides()) or 'nothing'}"
         )
 
     def bring_up_fleet(self) -> None:
@@ -495,6 +531,8 @@ def run_demo(out: Path, plan: DemoPlan, ui: DemoUI, *, gpus_checked: bool = Fals
         network=plan.new_network,
         fleet_network=plan.network,
         plan=dataclasses.asdict(plan),
+        server_settings=_settings_text(plan.server_config()),
+        server_overrides=plan.server_overrides(),
         tuned_tasks=list(selection.get("tuned") or []),
         total_tasks=int(selection.get("total_tasks") or 0),
         flops_share=selection.get("flops_share"),

@@ -58,8 +58,11 @@ class DemoReport(BaseModel):
     nodes: list[DemoNode]
     network: str  # what the newcomer tuned
     fleet_network: str = "tiny_mlp"  # what the fleet tuned
-    # the DemoPlan it ran (bench.federation.demo_newcomer reruns its newcomer)
-    plan: dict[str, Any] = {}
+    plan: dict[
+        str, Any
+    ] = {}  # the DemoPlan it ran (bench.federation.demo_newcomer reruns its newcomer)
+    server_settings: str = ""  # the server's aggregation and step, in words
+    server_overrides: list[str] = []  # the demo's departures from the deployment's defaults
     tuned_tasks: list[str] = []  # the newcomer's network: the tasks tuned (its largest)
     total_tasks: int = 0
     flops_share: float | None = None  # their share of the network's FLOPs
@@ -149,6 +152,11 @@ def print_report(report: DemoReport, console: Any) -> None:
         f"{report.federation_wall_s:.0f} s; experts delivered to the newcomer: "
         f"{', '.join(report.experts_delivered) or 'none'}"
     )
+    if report.server_settings:
+        console.print(
+            f"server: {report.server_settings}; off the deployment's defaults: "
+            f"{'; '.join(report.server_overrides) or 'nothing'}"
+        )
     console.print(
         f"total {report.total_wall_s:.0f} s wall, {report.cpu_s:.0f} s CPU in all processes "
         f"(load average {report.load_average[0]:.1f} at the start, "

@@ -28,7 +28,7 @@ def request_path(registry: Path) -> Path:
 
 
 def request_round(registry: Path) -> Path:
-    """Ask the running ServerApp for a round now (it looks every couple of seconds)."""
+    """Ask the running ServerApp for a round now (it looks every 2 s, every 5 s while idle)."""
     path = request_path(registry)
     path.touch()
     return path

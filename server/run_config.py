@@ -115,15 +115,18 @@ class ServerRunConfig(BaseModel):
 
     def describe(self) -> str:
         """The aggregation and the server's step in words."""
+        adam = self.server_optimizer == "adam"
         text = {
-            "fedavg": "FedAvg",
+            # the weighted mean of the nodes' changes, stepped by server Adam: FedAdam
+            "fedavg": "FedAdam (the nodes' weighted mean change)" if adam else "FedAvg",
             "trimmed": f"trimmed mean ({self.trim:g} cut at each end)",
             "median": "coordinate-wise median",
             "krum": f"multi-Krum (f = {self.krum_f})",
         }[self.aggregation]
         text += f", changes clipped to L2 norm {self.clip:g}" if self.clip else ""
-        if self.server_optimizer == "adam":
-            text += f", server Adam (FedAdam, lr {self.server_lr:g})"
+        if adam:
+            kind = "" if self.aggregation == "fedavg" else " (as FedAdam)"
+            text += f", server Adam step{kind}, lr {self.server_lr:g}"
         elif self.server_lr != 1.0:
             text += f", server learning rate {self.server_lr:g}"
         return text + (", newcomers get their experts' global" if self.matched_global else "")

@@ -38,6 +38,9 @@ log = logging.getLogger("simoe.server")
 # A round the registry could not record (a full or read-only disk) is tried again after this.
 RETRY_S = 10.0
 JOIN_POLL_S = 2.0  # how often the wait between rounds looks for nodes that joined
+# ... and while idle (nothing new since the last round): each look is a request the
+# SuperLink serves, and a newcomer then waits at most this long for its first round
+IDLE_JOIN_POLL_S = 5.0
 
 
 def node_public_keys(grid: Grid) -> dict[int, bytes]:
@@ -99,7 +102,8 @@ def run_rounds(
             wait = pause - (time.monotonic() - round_started)
             if idle:
                 log.info("nothing new since round %d: idle until news", outcomes[-1].round)
-            if wait > 0 and wait_between_rounds(grid, roster, wait, stop, news):
+            poll = IDLE_JOIN_POLL_S if idle else JOIN_POLL_S
+            if wait > 0 and wait_between_rounds(grid, roster, wait, stop, news, poll_s=poll):
                 break
         round_started = time.monotonic()
         try:
@@ -168,6 +172,8 @@ def wait_between_rounds(
     wait_s: float,
     stop: threading.Event | None,
     news: News | None = None,
+    *,
+    poll_s: float | None = None,
 ) -> bool:
     """Wait out the interval between rounds, but end it when a node joins (True: stopped).
 
@@ -177,7 +183,7 @@ def wait_between_rounds(
     """
     end = time.monotonic() + wait_s
     while (left := end - time.monotonic()) > 0:
-        step = min(JOIN_POLL_S, left)
+        step = min(poll_s or JOIN_POLL_S, left)
         if stop.wait(step) if stop is not None else time.sleep(step):
             return True
         if news is not None and news.requested():

@@ -37,6 +37,17 @@ from schemas.private_files import write_private
 from schemas.protocol import CONNECTION, flower_env, flwr_bin, write_connection
 from server.run_config import RunConfigValue, ServerRunConfig
 
+# How often the SuperLink's SuperExec asks it for a task (Flower's option, default 1 s).
+# That SuperExec only starts the ServerApp of a submitted run, once per `start`, yet each
+# ask is a request the SuperLink serves, all day long (docs/reliability.md, section 8).
+SUPEREXEC_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
+SUPEREXEC_POLL_S = 5.0
+
+
+def superexec_env() -> dict[str, str]:
+    """The SuperExec's poll interval; an operator's own setting of it wins."""
+    return {SUPEREXEC_POLL_ENV: os.environ.get(SUPEREXEC_POLL_ENV, str(SUPEREXEC_POLL_S))}
+
 
 @dataclass(frozen=True)
 class Certs:
@@ -269,7 +280,7 @@ class SuperLink:
                 self.command(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=flower_env(self.flwr_home),
+                env={**flower_env(self.flwr_home), **superexec_env()},
                 start_new_session=True,
                 umask=0o077,  # its database (node keys, messages) is for this user only
             )

@@ -142,3 +142,15 @@ def test_the_newcomer_bench_refuses_a_directory_that_is_no_demo(args: list[str])
 
     with pytest.raises(BadInputError, match="--data"):
         main(args)
+
+
+def test_the_demo_runs_on_the_deployments_defaults_but_for_its_named_overrides() -> None:
+    from server.run_config import DEFAULTS
+
+    plan = DemoPlan(gpus=["k80", "v100"])
+    config = plan.server_config()
+    changed = {name for name, value in config if value != getattr(DEFAULTS, name)}
+    assert changed == {"min_nodes", "round_interval"}  # FedAdam, its lr, its epochs: defaults
+    overrides = plan.server_overrides()
+    assert [line.split()[0] for line in overrides] == ["--min-nodes", "--round-interval"]
+    assert all("(default " in line for line in overrides)

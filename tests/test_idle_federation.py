@@ -45,6 +45,7 @@ def later(seconds: float, action) -> None:  # noqa: ANN001
 @pytest.fixture(autouse=True)
 def fast_poll(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(server_app, "JOIN_POLL_S", 0.05)
+    monkeypatch.setattr(server_app, "IDLE_JOIN_POLL_S", 0.05, raising=False)
 
 
 def test_rounds_start_only_on_news(tmp_path: Path) -> None:
@@ -89,3 +90,39 @@ def test_a_node_still_tuning_keeps_rounds_going(tmp_path: Path) -> None:
         min_interval_s=INTERVAL, idle_probe_s=3600,
     )  # fmt: skip
     assert len(outcomes) == 4  # none waited an idle probe (the test would hang an hour)
+
+
+class CountingGrid(InProcessGrid):
+    """Counts the looks for online nodes (each one a request the SuperLink serves)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.looks: list[float] = []
+
+    def get_node_ids(self):  # noqa: ANN201
+        self.looks.append(time.monotonic())
+        return super().get_node_ids()
+
+
+def test_an_idle_wait_looks_for_newcomers_less_often(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server_app, "IDLE_JOIN_POLL_S", 0.5, raising=False)  # 10x the busy poll
+    registry = Registry(tmp_path / "registry.sqlite")
+    strategy = SiMoEStrategy(registry, toy_similarity)
+    grid = CountingGrid()
+    grid.add_node(1000, ToyNode("a", 1000).app(), {"state-dir": str(tmp_path / "a")})
+    stop = threading.Event()
+    idle_from: list[float] = []
+
+    def on_round(outcome) -> None:  # noqa: ANN001 - RoundOutcome
+        if outcome.round == 2:  # nothing new since round 1: idle from here
+            idle_from.append(time.monotonic())
+            later(2.0, stop.set)
+
+    run_rounds(
+        grid, strategy, initial_arrays(), num_rounds=0, wait_nodes_s=0, stop=stop,
+        on_round=on_round, min_interval_s=INTERVAL, idle_probe_s=3600,
+    )  # fmt: skip
+    idle_looks = [t for t in grid.looks if t > idle_from[0]]
+    assert 2 <= len(idle_looks) <= 5, len(idle_looks)  # 2 s / 0.5 s, not 2 s / 0.05 s

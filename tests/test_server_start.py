@@ -27,12 +27,6 @@ from server.superlink import port_open
 SERVER = str(Path(sys.executable).with_name("simoe-server"))
 
 
-
-
-
-
-
-
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([SERVER, *args], capture_output=True, text=True, timeout=timeout)
 
@@ -93,6 +87,10 @@ def test_start_listens_reports_and_stops_on_sigterm(tmp_path: Path, started: lis
     assert "--disable-runtime-dependency-installation" in command
     assert command[command.index("--database") + 1] == str(state / "superlink.sqlite")
     assert link.environ().get("FLWR_TELEMETRY_ENABLED") == "0"
+    # its SuperExec (it starts the ServerApp) asks for tasks every 5 s, not Flower's 1 s:
+    # each ask is a request the SuperLink serves, all day on an idle federation
+    [superexec] = [p for p in link.children() if "flower-superexec" in " ".join(p.cmdline())]
+    assert superexec.environ().get("FLWR_SUPEREXEC_TASK_POLL_INTERVAL") == "5.0"
 
     status = cli("status", "--state-dir", str(state), "--json")
     assert status.returncode == 0, status.stderr

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import typer
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agent.cli.app import StateDir, app, node_state
@@ -152,6 +153,23 @@ def collect_status(state_dir: Path | None) -> AgentStatus:
     )
 
 
+def _watch(state_dir: Path | None, *, json_out: bool, once: bool, interval: float) -> None:
+    """The node's live view (agent.node_watch): read-only, one line for bad input."""
+    import contextlib
+
+    from agent.node_watch import watch
+    from schemas.cli import Seconds, checked
+
+    if json_out:
+        raise BadInputError("--watch draws a live view; for scripts use --json without it")
+    checked("--interval", interval, Seconds)
+    node = node_state(state_dir)
+    if not node.dir.is_dir():
+        raise BadInputError(f"{node.dir}: no node here (enroll, or pass --state-dir)")
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the last frame stays on screen
+        watch(node.dir, console, interval=interval, once=once)
+
+
 def _federation_rows(federation: FederationStatus | None) -> list[tuple[str, Any]]:
     if federation is None:
         return [("federation", "not enrolled")]
@@ -184,8 +202,16 @@ def status(
     json_out: Json = False,
     verbose: Verbose = False,
     state_dir: StateDir = None,
+    watch: bool = typer.Option(
+        False, "--watch", help="a live view, redrawn in place until Ctrl-C (read-only)"
+    ),
+    once: bool = typer.Option(False, "--once", help="with --watch: print one frame and exit"),
+    interval: float = typer.Option(2.0, "--interval", help="with --watch: seconds between frames"),
 ) -> None:
     """Where the node keeps its state, its config, and what its store holds."""
+    if watch or once:
+        _watch(state_dir, json_out=json_out, once=once, interval=interval)
+        return
     result = collect_status(state_dir)
     if json_out:
         print_json(result.model_dump(mode="json"))
