@@ -146,9 +146,10 @@ def describe_result(result: dict[str, Any] | None) -> str:
 def run_job(state_dir: Path, job_path: Path) -> int:
     """Child process: tune one job into the store; the result goes back into the job file."""
     from agent.devices import get_device
+    from agent.search_start import node_shared_seeds
     from agent.store_datasets import cache_missing_features
     from agent.task_selection import TaskChoice
-    from agent.tuner import node_shared_seeds, tune_network, tune_workload
+    from agent.tuner import tune_network, tune_workload
     from agent.workloads import parse_workload
 
     job = Job.model_validate_json(job_path.read_text())

@@ -248,9 +248,10 @@ def test_the_tuner_hands_the_nodes_earlier_measurements_to_the_gate(tmp_path: ob
     from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
 
     from agent.devices import get_device
+    from agent.search_start import observe_stored
     from agent.store import Store
     from agent.tune_harness import TuneTask
-    from agent.tuner import observe_stored, tune_workload
+    from agent.tuner import tune_workload
     from agent.workloads import parse_workload, prim_func
 
     device = get_device("sim:t4")

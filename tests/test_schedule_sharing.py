@@ -34,8 +34,8 @@ from privacy_audit import PrivacyViolation, audit_content, audit_share, node_sec
 from agent.audit import read_audit
 from agent.client_app import app as client_app
 from agent.node_state import NodeState
+from agent.search_start import node_shared_seeds
 from agent.sharing import keep_offer, offer_path, received_schedules, schedule_share
-from agent.tuner import node_shared_seeds
 from schemas.sharing import (
     REC_SCHEDULES,
     SHARE_FIELD,
@@ -342,8 +342,9 @@ def test_shared_traces_are_ranked_with_the_search_before_the_first_measurement(
     model-only searches: the shared traces seed them)."""
     from agent.cost_models import COST_MODELS
     from agent.devices import get_device
+    from agent.search_start import SharedSeeds
     from agent.store import Store, canonical_json
-    from agent.tuner import SharedSeeds, tune_workload
+    from agent.tuner import tune_workload
     from agent.workloads import parse_workload
 
     key, seed = fleet_best

@@ -9,8 +9,8 @@ import tvm
 from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 
+from agent.search_start import warm_start_seeds
 from agent.tune_harness import TuneTask
-from agent.tuner import warm_start_seeds
 from agent.workloads import parse_workload, prim_func
 from schemas import BadInputError
 

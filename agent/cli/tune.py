@@ -196,14 +196,9 @@ def tune(
     from agent.cost_models import check_cost_model
     from agent.devices import get_device
     from agent.networks import check_model_ref, load_network
+    from agent.search_start import node_shared_seeds
     from agent.task_selection import TaskChoice
-    from agent.tuner import (
-        check_fits,
-        node_shared_seeds,
-        search_population,
-        tune_network,
-        tune_workload,
-    )
+    from agent.tuner import check_fits, search_population, tune_network, tune_workload
     from agent.workloads import parse_workload
 
     if (workload is None) == (model is None):

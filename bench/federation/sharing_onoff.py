@@ -71,8 +71,8 @@ def _tune(node: Any, device: Any, workload: str, trials: int, cost_model: str, s
 def run(args: argparse.Namespace, save: Any = None) -> dict[str, Any]:
     from agent.devices import get_device
     from agent.model_choice import starter_model_path
+    from agent.search_start import SharedSeeds
     from agent.sharing import schedule_share
-    from agent.tuner import SharedSeeds
     from server.registry import Registry
     from server.similarity import model_similarity
     from server.strategy import SiMoEStrategy
