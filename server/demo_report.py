@@ -58,9 +58,8 @@ class DemoReport(BaseModel):
     nodes: list[DemoNode]
     network: str  # what the newcomer tuned
     fleet_network: str = "tiny_mlp"  # what the fleet tuned
-    plan: dict[
-        str, Any
-    ] = {}  # the DemoPlan it ran (bench.federation.demo_newcomer reruns its newcomer)
+    # the DemoPlan it ran (bench.federation.demo_newcomer reruns its newcomer)
+    plan: dict[str, Any] = {}
     server_settings: str = ""  # the server's aggregation and step, in words
     server_overrides: list[str] = []  # the demo's departures from the deployment's defaults
     tuned_tasks: list[str] = []  # the newcomer's network: the tasks tuned (its largest)

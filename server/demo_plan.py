@@ -1,0 +1,102 @@
+"""What one run of `simoe-server demo` does: its fleet, its newcomer, its budgets, and the
+server's settings (the deployment's defaults but for the overrides it names, with why)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas import BadInputError
+from server.run_config import CLI_OPTIONS, DEFAULTS, ServerRunConfig
+
+
+@dataclass
+class DemoPlan:
+    gpus: list[str]
+    cpu: bool = True
+    new_gpu: str = "a10-ecc-on"
+    # What the fleet tunes (its experts' training data): the network a newcomer will tune,
+    # as a real fleet would have tuned it on its own GPUs; SiMoE's transfer is across
+    # hardware. Its 2 largest tasks: 2 x 16 trials cost about what tiny_mlp's did.
+    network: str = "bert_layer"
+    fleet_largest_tasks: int | None = 2  # None: every task of `network`
+    # What the newcomer tunes: a BERT encoder layer, whose three dense layers are 97% of
+    # its FLOPs. 0.3: its largest task alone (32% of the FLOPs, run 4 times a layer); all
+    # three took the newcomer's three tunes (8, 8 and 32 trials/task) past 10 minutes.
+    new_network: str = "bert_layer"
+    flops_share: float = 0.3  # its largest tasks covering this share of its FLOPs
+    fleet_trials: int = 16  # trials per task each fleet node tunes (its training data)
+    seed: int = 0  # of the newcomer's three searches
+    budget: int = 8
+    full_budget: int = 32
+    # The server runs on the deployment's defaults (server.run_config.DEFAULTS: FedAdam,
+    # its local epochs, its k); `server_overrides` lists the demo's only departures.
+    epochs: int = DEFAULTS.epochs
+    k_experts: int = DEFAULTS.k_experts
+    # Rounds while nodes still tune cost CPU (a ClientApp process per node and round) and
+    # teach little; the newcomer does not wait for it (a node that joins starts a round).
+    round_interval: float = 60.0
+    timeout_s: float = 1500.0  # the whole fleet phase
+
+    def server_config(self) -> ServerRunConfig:
+        """The server's settings (validated: a bad one fails before anything starts)."""
+        return ServerRunConfig.from_options(
+            epochs=self.epochs,
+            k_experts=self.k_experts,
+            round_interval=self.round_interval,
+            min_nodes=len(self.gpus) + int(self.cpu),  # all, at once
+        )
+
+    def server_overrides(self) -> list[str]:
+        """Each setting off the deployment's defaults, with its value, default and why."""
+        why = {
+            "round_interval": "rounds while the nodes still tune cost CPU and teach little",
+            "min_nodes": "the first round waits for the whole fleet",
+        }
+        config = self.server_config()
+        lines = []
+        for option, name in _option_names(config):
+            default = getattr(DEFAULTS, name)
+            value = getattr(config, name)
+            reason = f": {why[name]}" if name in why else ""
+            lines.append(f"{option} {_plain(value)} (default {_plain(default)}{reason})")
+        return lines
+
+    def check(self) -> None:
+        if not self.gpus and not self.cpu:
+            raise BadInputError("the fleet is empty: give --gpus or --cpu")
+        if self.new_gpu in self.gpus:
+            raise BadInputError(
+                f"--new-gpu {self.new_gpu} is one of --gpus; pick a GPU none of them is"
+            )
+        for value, option in ((self.budget, "--budget"), (self.fleet_trials, "--fleet-trials")):
+            if value < 1:
+                raise BadInputError(f"{option} must be at least 1, got {value}")
+        if self.fleet_largest_tasks is not None and self.fleet_largest_tasks < 1:
+            raise BadInputError(
+                f"--fleet-largest-tasks must be at least 1, got {self.fleet_largest_tasks}"
+            )
+        if not 0 < self.flops_share <= 1:
+            raise BadInputError(f"--flops-share must be in (0, 1], got {self.flops_share}")
+        if self.full_budget <= self.budget:
+            raise BadInputError("--full-budget must be larger than --budget")
+        self.server_config()
+
+
+def settings_text(config: ServerRunConfig) -> str:
+    return (
+        f"{config.describe()}, {config.epochs} local epoch(s) per round, "
+        f"{config.k_experts} experts per node"
+    )
+
+
+def _plain(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _option_names(config: ServerRunConfig) -> list[tuple[str, str]]:
+    """(`simoe-server start` option, field name) of each setting off the defaults."""
+    return [
+        (CLI_OPTIONS.get(name, "--" + name.replace("_", "-")), name)
+        for name, value in config
+        if name != "registry" and value != getattr(DEFAULTS, name)
+    ]
