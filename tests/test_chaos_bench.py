@@ -8,13 +8,13 @@ from pathlib import Path
 
 from federation_helpers import ToyNode
 
-from bench.reliability.chaos import (
-    Fault,
+from bench.reliability.chaos_facts import (
     first_round_back,
     nodes_returned,
     registry_facts,
     store_facts,
 )
+from bench.reliability.chaos_report import Fault
 from server.registry import Registry
 
 
