@@ -373,9 +373,19 @@ def mlp_why(c: CompileSection, offline: OfflineSection | None) -> list[str]:
 
 
 # -- section 5 -------------------------------------------------------------------------------------
-def budget_md(b: CompileSection, repeats: list[Repeat]) -> list[str]:
-    """Section 5: one task, MetaSchedule at a realistic budget against SiMoE fast."""
+def budget_md(
+    b: CompileSection, repeats: list[Repeat], over_seeds: list[str] | None = None
+) -> list[str]:
+    """Section 5: one task, MetaSchedule at a realistic budget against SiMoE fast; then, when
+    its repeats are other (unit, seed) runs, the ratio over them (`over_seeds`: the lines of
+    bench.report.budget_seeds.markdown)."""
     st = b.settings
+    # the run-to-run spread compares runs of this run's unit and seed only; runs of other
+    # units or seeds are the over-seeds block's
+    same = [
+        r for r in repeats
+        if r.settings.unseen_gpus == st.unseen_gpus and r.settings.seed == st.seed
+    ]  # fmt: skip
     long = f"ms-xgb-{st.long_budget}"
     lines = [
         "## 5. The compile-time claim at a realistic MetaSchedule budget (SIMULATED)",
@@ -415,7 +425,9 @@ def budget_md(b: CompileSection, repeats: list[Repeat]) -> list[str]:
     lines.append("")
     for e in b.summary:
         lines += _budget_claims(b, e, long)
-    lines += _budget_spread(b, repeats, long)
+    lines += _budget_spread(b, same, long)
+    if over_seeds and len(repeats) > len(same):
+        lines += ["", *over_seeds]
     if b.curves_png:
         lines += ["", f"The curves of this section: the last panel of {b.curves_png}."]
     return [*lines, ""]
