@@ -53,7 +53,7 @@ def _report(gpu: str, seed: int, rows: list[MethodRow], cpu_s: float) -> BenchRe
 def test_ratio_per_run_at_95_and_99_against_the_seed_and_the_unit_reference() -> None:
     a0 = _report("a30-u1", 0, _rows("a30-u1", 1.0e-3, 1.04e-3), 3600.0)
     a1 = _report("a30-u1", 1, _rows("a30-u1", 0.9e-3, 1.04e-3), 3600.0)
-    parts = [(r.command, r.sections.budget, 3600.0) for r in (a0, a1)]
+    parts = [(r.command, r.sections.budget, 3600.0, [1.0]) for r in (a0, a1)]
     runs = budget_seeds.runs_of(parts)  # type: ignore[arg-type]
     assert [(r.unit, r.seed) for r in runs] == [("a30-u1", 0), ("a30-u1", 1)]
     assert runs[0].unit_best_s == pytest.approx(0.9e-3)

@@ -64,6 +64,7 @@ class BudgetRun:
     unit_best_s: float = 0.0
     methods: list[Reach] = field(default_factory=list)
     cpu_s: float | None = None
+    load: list[float] = field(default_factory=list)  # load average at its start
 
 
 @dataclass
@@ -95,27 +96,29 @@ def _reach(row: MethodRow, ms: MethodRow, refs: dict[str, float]) -> Reach:
     return out
 
 
-def runs_of(
-    sections: list[tuple[str, CompileSection | Repeat, float | None]], long: str = "ms-xgb-1000"
-) -> list[BudgetRun]:
-    """Every (unit, seed) run with an ms-xgb-1000 row: (command, section or repeat, CPU s)."""
-    by_run: list[tuple[str, int, str, list[MethodRow], float | None]] = []
-    for command, sec, cpu in sections:
+Part = tuple[str, CompileSection | Repeat, float | None, list[float]]
+
+
+def runs_of(sections: list[Part], long: str = "ms-xgb-1000") -> list[BudgetRun]:
+    """Every (unit, seed) run with an ms-xgb-1000 row, from (command, section or repeat, CPU
+    s, load average at its start)."""
+    by_run: list[tuple[str, int, str, list[MethodRow], float | None, list[float]]] = []
+    for command, sec, cpu, load in sections:
         for unit in dict.fromkeys(r.gpu for r in sec.rows):
             rows = [r for r in sec.rows if r.gpu == unit]
-            by_run.append((unit, sec.settings.seed, command, rows, cpu))
+            by_run.append((unit, sec.settings.seed, command, rows, cpu, load))
     unit_best: dict[str, float] = {}
-    for unit, _seed, _c, rows, _cpu in by_run:
+    for unit, _seed, _c, rows, _cpu, _load in by_run:
         ms = next((r for r in rows if r.method == long and r.network_latency_s), None)
         if ms:
             unit_best[unit] = min(unit_best.get(unit, np.inf), ms.network_latency_s)
     out = []
-    for unit, seed, command, rows, cpu in by_run:
+    for unit, seed, command, rows, cpu, load in by_run:
         ms = next((r for r in rows if r.method == long and r.network_latency_s), None)
         if ms is None or ms.network_latency_s is None:
             continue
         run = BudgetRun(unit, seed, command, ms.network_latency_s, ms.compile_s, unit_best[unit],
-                        cpu_s=cpu)  # fmt: skip
+                        cpu_s=cpu, load=load)  # fmt: skip
         refs = {"seed": ms.network_latency_s, "unit": unit_best[unit]}
         for method in (*METHODS, long):
             row = next((r for r in rows if r.method == method), None)
@@ -258,7 +261,19 @@ def markdown(runs: list[BudgetRun]) -> list[str]:
             f"(each run's own CPU seconds, its process and children; "
             f"{np.median(cpu):.0f} CPU s median per run)."
         )
-    lines += ["", *[f"- `{r.command}`" for r in runs], ""]
+    lines += [
+        "- Every time here is wall time on a shared 2-core machine plus modelled measurement "
+        "time: search wall grows with the load (each run's load average at its start below), "
+        "for MetaSchedule and SiMoE alike within a run.",
+        "",
+        *[
+            f"- {r.unit} seed {r.seed}: `{r.command}` (load average "
+            f"{r.load[0] if r.load else float('nan'):.1f} at its start; "
+            f"{'n/a' if r.cpu_s is None else f'{r.cpu_s:.0f}'} CPU s)"
+            for r in runs
+        ],
+        "",
+    ]
     return lines
 
 
@@ -267,10 +282,11 @@ def from_report(report: BenchReport) -> list[BudgetRun]:
     b = report.sections.budget
     if b is None:
         return []
-    parts: list[tuple[str, CompileSection | Repeat, float | None]] = [
-        (report.command, b, report.section_cpu_s.get("budget"))
-    ]
-    parts += [(r.command, r, r.cpu_s) for r in report.budget_repeats]
+    parts: list[Part] = [
+        (report.command, b, report.section_cpu_s.get("budget"),
+         report.machine.load_average_at_start)
+    ]  # fmt: skip
+    parts += [(r.command, r, r.cpu_s, r.load_average_at_start) for r in report.budget_repeats]
     return runs_of(parts)
 
 
@@ -279,11 +295,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("reports", type=Path, nargs="+", help="budget runs' report.json files")
     parser.add_argument("--out", type=Path, default=None, help="write summary.{json,md} here")
     args = parser.parse_args(argv)
-    parts: list[tuple[str, CompileSection | Repeat, float | None]] = []
+    parts: list[Part] = []
     for path in args.reports:
         rep = BenchReport.model_validate_json(path.read_text())
         if rep.sections.budget is not None:
-            parts.append((rep.command, rep.sections.budget, rep.section_cpu_s.get("budget")))
+            parts.append((rep.command, rep.sections.budget, rep.section_cpu_s.get("budget"),
+                          rep.machine.load_average_at_start))  # fmt: skip
     runs = runs_of(parts)
     md = "\n".join(markdown(runs))
     print(md)

@@ -411,7 +411,14 @@ def budget_md(
         f"training GPUs' data of this task only: {st.samples_per_task} random candidates and "
         f"their tuning records ({st.fleet_rounds} x {st.fleet_per_round} "
         "candidates of a search steered by their simulated latencies). Compile time as in "
-        "section 1.",
+        "section 1."
+        + (
+            f" schedule-transfer (no model): the {st.tlm_budget} of those same records with "
+            "the best mean log latency on the training units most similar to the target by "
+            "hardware vector (k from bench/protocol_choices.json), measured: equal information."
+            if st.runs("schedule-transfer") and any(r.method == "schedule-transfer" for r in b.rows)
+            else ""
+        ),
         "",
         "| method | trials | measured | search wall s | modelled measure s | compile s "
         "| latency ms |",
