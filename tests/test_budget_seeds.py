@@ -100,6 +100,7 @@ def test_budget_runs_merge_and_render_over_seeds_with_their_cpu(tmp_path: Path) 
     assert "### Over seeds and units (issue 24)" in md
     assert "| 2080ti-ref | 0 | simoe-fast | 1.0400 | 40 | 50.0x |" in md
     assert "1.50 CPU hours over 3 run(s)" in md
+    assert "- ms-xgb-1000 on a30-u1: 1.0000 - 1.0000 ms over 2 seed(s); 2 of 2" in md
     assert "**Run to run.**" not in md
 
 

@@ -248,6 +248,16 @@ def markdown(runs: list[BudgetRun]) -> list[str]:
                 f"run(s): goal >= {GOAL_RATIO:.0f}x: {verdict_ratio(sp.median, GOAL_RATIO)}; "
                 f"moonshot {MOONSHOT_RATIO:.0f}x: {verdict_ratio(sp.median, MOONSHOT_RATIO)}."
             )
+    for unit in units:
+        mine = [r for r in runs if r.unit == unit]
+        lats = [r.ms_latency_s * 1e3 for r in mine]
+        own = sum(1 for r in mine if r.ms_latency_s <= r.unit_best_s / 0.95)
+        lines.append(
+            f"- ms-xgb-1000 on {unit}: {min(lats):.4f} - {max(lats):.4f} ms over {len(mine)} "
+            f"seed(s); {own} of {len(mine)} of its runs end within 95% of the unit's best, so "
+            "a run's own (`seed`) reference can be a stalled search: the `unit` columns are the "
+            "stricter reading."
+        )
     st = spread(runs, "schedule-transfer", "95", "seed")
     if st.runs:
         lines.append(
