@@ -162,6 +162,12 @@ def section_budget(report: Report, args: argparse.Namespace, say: Callable[[str]
     settings = (presets.FULL if args.full else presets.QUICK_BUDGET).model_copy(
         update={"seed": args.seed}
     )
+    if args.units:  # one (unit, seed) per run: issue 24's claim over seeds and units
+        settings = settings.model_copy(update={"unseen_gpus": args.units})
+    if args.methods:
+        settings = settings.model_copy(
+            update={"methods": None if args.methods == ["all"] else args.methods}
+        )
     full_method = f"ms-xgb-{settings.long_budget}"
 
     def on_row(partial: CompileSection) -> None:
@@ -318,7 +324,8 @@ def merge_reports(
                     repeats = data.compile_repeats if name == "compile" else data.budget_repeats
                     repeats.append(
                         Repeat(command=extra.command, rows=section.rows, settings=section.settings,
-                               load_average_at_start=extra.machine.load_average_at_start)
+                               load_average_at_start=extra.machine.load_average_at_start,
+                               cpu_s=extra.section_cpu_s.get(name))
                     )  # fmt: skip
                 else:  # a second offline run: kept beside the shown one, not dropped
                     data.earlier_runs.append(

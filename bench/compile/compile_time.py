@@ -366,27 +366,58 @@ def run_budget_section(
     on_row: OnRow,
 ) -> CompileSection:
     """The paper's compile-time claim at a realistic MetaSchedule budget, on one task: the top
-    task of the first network on the first unseen GPU, MetaSchedule (XGB) for `long_budget`
-    trials against SiMoE fast's `tlm_budget` measurements."""
+    task of the first network on each unseen GPU (one per run in practice: `--units`),
+    MetaSchedule (XGB) for `long_budget` trials against SiMoE fast's `tlm_budget`
+    measurements, SiMoE full, and fleet schedule transfer (its `tlm_budget` best schedules
+    from the same training units' records SiMoE trains on: equal information)."""
     one = settings.model_copy(update={"networks": settings.networks[:1]})
     data = prepare(one, work_dir / "budget", say, 1)
     section = CompileSection(settings=one, networks=data.networks, prep_seconds=data.prep_seconds)
     on_row(section)
     [(network, tasks)] = data.tasks.items()
-    gpu = settings.unseen_gpus[0]
     # MetaSchedule's own defaults here: 64 measurements per search, XGB warm-up 100
     default_iter = settings.model_copy(
         update={"trials_per_iter": 64, "scale_init_min": False,
                 "full_budget": settings.long_simoe_budget}
     )  # fmt: skip
-    _run_simoe(tasks, network, gpu, data.simoe, data.hv[gpu], settings, work_dir / "budget",
-               section, say, on_row, full=default_iter)  # fmt: skip
-    plans: list[Plan] = [
-        (f"ms-xgb-{settings.long_budget}", _xgb_model(100), settings.long_budget,
-         settings.population, settings.genetic_iters, {}, default_iter.trials_per_iter),
-    ]  # fmt: skip
-    _run_plans(plans, tasks, network, gpu, default_iter, work_dir / "budget", section, say, on_row)
-    section.summary = summarize(
-        section.rows, settings.tlm_budget, full_method=f"ms-xgb-{settings.long_budget}"
-    )
+    long = f"ms-xgb-{settings.long_budget}"
+    for gpu in settings.unseen_gpus:
+        _run_simoe(tasks, network, gpu, data.simoe, data.hv[gpu], settings,
+                   work_dir / "budget", section, say, on_row,
+                   full=default_iter if settings.runs("simoe-full") else None)  # fmt: skip
+        if settings.runs("schedule-transfer"):
+            _run_budget_transfer(data, network, gpu, settings, section, say, on_row)
+        plans: list[Plan] = [
+            (long, _xgb_model(100), settings.long_budget, settings.population,
+             settings.genetic_iters, {}, default_iter.trials_per_iter),
+        ]  # fmt: skip
+        plans = [p for p in plans if settings.runs(p[0])]
+        _run_plans(plans, tasks, network, gpu, default_iter, work_dir / "budget", section, say,
+                   on_row)  # fmt: skip
+    section.summary = summarize(section.rows, settings.tlm_budget, full_method=long)
     return section
+
+
+def _run_budget_transfer(
+    data: Any,
+    network: str,
+    gpu: str,
+    settings: CompileSettings,
+    section: CompileSection,
+    say: Say,
+    on_row: OnRow,
+) -> None:
+    """Schedule transfer in the budget section: the task's `tlm_budget` fleet records with
+    the best mean log latency on the k training units most similar to `gpu` (the records
+    SiMoE trained on), measured."""
+    from bench.compile.compile_data import fleet_best
+
+    say(f"{network} on sim:{gpu}: schedule-transfer ({settings.tlm_budget} fleet schedules)")
+    try:
+        best = fleet_best(data, network, gpu, settings.tlm_budget)
+        row = schedule_transfer(data.tasks[network], gpu, best, settings, network)
+    except Exception as exc:  # noqa: BLE001 - one failed method must not lose the rest
+        _failed(section, network, gpu, "schedule-transfer", exc, on_row)
+        return
+    section.rows.append(row)
+    on_row(section)

@@ -83,7 +83,9 @@ QUICK_BUDGET = QUICK.model_copy(
         "simoe_fast_population": 128,
         "simoe_fast_rounds": 5,
         "fleet_rounds": 6,
-        "methods": None,
+        # SiMoE fast and full, schedule transfer (the trivial baseline, the same training
+        # units' records) and MetaSchedule at its realistic budget: no MLP is trained here
+        "methods": ["simoe-fast", "simoe-full", "schedule-transfer", "ms-xgb-1000"],
         "held_out_networks": [],
         "networks": QUICK.networks[:1],
     }

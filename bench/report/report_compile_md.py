@@ -373,9 +373,19 @@ def mlp_why(c: CompileSection, offline: OfflineSection | None) -> list[str]:
 
 
 # -- section 5 -------------------------------------------------------------------------------------
-def budget_md(b: CompileSection, repeats: list[Repeat]) -> list[str]:
-    """Section 5: one task, MetaSchedule at a realistic budget against SiMoE fast."""
+def budget_md(
+    b: CompileSection, repeats: list[Repeat], over_seeds: list[str] | None = None
+) -> list[str]:
+    """Section 5: one task, MetaSchedule at a realistic budget against SiMoE fast; then, when
+    its repeats are other (unit, seed) runs, the ratio over them (`over_seeds`: the lines of
+    bench.report.budget_seeds.markdown)."""
     st = b.settings
+    # the run-to-run spread compares runs of this run's unit and seed only; runs of other
+    # units or seeds are the over-seeds block's
+    same = [
+        r for r in repeats
+        if r.settings.unseen_gpus == st.unseen_gpus and r.settings.seed == st.seed
+    ]  # fmt: skip
     long = f"ms-xgb-{st.long_budget}"
     lines = [
         "## 5. The compile-time claim at a realistic MetaSchedule budget (SIMULATED)",
@@ -401,7 +411,14 @@ def budget_md(b: CompileSection, repeats: list[Repeat]) -> list[str]:
         f"training GPUs' data of this task only: {st.samples_per_task} random candidates and "
         f"their tuning records ({st.fleet_rounds} x {st.fleet_per_round} "
         "candidates of a search steered by their simulated latencies). Compile time as in "
-        "section 1.",
+        "section 1."
+        + (
+            f" schedule-transfer (no model): the {st.tlm_budget} of those same records with "
+            "the best mean log latency on the training units most similar to the target by "
+            "hardware vector (k from bench/protocol_choices.json), measured: equal information."
+            if st.runs("schedule-transfer") and any(r.method == "schedule-transfer" for r in b.rows)
+            else ""
+        ),
         "",
         "| method | trials | measured | search wall s | modelled measure s | compile s "
         "| latency ms |",
@@ -415,7 +432,9 @@ def budget_md(b: CompileSection, repeats: list[Repeat]) -> list[str]:
     lines.append("")
     for e in b.summary:
         lines += _budget_claims(b, e, long)
-    lines += _budget_spread(b, repeats, long)
+    lines += _budget_spread(b, same, long)
+    if over_seeds and len(repeats) > len(same):
+        lines += ["", *over_seeds]
     if b.curves_png:
         lines += ["", f"The curves of this section: the last panel of {b.curves_png}."]
     return [*lines, ""]

@@ -5,6 +5,7 @@ GPUs, from docs/results/real_transfer.json (`bench.real_gpu.report` writes it):
 from __future__ import annotations
 
 from bench.real_gpu.report import benchmarks_section
+from bench.report import budget_seeds
 from bench.report.claims import verdict
 from bench.report.md_format import fmt, pct
 from bench.report.report_compile_md import budget_md, compile_md, mlp_why
@@ -84,7 +85,8 @@ def markdown(report: BenchReport) -> str:
     if s.cpu:
         lines += cpu_md(s.cpu)
     if s.budget:
-        lines += budget_md(s.budget, report.budget_repeats)
+        over = budget_seeds.markdown(budget_seeds.from_report(report))
+        lines += budget_md(s.budget, report.budget_repeats, over)
     lines += references_md(report.references)
     lines += trial_cost_md(report.reference_trial_cost)
     lines += missed_md(report)

@@ -173,6 +173,7 @@ class Repeat(_Row):
     rows: list[MethodRow]
     settings: CompileSettings
     load_average_at_start: list[float]
+    cpu_s: float | None = None  # the section's CPU seconds in its invocation (None: older)
 
 
 # -- the other sections --------------------------------------------------------------------------

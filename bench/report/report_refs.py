@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from bench.report import budget_seeds
 from bench.report.claims import (
     TARGET_COMPILE_SPEEDUP,
     TARGET_PERF_SHARE,
@@ -123,6 +124,17 @@ def references_md(refs: list[ReferenceSummary]) -> list[str]:
             "exist, every 'relative to the reference' figure in this report is relative to "
             "the best MetaSchedule run available, named where it is used.",
         ]
+    lines += [
+        "",
+        "**Why MetaSchedule-20K is not the headline here** (issue 24): finishing the "
+        "protocol's references costs the CPU hours above, far beyond 2 shared cores, and a "
+        "finished one would still be a simulated reference, not a measurement. The "
+        "compile-time claim is therefore measured where it can be repeated: section 5's ratio "
+        "at 95% (and 99%) of MetaSchedule at 1,000 trials on one task, over seeds and test "
+        "units (each run's command and CPU cost named there), and on real GPUs against an "
+        "exactly known optimum (section 0). `bench.compile.reference` stays as it is, for "
+        "anyone with more cores.",
+    ]
     return [*lines, ""]
 
 
@@ -188,6 +200,7 @@ def missed_md(report: BenchReport) -> list[str]:
                         f"- All {len(runs)} runs (seeds) together: SiMoE fast against {peer} "
                         f"at {k}: {value:.3f}x against {target}x."
                     )
+    lines += _budget_seeds_missed(report)
     if report.mode == "quick" and not own_sections(report):
         lines.append(
             "- `python -m bench.run --quick` under 15 minutes on 2 cores: not timed as one "
@@ -205,6 +218,25 @@ def missed_md(report: BenchReport) -> list[str]:
         "available to this run."
     )
     return [*lines, ""]
+
+
+def _budget_seeds_missed(report: BenchReport) -> list[str]:
+    """Section 5 over seeds and units (issue 24): each SiMoE mode's median ratio at 95% of
+    its run's MetaSchedule-1000 where it misses the goal."""
+    runs = budget_seeds.from_report(report)
+    if len(runs) < 2:
+        return []
+    out = []
+    for method in ("simoe-fast", "simoe-full"):
+        sp = budget_seeds.spread(runs, method, "95", "seed")
+        if sp.runs and (sp.median or 0.0) < budget_seeds.GOAL_RATIO:
+            out.append(
+                f"- Section 5 over {sp.runs} (unit, seed) runs: {method}'s median compile-time "
+                f"ratio at 95% of MetaSchedule-1000 is "
+                f"{budget_seeds.verdict_ratio(sp.median, budget_seeds.GOAL_RATIO)} "
+                f"(reached 95% in {sp.reached} of {sp.runs})."
+            )
+    return out
 
 
 def attach(report: BenchReport, where: Path = REFERENCES) -> Any:
