@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,6 +25,7 @@ from rich.text import Text
 from agent.daemon import QUEUE_STATES, Job, describe_result
 from agent.node_state import NodeState
 from schemas import SimoeError
+from schemas.cli import live_view
 from schemas.errors import one_line
 
 
@@ -246,13 +246,4 @@ def render(view: NodeView, now: datetime | None = None) -> Group:
 
 def watch(state_dir: Path, console: Console, *, interval: float = 2.0, once: bool = False) -> None:
     """Show the node until Ctrl-C, redrawn in place every `interval` seconds."""
-    from rich.live import Live
-
-    if once:
-        console.print(render(read_node(state_dir)))
-        return
-    with Live(render(read_node(state_dir)), console=console, screen=False,
-              refresh_per_second=4, transient=False) as live:  # fmt: skip
-        while True:
-            time.sleep(interval)
-            live.update(render(read_node(state_dir)))
+    live_view(lambda: render(read_node(state_dir)), console, interval=interval, once=once)

@@ -8,7 +8,8 @@ a rich table by default, one JSON document on stdout with `--json`.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -106,3 +107,17 @@ def print_json(data: Any) -> None:
 def print_table(title: str, columns: Sequence[str | Column], rows: Sequence[Sequence[Any]]) -> None:
     """A table that fits the console (80 columns when piped); see `schemas.tables`."""
     tables.print_table(console, title, columns, rows)
+
+
+def live_view(draw: Callable[[], Any], console: Console, *, interval: float, once: bool) -> None:
+    """Print `draw()` once (`once`), or redraw it in place every `interval` seconds until
+    Ctrl-C (rich Live: usable over ssh, no alternate screen). Both CLIs' `watch` use it."""
+    from rich.live import Live
+
+    if once:
+        console.print(draw())
+        return
+    with Live(draw(), console=console, screen=False, refresh_per_second=4) as live:
+        while True:
+            time.sleep(interval)
+            live.update(draw())

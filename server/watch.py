@@ -8,18 +8,17 @@ hellos. `--once` prints one frame and exits (scripts, tests).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console, Group
-from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
 from schemas import SimoeError
+from schemas.cli import live_view
 
 
 @dataclass
@@ -126,11 +125,4 @@ def render(fleet: Fleet, now: datetime | None = None) -> Group:
 
 def watch(path: Path, console: Console, *, interval: float = 2.0, once: bool = False) -> None:
     """Show the fleet until Ctrl-C, redrawn in place every `interval` seconds."""
-    if once:
-        console.print(render(read_fleet(path)))
-        return
-    with Live(render(read_fleet(path)), console=console, screen=False,
-              refresh_per_second=4, transient=False) as live:  # fmt: skip
-        while True:
-            time.sleep(interval)
-            live.update(render(read_fleet(path)))
+    live_view(lambda: render(read_fleet(path)), console, interval=interval, once=once)
