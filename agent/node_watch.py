@@ -27,6 +27,7 @@ from agent.node_state import NodeState
 from schemas import SimoeError
 from schemas.cli import live_view
 from schemas.errors import one_line
+from schemas.tables import ago
 
 
 @dataclass
@@ -147,24 +148,6 @@ def read_node(state_dir: Path) -> NodeView:
     if config.server or node.federation_state_path.exists():
         view.federation = node.federation_state()
     return view
-
-
-def ago(stamp: datetime | str | None, now: datetime | None = None) -> str:
-    """`12 s ago`, `3 min ago`, `2 h ago`; '-' when never."""
-    if not stamp:
-        return "-"
-    try:
-        then = datetime.fromisoformat(stamp) if isinstance(stamp, str) else stamp
-    except ValueError:
-        return str(stamp)
-    if then.tzinfo is None:
-        then = then.replace(tzinfo=timezone.utc)
-    seconds = max(0.0, ((now or datetime.now(timezone.utc)) - then).total_seconds())
-    if seconds < 120:
-        return f"{seconds:.0f} s ago"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min ago"
-    return f"{seconds / 3600:.0f} h ago"
 
 
 def _daemon_line(view: NodeView, now: datetime | None) -> str:

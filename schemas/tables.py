@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 from rich import box
@@ -108,3 +108,21 @@ def human_bytes(n: int | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+def ago(stamp: datetime | str | None, now: datetime | None = None) -> str:
+    """`12 s ago`, `3 min ago`, `2 h ago`; '-' when never."""
+    if not stamp:
+        return "-"
+    try:
+        then = datetime.fromisoformat(stamp) if isinstance(stamp, str) else stamp
+    except ValueError:
+        return str(stamp)
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=timezone.utc)
+    seconds = max(0.0, ((now or datetime.now(timezone.utc)) - then).total_seconds())
+    if seconds < 120:
+        return f"{seconds:.0f} s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min ago"
+    return f"{seconds / 3600:.0f} h ago"

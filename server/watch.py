@@ -19,6 +19,7 @@ from rich.text import Text
 
 from schemas import SimoeError
 from schemas.cli import live_view
+from schemas.tables import ago
 
 
 @dataclass
@@ -52,24 +53,6 @@ def read_fleet(path: Path) -> Fleet:
             )
     except SimoeError as exc:
         return Fleet(registry=str(path), error=str(exc))
-
-
-def ago(stamp: str | None, now: datetime | None = None) -> str:
-    """`12 s ago`, `3 min ago`, `2 h ago`; '-' when never."""
-    if not stamp:
-        return "-"
-    try:
-        then = datetime.fromisoformat(stamp)
-    except ValueError:
-        return stamp
-    if then.tzinfo is None:
-        then = then.replace(tzinfo=timezone.utc)
-    seconds = max(0.0, ((now or datetime.now(timezone.utc)) - then).total_seconds())
-    if seconds < 120:
-        return f"{seconds:.0f} s ago"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min ago"
-    return f"{seconds / 3600:.0f} h ago"
 
 
 def _count(n: int, noun: str) -> str:
