@@ -435,7 +435,9 @@ def test_the_small_budget_xgb_peer_trains_and_ranks_within_its_budget(
     from agent.tune_harness import TuneTask
     from agent.workloads import parse_workload, prim_func
 
-    settings = presets.QUICK.model_copy(update={"population": 16})
+    # the bench's population of 64: at 16 a later search sometimes sampled fewer than 8 valid
+    # schedules and ended ("Cannot sample enough initial population"; CI, about 1 run in 6)
+    settings = presets.QUICK
     name, make_model, trials, pop, iters, _snaps, per_iter = compile_time.small_xgb_plan(
         settings, settings.tlm_budget
     )
