@@ -23,7 +23,8 @@ class RoundInputs:
     node_ids: Sequence[int]  # the nodes online now (Flower node ids)
     # node_id -> the public key (PEM) the SuperLink authenticated it with, where known
     public_keys: Mapping[int, bytes] = field(default_factory=dict)
-    roster: Roster = field(default_factory=Roster)  # the loop's; the strategy only reads it
+    # who the nodes of the run are: the loop's, handed in each round; the strategy reads it
+    roster: Roster = field(default_factory=Roster)
 
 
 @dataclass

@@ -69,6 +69,7 @@ def run_rounds(
     initial_arrays: Arrays,
     *,
     num_rounds: int,
+    roster: Roster | None = None,
     timeout: float = 120.0,
     wait_nodes_s: float = 60.0,
     stop: threading.Event | None = None,
@@ -82,11 +83,12 @@ def run_rounds(
     for news (a newcomer, an operator's request) or this long at the most, instead of
     `min_interval_s`.
 
-    Who the nodes of the run are (`strategy.roster`) is kept with the strategy, which
-    lives as long as the run (a second call with it continues the run), but only this
-    loop changes it: from the outcomes the strategy returns.
+    `roster`: who the nodes of the run are. The loop owns it: it hands it to the strategy
+    each round (`RoundInputs.roster`, read only) and changes it from the outcomes the
+    strategy returns. None starts a new run (every online node is asked who it is); a
+    second call given the first's roster continues that run.
     """
-    roster = strategy.roster
+    roster = Roster() if roster is None else roster
     recorder = RoundRecorder(strategy.registry)
     arrays = recorder.open_run(initial_arrays)
     outcomes: list[RoundOutcome] = []

@@ -29,8 +29,8 @@ Robust aggregation is a choice of strategy, one class per file as Flower's are:
 `strategy_krum.py` overrides `select`; `server/aggregation.py` picks one by name.
 
 What the strategy keeps between rounds is the server optimizer's state (FedAdam's
-moments). Who the nodes are (`server.roster.Roster`) is kept with it for as long as the
-run, but only the round loop changes it.
+moments). Who the nodes are (`server.roster.Roster`) is the round loop's: it comes in
+each round's `RoundInputs` and with the hello replies, and only the loop changes it.
 """
 
 from __future__ import annotations
@@ -153,9 +153,6 @@ class SiMoEStrategy:
         self.server_optimizer = server_optimizer
         self.server_adam = ServerAdam(server_lr) if server_optimizer == "adam" else None
         self.matched_global = matched_global
-        # who the nodes of this run are: kept here as long as the run (the strategy), but
-        # the round loop's to change; the strategy reads it from `RoundInputs.roster`
-        self.roster = Roster()
 
     # -- aggregation: the hooks robust strategies override -----------------------------
 

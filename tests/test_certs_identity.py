@@ -33,6 +33,7 @@ from agent.enroll import create_node_key
 from schemas.messages import key_fingerprint
 from server.inprocess import InProcessGrid
 from server.registry import Registry
+from server.roster import Roster
 from server.server_app import run_rounds
 from server.strategy import SiMoEStrategy
 from server.superlink import Certs, init_certs
@@ -126,8 +127,6 @@ def test_start_refuses_bad_certificates(
     )  # fmt: skip
     one_line_error(result, 2, words)
     assert not (tmp_path / "server" / "superlink.sqlite").exists()  # nothing was started
-
-
 
 
 @pytest.fixture()
@@ -235,13 +234,16 @@ def test_a_node_cannot_upload_an_expert_under_another_nodes_name(tmp_path: Path)
     grid = KeyedGrid()
     grid.add_node(1, owner.app(), {})
     grid.keys[1] = owner.pem
-    run_rounds(grid, strategy, initial_arrays(), num_rounds=1, wait_nodes_s=0)
+    roster = Roster()  # one run: the impostor joins it
+    run_rounds(grid, strategy, initial_arrays(), num_rounds=1, wait_nodes_s=0, roster=roster)
     before = registry.expert("gpu")
     # the impostor has its own registered key but claims the owner's fingerprint and name
     impostor = KeyedNode("gpu", 9999, value=50.0, claims=owner.key)
     grid.add_node(2, impostor.app(), {})
     grid.keys[2] = impostor.pem
-    [outcome] = run_rounds(grid, strategy, initial_arrays(), num_rounds=1, wait_nodes_s=0)
+    [outcome] = run_rounds(
+        grid, strategy, initial_arrays(), num_rounds=1, wait_nodes_s=0, roster=roster
+    )
     assert outcome.accepted == [owner.key]  # only the real owner's update counts
     reasons = [r["reason"] for r in [*registry.refusals(), *registry.rejections()]]
     assert any("does not match the node's registered key" in r for r in reasons)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from weakref import WeakKeyDictionary
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from server.aggregation import make_strategy
 from server.averaging import clip_delta, weighted_average
 from server.inprocess import InProcessGrid
 from server.registry import Registry
+from server.roster import Roster
 from server.run_config import ServerRunConfig
 from server.server_app import run_rounds
 from server.strategy import SiMoEStrategy
@@ -28,8 +30,15 @@ def make_fleet(
     return grid, strategy, registry
 
 
+# one run per strategy, as a server process has: a later `run` with it continues the run
+RUNS: WeakKeyDictionary[SiMoEStrategy, Roster] = WeakKeyDictionary()
+
+
 def run(grid: InProcessGrid, strategy: SiMoEStrategy, rounds: int = 1) -> list:
-    return run_rounds(grid, strategy, initial_arrays(), num_rounds=rounds, wait_nodes_s=0)
+    roster = RUNS.setdefault(strategy, Roster())
+    return run_rounds(
+        grid, strategy, initial_arrays(), num_rounds=rounds, wait_nodes_s=0, roster=roster
+    )
 
 
 def test_average_is_exactly_weighted_fedavg_over_shared_keys(tmp_path: Path) -> None:

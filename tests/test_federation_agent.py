@@ -12,6 +12,7 @@ from agent.client_app import app as client_app
 from agent.node_state import NodeState
 from server.inprocess import InProcessGrid
 from server.registry import Registry
+from server.roster import Roster
 from server.server_app import run_rounds
 from server.similarity import initial_shared_arrays, model_similarity, similarity_matrix
 from server.strategy import SiMoEStrategy
@@ -40,7 +41,10 @@ def build(
 def test_rounds_with_real_model_and_late_joiner(tmp_path: Path, fleet_data) -> None:
     devices, tasks = fleet_data
     grid, strategy, registry = build(tmp_path, devices, tasks, 3)
-    outcomes = run_rounds(grid, strategy, initial_shared_arrays(0), num_rounds=2, wait_nodes_s=0)
+    roster = Roster()  # the run's: the late joiner's round continues it
+    outcomes = run_rounds(
+        grid, strategy, initial_shared_arrays(0), num_rounds=2, wait_nodes_s=0, roster=roster
+    )
     assert [len(o.accepted) for o in outcomes] == [3, 3]
     assert not any(o.rejected for o in outcomes)
     assert sorted(registry.expert_names()) == sorted(d.name for d in devices[:3])
@@ -56,7 +60,7 @@ def test_rounds_with_real_model_and_late_joiner(tmp_path: Path, fleet_data) -> N
     seed_node(tmp_path / late.name, late.name, late, tasks[:1])
     grid.add_node(200, client_app, {"state-dir": str(tmp_path / late.name)})
     _, current = registry.latest_global()  # what the round ranks the experts with
-    [outcome] = run_rounds(grid, strategy, {}, num_rounds=1, wait_nodes_s=0)
+    [outcome] = run_rounds(grid, strategy, {}, num_rounds=1, wait_nodes_s=0, roster=roster)
     late_key = NodeState(tmp_path / late.name).fingerprint()
     assert late_key in outcome.accepted
     expected = sorted(
@@ -77,11 +81,14 @@ def test_rounds_with_real_model_and_late_joiner(tmp_path: Path, fleet_data) -> N
 def test_node_without_data_is_served_zero_shot(tmp_path: Path, fleet_data) -> None:
     devices, tasks = fleet_data
     grid, strategy, registry = build(tmp_path, devices, tasks, 2)
-    run_rounds(grid, strategy, initial_shared_arrays(0), num_rounds=1, wait_nodes_s=0)
+    roster = Roster()
+    run_rounds(
+        grid, strategy, initial_shared_arrays(0), num_rounds=1, wait_nodes_s=0, roster=roster
+    )
     newcomer = devices[4]
     seed_node(tmp_path / newcomer.name, newcomer.name, newcomer, [])  # enrolled, no records
     grid.add_node(300, client_app, {"state-dir": str(tmp_path / newcomer.name)})
-    [outcome] = run_rounds(grid, strategy, {}, num_rounds=1, wait_nodes_s=0)
+    [outcome] = run_rounds(grid, strategy, {}, num_rounds=1, wait_nodes_s=0, roster=roster)
     key = NodeState(tmp_path / newcomer.name).fingerprint()
     assert key in outcome.served and key not in outcome.accepted
     model = NodeState(tmp_path / newcomer.name).load_model()

@@ -25,6 +25,7 @@ from schemas import AgentConfig, BadInputError
 from server.cli import app as server_cli
 from server.inprocess import SUPERLINK_NODE_ID, InProcessGrid
 from server.registry import Registry
+from server.roster import Roster
 from server.server_app import run_rounds
 from server.similarity import initial_shared_arrays, model_similarity
 from server.strategy import SiMoEStrategy
@@ -122,11 +123,14 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> dict:
     seed_node(empty_dir, devices[1].name, devices[1], [])
     grid.add_node(101, client_app, {"state-dir": str(data_dir)})
     grid.add_node(102, client_app, {"state-dir": str(empty_dir)})
-    outcomes = run_rounds(grid, strategy, initial_shared_arrays(0), num_rounds=2, wait_nodes_s=0)
+    roster = Roster()  # the run's: the third round continues it
+    outcomes = run_rounds(
+        grid, strategy, initial_shared_arrays(0), num_rounds=2, wait_nodes_s=0, roster=roster
+    )
     impostor = ToyNode(devices[0].name, 5000)  # another key claiming a taken name
     grid.add_node(103, impostor.app(), {})
     grid.kill_node(101)
-    outcomes += run_rounds(grid, strategy, {}, num_rounds=1, wait_nodes_s=0)
+    outcomes += run_rounds(grid, strategy, {}, num_rounds=1, wait_nodes_s=0, roster=roster)
     registry.close()
     return {
         "root": root,
@@ -271,7 +275,10 @@ def test_a_leaving_node_is_told_its_reply_is_in_and_not_sampled_again(tmp_path: 
     grid.add_node(202, client_app, {"state-dir": str(new_dir), "leaving": True})
     with Registry(tmp_path / "registry.sqlite") as registry:
         strategy = SiMoEStrategy(registry, model_similarity, k_experts=2, epochs=1)
-        [first] = run_rounds(grid, strategy, initial_shared_arrays(0), num_rounds=1, wait_nodes_s=0)
+        roster = Roster()
+        [first] = run_rounds(
+            grid, strategy, initial_shared_arrays(0), num_rounds=1, wait_nodes_s=0, roster=roster
+        )
         assert first.failed == 0 and len(first.served) == 2
         assert first.leaving == [202]
         new = NodeState(new_dir)
@@ -280,7 +287,7 @@ def test_a_leaving_node_is_told_its_reply_is_in_and_not_sampled_again(tmp_path: 
         assert not receipt.has_error()
         assert new.federation_state().receipt_round == first.round == 1
         # still listed online (enroll stops it now): neither sampled nor counted failed
-        [second] = run_rounds(grid, strategy, {}, num_rounds=1, wait_nodes_s=0)
+        [second] = run_rounds(grid, strategy, {}, num_rounds=1, wait_nodes_s=0, roster=roster)
         assert second.sampled == [201] and second.failed == 0
         nodes = {n["name"]: n for n in registry.nodes()}
     assert nodes[devices[1].name]["rounds"] == 1
@@ -344,13 +351,15 @@ def test_a_node_that_joins_ends_the_wait_between_rounds(tmp_path: Path) -> None:
 
     with Registry(tmp_path / "registry.sqlite") as registry:
         strategy = SiMoEStrategy(registry, model_similarity, epochs=1)
-        started = time.monotonic()
+        started, roster = time.monotonic(), Roster()
         outcomes = run_rounds(
             grid, strategy, initial_shared_arrays(0), num_rounds=2, wait_nodes_s=0,
-            min_interval_s=600.0, on_round=join,
+            min_interval_s=600.0, on_round=join, roster=roster,
         )  # fmt: skip
         assert time.monotonic() - started < 300  # not the 600 s interval
         assert outcomes[1].sampled == [301, 302]
         started = time.monotonic()
-        run_rounds(grid, strategy, {}, num_rounds=2, wait_nodes_s=0, min_interval_s=3.0)
+        run_rounds(
+            grid, strategy, {}, num_rounds=2, wait_nodes_s=0, min_interval_s=3.0, roster=roster
+        )
         assert time.monotonic() - started >= 3.0  # nobody new: the interval holds

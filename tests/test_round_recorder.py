@@ -9,6 +9,7 @@ from federation_helpers import ToyNode, initial_arrays, toy_similarity
 
 from server.inprocess import InProcessGrid
 from server.registry import Registry
+from server.roster import Roster
 from server.round_recorder import RoundRecorder
 from server.server_app import run_rounds
 from server.strategy import RoundInputs, SiMoEStrategy
@@ -36,11 +37,13 @@ def test_a_round_flows_from_the_strategy_through_the_recorder_to_the_registry(
         grid.add_node(10 + i, node.app(), {})
     with Registry(tmp_path / "registry.sqlite") as registry:
         strategy = SiMoEStrategy(registry, toy_similarity, k_experts=1)
-        [first] = run_rounds(grid, strategy, initial_arrays(), num_rounds=1, wait_nodes_s=0)
+        roster = Roster()  # the loop's: the strategy only reads it
+        [first] = run_rounds(
+            grid, strategy, initial_arrays(), num_rounds=1, wait_nodes_s=0, roster=roster
+        )
         assert sorted(first.accepted) == sorted(n.key for n in nodes)
 
         # the strategy alone: hellos read and a round aggregated, nothing written anywhere
-        roster = strategy.roster
         before, roster_before = dump(registry), copy.deepcopy(roster)
         _, arrays = registry.latest_global()
         number = registry.last_round() + 1
@@ -82,10 +85,13 @@ def test_a_name_claimed_twice_in_one_batch_of_hellos_goes_to_the_first(tmp_path:
     grid.add_node(2, second.app(), {})
     with Registry(tmp_path / "registry.sqlite") as registry:
         strategy = SiMoEStrategy(registry, toy_similarity)
-        [outcome] = run_rounds(grid, strategy, initial_arrays(), num_rounds=1, wait_nodes_s=0)
+        roster = Roster()
+        [outcome] = run_rounds(
+            grid, strategy, initial_arrays(), num_rounds=1, wait_nodes_s=0, roster=roster
+        )
         assert outcome.accepted == [first.key] and outcome.sampled == [1]
         assert [r["reason"] for r in registry.refusals()] == [
             "node name 'gpu' is already taken by another key"
         ]
-        assert strategy.roster.refused == {2: "node name 'gpu' is already taken by another key"}
+        assert roster.refused == {2: "node name 'gpu' is already taken by another key"}
     assert second.refused == ["node name 'gpu' is already taken by another key"]

@@ -20,6 +20,7 @@ from federation_helpers import ToyNode, initial_arrays, toy_similarity
 from server.cli import main as server_main
 from server.inprocess import InProcessGrid
 from server.registry import Registry
+from server.roster import Roster
 from server.server_app import run_rounds
 from server.strategy import SiMoEStrategy
 
@@ -72,7 +73,8 @@ def pane(session: str) -> str:
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (a real terminal)")
 def test_watch_redraws_in_place_in_a_real_terminal(tmp_path: Path) -> None:
     grid, strategy, registry = fleet(tmp_path)
-    run_rounds(grid, strategy, initial_arrays(), num_rounds=1, wait_nodes_s=0)
+    roster = Roster()  # one run, continued for round 2
+    run_rounds(grid, strategy, initial_arrays(), num_rounds=1, wait_nodes_s=0, roster=roster)
     session = f"simoe-watch-{tmp_path.name}"[:40]
     subprocess.run(
         ["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "50",
@@ -84,7 +86,7 @@ def test_watch_redraws_in_place_in_a_real_terminal(tmp_path: Path) -> None:
         while "round 1" not in pane(session) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert "round 1" in pane(session), pane(session)
-        run_rounds(grid, strategy, initial_arrays(), num_rounds=1, wait_nodes_s=0)
+        run_rounds(grid, strategy, initial_arrays(), num_rounds=1, wait_nodes_s=0, roster=roster)
         deadline = time.monotonic() + 30
         while "round 2" not in pane(session) and time.monotonic() < deadline:
             time.sleep(0.5)

@@ -67,9 +67,11 @@ class InProcessFederation:
         """Every round but the last with the members, then the last with the newcomers
         enrolled too; returns the last round's outcome."""
         from agent.client_app import app as client_app
+        from server.roster import Roster
         from server.server_app import run_rounds
         from server.similarity import initial_shared_arrays
 
+        roster = Roster()  # one run: the newcomers' round continues it
         run_rounds(
             self.grid,
             strategy,
@@ -77,6 +79,7 @@ class InProcessFederation:
             num_rounds=rounds - 1,
             wait_nodes_s=0,
             on_round=on_round,
+            roster=roster,
         )
         for index, gpu in enumerate(newcomers):  # enrolled: key and profile, no measurements
             state_dir = self.newcomer_dir(gpu.name)
@@ -85,6 +88,6 @@ class InProcessFederation:
                 NEWCOMER_IDS + index, client_app, {"state-dir": str(state_dir), **self.node_config}
             )
         [last] = run_rounds(
-            self.grid, strategy, {}, num_rounds=1, wait_nodes_s=0, on_round=on_round
+            self.grid, strategy, {}, num_rounds=1, wait_nodes_s=0, on_round=on_round, roster=roster
         )
         return last
