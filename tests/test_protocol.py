@@ -113,22 +113,22 @@ def test_training_and_selection_never_read_test_labels(
     validation = pt.select(labels, seeds=[0])
     chosen = json.loads((tiny_fleet / "choices.json").read_text())["chosen"]
     assert set(chosen) >= {"simoe", "nearest-expert", "pooled", "mlp-finetune"}
-    assert set(validation["per_task_top1"]["0"]) >= set(pt.METHODS)
-    grid = "\n".join(grid_table(validation["grid_scores"]))
+    assert validation is not None and set(validation.per_task_top1[0]) >= set(pt.METHODS)
+    grid = "\n".join(grid_table(validation.grid_scores))
     rows = [r for r in grid.splitlines() if r.startswith("| schedule-transfer |")]
     assert len(rows) == 2 and sum("**" in r for r in rows) == 1  # both points, one chosen
     # the validation report: every method and the ablations
     result = pt.evaluate("validation", chosen, [0], list(pt.METHODS), True, labels)
-    assert set(result["per_task_top1"][0]) >= {*pt.METHODS, *ABLATIONS}
+    assert set(result.per_task_top1[0]) >= {*pt.METHODS, *ABLATIONS}
     rows = [r for r in per_unit(result) if r.startswith("| ") and not r.startswith("| unit")]
-    assert [r.split(" | ")[0][2:] for r in rows] == [u[4:] for u in result["units"]]
+    assert [r.split(" | ")[0][2:] for r in rows] == [u[4:] for u in result.units]
     # the online gate's sharpness (issue 23), on validation; sharpness 0 is simoe exactly
     monkeypatch.setattr(protocol, "ONLINE_GATE_SHARPNESS", (0.0, 2.0))
     gate = pt.select_sharpness(labels, [0], None)
-    assert gate["chosen"] in (0.0, 2.0) and gate["split"] == "validation"
-    for unit, by_budget in gate["runs"]["0"].items():
-        got = by_budget["16"]["top1"][0.0]
-        assert got == result["per_task_top1"][0]["simoe"][16][unit]
+    assert gate.chosen in (0.0, 2.0) and gate.split == "validation"
+    for unit, by_budget in gate.runs[0].items():
+        got = by_budget[16].top1[0.0]
+        assert got == result.per_task_top1[0]["simoe"][16][unit]
     assert "| 16 | simoe (gate off" in online_gate_markdown(gate)
     assert read, "the instrument saw no label read at all"
     assert not test_devices & set(read), "a training or selection path read test labels"

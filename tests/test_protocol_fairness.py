@@ -290,14 +290,15 @@ def test_a_protocol_report_rewritten_keeps_the_run_it_held(tmp_path) -> None:  #
     now kept in the new report's earlier_runs and listed in its Markdown."""
     import json
 
+    from bench.transfer.protocol_result import TransferResult
     from bench.transfer.protocol_transfer import write_result
 
-    def result(command: str, top1: float) -> dict:
-        return {
-            "split": "validation", "units": ["sim:t4-hot"], "seeds": [0], "command": command,
-            "hyperparameters_source": "test", "hyperparameters": {}, "fidelity": {},
-            "per_task_top1": {0: {"simoe": {b: {"sim:t4-hot": [top1]} for b in (0, 16, 64)}}},
-        }  # fmt: skip
+    def result(command: str, top1: float) -> TransferResult:
+        return TransferResult(
+            split="validation", units=["sim:t4-hot"], seeds=[0], command=command,
+            hyperparameters_source="test", hyperparameters={}, fidelity={},
+            per_task_top1={0: {"simoe": {b: {"sim:t4-hot": [top1]} for b in (0, 16, 64)}}},
+        )  # fmt: skip
 
     write_result(result("first", 0.5), tmp_path, "protocol_transfer_validation")
     write_result(result("first", 0.5), tmp_path, "protocol_transfer_validation")  # the same run

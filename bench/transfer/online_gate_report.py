@@ -7,40 +7,43 @@ from __future__ import annotations
 
 import numpy as np
 
+from bench.transfer.protocol_result import OnlineGateReport
 
-def pick_changes(result: dict, sharpness: float, budget: int, key: str = "pick") -> dict:
+
+def pick_changes(
+    result: OnlineGateReport, sharpness: float, budget: int, key: str = "pick"
+) -> dict[int, dict[str, float]]:
     """Per seed: units whose top pick at `budget` differs from the budget-0 pick on any
     task, unit-tasks that differ, and the mean top-1 gain over budget 0."""
     out = {}
-    for seed, by_unit in result["runs"].items():
+    for seed, by_unit in result.runs.items():
         units = tasks = 0
         gains = []
-        for got in (by_unit[u][str(budget)] for u in by_unit):
-            picks = got[key][str(sharpness)] if str(sharpness) in got[key] else got[key][sharpness]
-            moved = sum(int(a != b) for a, b in zip(picks, got["pick0"], strict=True))
+        for got in (by_unit[u][budget] for u in by_unit):
+            picks = getattr(got, key)[sharpness]
+            moved = sum(int(a != b) for a, b in zip(picks, got.pick0, strict=True))
             units += int(moved > 0)
             tasks += moved
-            top = got["top1" + key[4:]]
-            top = top[str(sharpness)] if str(sharpness) in top else top[sharpness]
-            gains.extend(np.asarray(top) - np.asarray(got["top1_0"]))
+            top = getattr(got, "top1" + key[4:])[sharpness]
+            gains.extend(np.asarray(top) - np.asarray(got.top1_0))
         out[seed] = {"units": units, "unit_tasks": tasks, "gain": float(np.mean(gains))}
     return out
 
 
-def online_gate_markdown(result: dict) -> str:
-    grid, chosen = result["grid"], result["chosen"]
-    n_units = len(result["units"])
+def online_gate_markdown(result: OnlineGateReport) -> str:
+    grid, chosen = result.grid, result.chosen
+    n_units = len(result.units)
     lines = [
         "# The online gate's sharpness, on the validation split (SIMULATED units)",
         "",
-        f"Command: `{result.get('command', '')}`; seeds {result['seeds']}; budgets "
-        f"{result['budgets']}; {n_units} validation units: {', '.join(result['units'])}; "
-        f"SiMoE's training budget {result['simoe_hyperparameters']} (protocol_choices.json); "
-        f"load {result.get('load', '?')}; {result.get('total_seconds', 0):.0f} s. Units whose "
-        "per-task hashes equal the recorded fleet's (protocol_fleet_hash.json): "
-        f"{result.get('units_equal_to_recorded_fleet', '?')}.",
+        f"Command: `{result.command}`; seeds {result.seeds}; budgets "
+        f"{result.budgets}; {n_units} validation units: {', '.join(result.units)}; "
+        f"SiMoE's training budget {result.simoe_hyperparameters} (protocol_choices.json); "
+        f"load {'?' if result.load is None else result.load}; {result.total_seconds:.0f} s. "
+        "Units whose per-task hashes equal the recorded fleet's (protocol_fleet_hash.json): "
+        f"{result.units_equal_to_recorded_fleet}.",
         "",
-        f"Rule (bench/protocol.py, written before the run): {result['rule']}",
+        f"Rule (bench/protocol.py, written before the run): {result.rule}",
         "",
         "| sharpness | mean top-1 (adapted + online gate) | mean top-1 (gate only, no "
         "fine-tuning) |",
@@ -49,8 +52,8 @@ def online_gate_markdown(result: dict) -> str:
     for s in grid:
         mark = "**" if s == chosen else ""
         lines.append(
-            f"| {mark}{s}{mark} | {mark}{result['mean_top1'][str(s)]:.4f}{mark} | "
-            f"{result['mean_top1_nofinetune'][str(s)]:.4f} |"
+            f"| {mark}{s}{mark} | {mark}{result.mean_top1[s]:.4f}{mark} | "
+            f"{result.mean_top1_nofinetune[s]:.4f} |"
         )
     lines += [
         "",
@@ -66,7 +69,7 @@ def online_gate_markdown(result: dict) -> str:
     # with the gate: the chosen sharpness, or (0 chosen) the best other one, said so
     shown = chosen
     if chosen == 0.0:
-        shown = max(grid[1:], key=lambda v: result["mean_top1"][str(v)])
+        shown = max(grid[1:], key=lambda v: result.mean_top1[v])
         lines.insert(-4, f"With the gate on below: sharpness {shown}, the best of the others "
                      "(NOT chosen).\n")  # fmt: skip
     variants = [
@@ -74,7 +77,7 @@ def online_gate_markdown(result: dict) -> str:
         (f"simoe-online (sharpness {shown})", shown, "pick"),
         (f"online gate only, no fine-tuning (sharpness {shown})", shown, "pick_nofinetune"),
     ]
-    for b in result["budgets"]:
+    for b in result.budgets:
         for label, s, key in variants:
             per_seed = pick_changes(result, s, b, key)
             for seed, got in per_seed.items():
@@ -93,12 +96,12 @@ def online_gate_markdown(result: dict) -> str:
         "Every sharpness: mean over seeds of units moved / unit-tasks moved / top-1 gain over "
         "budget 0, adapted + online gate | online gate only (no fine-tuning):",
         "",
-        "| sharpness | " + " | ".join(f"budget {b}" for b in result["budgets"]) + " |",
-        "|---|" + "---|" * len(result["budgets"]),
+        "| sharpness | " + " | ".join(f"budget {b}" for b in result.budgets) + " |",
+        "|---|" + "---|" * len(result.budgets),
     ]
     for s in grid:
         cells = []
-        for b in result["budgets"]:
+        for b in result.budgets:
             parts = []
             for key in ("pick", "pick_nofinetune"):
                 got = list(pick_changes(result, s, b, key).values())
@@ -120,18 +123,17 @@ def online_gate_markdown(result: dict) -> str:
             "| budget | difference | 95 % interval |",
             "|---|---|---|",
         ]
-        for b in result["budgets"]:
+        for b in result.budgets:
             ours, theirs = seed_averaged(result, b, shown), seed_averaged(result, b, 0.0)
             mean, low, high = paired_interval(ours, theirs)
             lines.append(f"| {b} | {mean:+.4f} | [{low:+.4f}, {high:+.4f}] |")
     return "\n".join(lines) + "\n"
 
 
-def seed_averaged(result: dict, budget: int, sharpness: float) -> dict[str, np.ndarray]:
+def seed_averaged(result: OnlineGateReport, budget: int, sharpness: float) -> dict[str, np.ndarray]:
     """Per unit: each task's top-1 at `budget` and `sharpness`, averaged over the seeds."""
     out: dict[str, list] = {}
-    for by_unit in result["runs"].values():
+    for by_unit in result.runs.values():
         for unit, by_budget in by_unit.items():
-            top = by_budget[str(budget)]["top1"]
-            out.setdefault(unit, []).append(top.get(sharpness, top.get(str(sharpness))))
+            out.setdefault(unit, []).append(by_budget[budget].top1[sharpness])
     return {u: np.mean(np.asarray(v, dtype=float), axis=0) for u, v in out.items()}

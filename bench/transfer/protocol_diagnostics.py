@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from bench.transfer.protocol_result import UnitGate
+
 
 def gate_profile(model, features: list[np.ndarray], hardware_vector: np.ndarray) -> np.ndarray:  # noqa: ANN001
     """Mean gate weight per expert (model.expert_names order) over the candidates."""
@@ -28,7 +30,7 @@ def gate_profile(model, features: list[np.ndarray], hardware_vector: np.ndarray)
     return weights.mean(0).numpy()
 
 
-def unit_diagnostics(model, split, agreement: dict[str, float]) -> dict:  # noqa: ANN001
+def unit_diagnostics(model, split, agreement: dict[str, float]) -> UnitGate:  # noqa: ANN001
     """One target unit's gate, nearest expert and measured twin (see the module doc)."""
     from simoe_model.train import nearest_expert
 
@@ -38,20 +40,20 @@ def unit_diagnostics(model, split, agreement: dict[str, float]) -> dict:  # noqa
     top = int(np.argmax(weights))
     near = nearest_expert(model, split.hardware_vector)
     twin = max(agreement, key=agreement.get) if agreement else None
-    return {
-        "gate_top": names[top],
-        "gate_top_weight": float(weights[top]),
-        "gate_effective_experts": float(1.0 / np.sum(weights**2)),
-        "nearest_expert": near,
-        "gate_top_is_nearest": names[top] == near,
-        "measured_twin": twin,
-        "twin_agreement": None if twin is None else float(agreement[twin]),
-        "nearest_agreement": float(agreement.get(near, float("nan"))),
-        "nearest_is_twin": near == twin,
-    }
+    return UnitGate(
+        gate_top=names[top],
+        gate_top_weight=float(weights[top]),
+        gate_effective_experts=float(1.0 / np.sum(weights**2)),
+        nearest_expert=near,
+        gate_top_is_nearest=names[top] == near,
+        measured_twin=twin,
+        twin_agreement=None if twin is None else float(agreement[twin]),
+        nearest_agreement=float(agreement.get(near, float("nan"))),
+        nearest_is_twin=near == twin,
+    )
 
 
-def markdown(diag: dict[str, dict[str, dict]]) -> list[str]:
+def markdown(diag: dict[int, dict[str, UnitGate]]) -> list[str]:
     """A per-unit table, seeds averaged (names from the first seed where they differ)."""
     seeds = sorted(diag)
     if not seeds:
@@ -71,12 +73,12 @@ def markdown(diag: dict[str, dict[str, dict]]) -> list[str]:
         rows = [diag[s][unit] for s in seeds]
         first = rows[0]
         lines.append(
-            f"| {unit.removeprefix('sim:')} | {first['gate_top']} "
-            f"| {np.mean([r['gate_top_weight'] for r in rows]):.2f} "
-            f"| {np.mean([r['gate_effective_experts'] for r in rows]):.1f} "
-            f"| {sum(r['gate_top_is_nearest'] for r in rows)}/{len(rows)} "
-            f"| {first['nearest_expert']} | {first['measured_twin']} "
-            f"| {np.mean([r['twin_agreement'] for r in rows]):.3f} "
-            f"| {np.mean([r['nearest_agreement'] for r in rows]):.3f} |"
+            f"| {unit.removeprefix('sim:')} | {first.gate_top} "
+            f"| {np.mean([r.gate_top_weight for r in rows]):.2f} "
+            f"| {np.mean([r.gate_effective_experts for r in rows]):.1f} "
+            f"| {sum(r.gate_top_is_nearest for r in rows)}/{len(rows)} "
+            f"| {first.nearest_expert} | {first.measured_twin} "
+            f"| {np.mean([r.twin_agreement for r in rows]):.3f} "
+            f"| {np.mean([r.nearest_agreement for r in rows]):.3f} |"
         )
     return lines

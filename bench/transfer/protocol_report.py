@@ -1,6 +1,6 @@
 """The protocol's reports: top-1 tables, paired bootstrap intervals, the ablations and the
 probes-matter table, the selection grid and the validation|test side-by-side (Markdown from
-bench.transfer.protocol_transfer's JSON results)."""
+bench.transfer.protocol_transfer's results, `bench.transfer.protocol_result.TransferResult`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import numpy as np
 
 from bench import protocol
 from bench.transfer.protocol_diagnostics import markdown as gates_markdown
+from bench.transfer.protocol_result import GridPoint, TransferResult
 
 
-def grid_table(grid_scores: dict) -> list[str]:
+def grid_table(grid_scores: dict[str, list[GridPoint]]) -> list[str]:
     """The selection grid: every point's validation score, the chosen one in bold."""
     if not grid_scores:
         return []
@@ -35,9 +36,9 @@ def grid_table(grid_scores: dict) -> list[str]:
     return lines
 
 
-def budget_cells(result: dict) -> list[tuple[str, list[str]]]:
+def budget_cells(result: TransferResult) -> list[tuple[str, list[str]]]:
     """Per method of a run: its mean top-1 at each budget (blank where it has none)."""
-    methods = list(dict.fromkeys(m for r in result["per_task_top1"].values() for m in r))
+    methods = list(dict.fromkeys(m for r in result.per_task_top1.values() for m in r))
     rows = []
     for m in methods:
         cells = []
@@ -50,20 +51,17 @@ def budget_cells(result: dict) -> list[tuple[str, list[str]]]:
     return rows
 
 
-def seed_mean(result: dict, method: str, budget: int) -> dict[str, np.ndarray] | None:
+def seed_mean(result: TransferResult, method: str, budget: int) -> dict[str, np.ndarray] | None:
     """Per unit: each task's top-1 averaged over the seeds (None if the method did not run)."""
-    runs = [
-        r.get(method, {}).get(budget, r.get(method, {}).get(str(budget)))  # JSON: str keys
-        for r in result["per_task_top1"].values()
-    ]
+    runs = [r.get(method, {}).get(budget) for r in result.per_task_top1.values()]
     runs = [r for r in runs if r is not None]  # a method may have fewer seeds (see seeds_of)
     if not runs:
         return None
     return {u: np.mean([np.asarray(r[u]) for r in runs], axis=0) for u in runs[0]}
 
 
-def seeds_of(result: dict, method: str) -> list[str]:
-    return [s for s, r in result["per_task_top1"].items() if method in r]
+def seeds_of(result: TransferResult, method: str) -> list[int]:
+    return [s for s, r in result.per_task_top1.items() if method in r]
 
 
 def model_of(unit: str) -> str:
@@ -116,17 +114,17 @@ def same_model_pairs(units: list[str]) -> list[tuple[str, str]]:
     return [(v[0], v[1]) for v in model.values() if len(v) >= 2]
 
 
-def markdown(result: dict) -> str:
-    split = result["split"]
+def markdown(result: TransferResult) -> str:
+    split = result.split
     lines = [
         f"# Offline transfer, {split} split (SIMULATED units)",
         "",
-        f"Command: `{result['command']}`  ",
-        f"Split shown: **{split}** ({len(result['units'])} units: "
-        f"{', '.join(u.removeprefix('sim:') for u in result['units'])}); seeds "
-        f"{result['seeds']}; protocol: bench/protocol.py; hyperparameters "
-        f"({result['hyperparameters_source']}): `{json.dumps(result['hyperparameters'])}`.  ",
-        f"Load average while it ran: {result.get('load', '?')}.",
+        f"Command: `{result.command}`  ",
+        f"Split shown: **{split}** ({len(result.units)} units: "
+        f"{', '.join(u.removeprefix('sim:') for u in result.units)}); seeds "
+        f"{result.seeds}; protocol: bench/protocol.py; hyperparameters "
+        f"({result.hyperparameters_source}): `{json.dumps(result.hyperparameters)}`.  ",
+        f"Load average while it ran: {'?' if result.load is None else result.load}.",
         "",
         "Top-1 score on the held-out candidates (mean over units, tasks and seeds):",
         "",
@@ -136,12 +134,12 @@ def markdown(result: dict) -> str:
     table = budget_cells(result)
     methods = [m for m, _ in table]
     lines += [f"| {m} | {len(seeds_of(result, m))} | " + " | ".join(c) + " |" for m, c in table]
-    coverage = [v for by_unit in result.get("transfer_coverage", {}).values()
-                for v in by_unit.values()]  # fmt: skip
+    coverage = [v for by_unit in result.transfer_coverage.values() for v in by_unit.values()]
     if coverage:
+        kept = "?" if result.train_per_task is None else result.train_per_task
         lines += [
             "",
-            f"Training units keep {result.get('train_per_task', '?')} candidates per task; "
+            f"Training units keep {kept} candidates per task; "
             "schedule transfer can rank "
             f"{np.mean(coverage):.1%} of the test candidates (mean over units and seeds; "
             f"lowest {min(coverage):.1%}), every other method all of them.",
@@ -150,7 +148,7 @@ def markdown(result: dict) -> str:
         "",
         "SiMoE minus each baseline: per-task top-1 (averaged over the seeds), mean and 95 % "
         "paired bootstrap interval clustered by GPU model (units of one model rank alike: "
-        f"the {clusters_of(result['units'])} models are resampled, each with all its units' "
+        f"the {clusters_of(result.units)} models are resampled, each with all its units' "
         "tasks):",
         "",
         "| baseline | budget | difference | 95% interval | interval above 0 |",
@@ -169,25 +167,25 @@ def markdown(result: dict) -> str:
                 f"{'yes' if lo > 0 else 'no'} |"
             )
     lines += per_unit(result)
-    if result["fidelity"]:
+    if result.fidelity:
         lines += probes_matter(result)
-    lines += gates_markdown(result.get("gates", {}))
-    lines += grid_table(result.get("grid_scores", {}))
-    lines += earlier_runs(result.get("earlier_runs", []))
+    lines += gates_markdown(result.gates)
+    lines += grid_table(result.grid_scores)
+    lines += earlier_runs(result.earlier_runs)
     return "\n".join(lines) + "\n"
 
 
-def earlier_runs(runs: list[dict]) -> list[str]:
+def earlier_runs(runs: list[TransferResult]) -> list[str]:
     """The runs this report replaced, kept (a report adds runs, it never drops one): each
     one's command and mean top-1 per method and budget, as it reported them."""
     if not runs:
         return []
     lines = ["", "## Earlier runs of this report (replaced, kept in its JSON)", ""]
     for i, run in enumerate(runs, 1):
+        kept = 48 if run.train_per_task is None else run.train_per_task  # before it was kept
         lines += [
-            f"{i}. `{run.get('command', '?')}`: seeds {run.get('seeds')}, hyperparameters "
-            f"`{json.dumps(run.get('hyperparameters', {}))}`, training units kept "
-            f"{run.get('train_per_task', 48)} candidates per task.",
+            f"{i}. `{run.command or '?'}`: seeds {run.seeds}, hyperparameters "
+            f"`{json.dumps(run.hyperparameters)}`, training units kept {kept} candidates per task.",
             "",
             "| method | " + " | ".join(f"budget {b}" for b in protocol.BUDGETS) + " |",
             "|---|" + "---|" * len(protocol.BUDGETS),
@@ -198,7 +196,7 @@ def earlier_runs(runs: list[dict]) -> list[str]:
 
 
 def per_unit(
-    result: dict, peers: tuple[str, ...] = ("nearest-expert", "schedule-transfer")
+    result: TransferResult, peers: tuple[str, ...] = ("nearest-expert", "schedule-transfer")
 ) -> list[str]:
     """Per target unit: SiMoE and its two closest peers at budgets 0 and 16 (seeds averaged)
     and the unit's measured twin agreement (gate table): where a mean difference comes from."""
@@ -206,10 +204,10 @@ def per_unit(
     got = {(m, b): seed_mean(result, m, b) for m in ("simoe", *peers) for b in budgets}
     if any(v is None for v in got.values()):
         return []
-    gates = result.get("gates", {})
+    gates = result.gates
     twin = {
-        u: np.mean([g[u]["twin_agreement"] for g in gates.values() if u in g])
-        for u in result["units"]
+        u: np.mean([g[u].twin_agreement for g in gates.values() if u in g])
+        for u in result.units
         if any(u in g for g in gates.values())
     }
     cols = [(m, b) for b in budgets for m in ("simoe", *peers)]
@@ -225,14 +223,14 @@ def per_unit(
         + " | twin |",
         "|---|" + "---|" * (len(cols) + len(budgets) + 1),
     ]
-    for u in result["units"]:
+    for u in result.units:
         cells = [f"{got[c][u].mean():.3f}" for c in cols]
         cells += [
             f"{got[('simoe', b)][u].mean() - got[(peers[-1], b)][u].mean():+.3f}" for b in budgets
         ]
         cells.append(f"{twin[u]:.3f}" if u in twin else "")
         lines.append(f"| {u.removeprefix('sim:')} | " + " | ".join(cells) + " |")
-    units = result["units"]
+    units = result.units
     ahead = ", ".join(
         f"{sum(got[('simoe', b)][u].mean() > got[(peers[-1], b)][u].mean() for u in units)} of "
         f"{len(units)} units at budget {b}"
@@ -248,13 +246,12 @@ def per_unit(
     return lines
 
 
-def probes_matter(result: dict) -> list[str]:
-    ablations = list(result["fidelity"][next(iter(result["fidelity"]))])  # simoe-hybrid first
+def probes_matter(result: TransferResult) -> list[str]:
+    fidelity = result.fidelity
+    first = fidelity[next(iter(fidelity))]
+    ablations = list(first)  # simoe-hybrid first
     fid = {
-        label: {
-            u: np.mean([result["fidelity"][s][label][u] for s in result["fidelity"]])
-            for u in result["fidelity"][next(iter(result["fidelity"]))][label]
-        }
+        label: {u: np.mean([fidelity[s][label][u] for s in fidelity]) for u in first[label]}
         for label in ablations
     }
     lines = [
@@ -284,7 +281,7 @@ def probes_matter(result: dict) -> list[str]:
         "|---|---|---|---|---|",
     ]
     an = seed_mean(result, "simoe-analytical-only", 0)
-    for a, b in same_model_pairs(result["units"]):
+    for a, b in same_model_pairs(result.units):
         for u in (a, b):
             lines.append(
                 f"| {u.removeprefix('sim:')} | {fid['simoe-hybrid'][u]:.3f} | "
@@ -294,21 +291,21 @@ def probes_matter(result: dict) -> list[str]:
     return lines
 
 
-def side_by_side(validation: dict, test: dict) -> str:
+def side_by_side(validation: TransferResult, test: TransferResult) -> str:
     """Top-1 per method and budget on the validation and the test split, next to each other."""
     lines = [
         "# Offline transfer: validation and test columns (SIMULATED units)",
         "",
-        f"Validation: `{validation['command']}`  ",
-        f"Test: `{test['command']}`  ",
-        f"Seeds: validation {validation['seeds']}, test {test['seeds']}. Mean top-1 over "
+        f"Validation: `{validation.command}`  ",
+        f"Test: `{test.command}`  ",
+        f"Seeds: validation {validation.seeds}, test {test.seeds}. Mean top-1 over "
         "units, tasks and seeds. Full reports: protocol_transfer_validation.md, "
         "protocol_transfer_test.md.",
         "",
         "| method | " + " | ".join(f"{b} val | {b} test" for b in protocol.BUDGETS) + " |",
         "|---|" + "---|---|" * len(protocol.BUDGETS),
     ]
-    methods = list(dict.fromkeys(m for r in test["per_task_top1"].values() for m in r))
+    methods = list(dict.fromkeys(m for r in test.per_task_top1.values() for m in r))
     for m in methods:
         cells = []
         for b in protocol.BUDGETS:

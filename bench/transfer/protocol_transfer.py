@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import protocol
+from bench.reporting import add_render_option, read_report, render
 from bench.transfer.offline_transfer import SiMoEFamily, Split, held_out_agreements, split_device
 from bench.transfer.online_gate_report import online_gate_markdown
 from bench.transfer.protocol_diagnostics import unit_diagnostics
@@ -50,6 +51,13 @@ from bench.transfer.protocol_methods import (
     run_method,
 )
 from bench.transfer.protocol_report import markdown, side_by_side
+from bench.transfer.protocol_result import (
+    OnlineGateReport,
+    OnlineGateScores,
+    TransferResult,
+    UnitGate,
+    result_json,
+)
 from simoe_model.model import SiMoEConfig
 from simoe_model.task_data import DeviceDataset
 
@@ -76,7 +84,7 @@ GRID: dict[str, list[dict[str, int]]] = {
 
 def select_sharpness(
     labels: protocol.UnitLabels, seeds: list[int], train_per_task: int | None
-) -> dict:
+) -> OnlineGateReport:
     """Every sharpness of protocol.ONLINE_GATE_SHARPNESS on the validation units, seeds,
     budgets 4 and 16; the choice by protocol.ONLINE_GATE_RULE. Also: per unit and seed,
     whether SiMoE's top pick at each budget differs from its budget-0 pick (on any task;
@@ -88,18 +96,20 @@ def select_sharpness(
     train, targets = load_split("validation", labels)
     keep_per_task(train, train_per_task)
     grid = list(protocol.ONLINE_GATE_SHARPNESS)
-    runs: dict = {}
+    runs: dict[int, dict[str, dict[int, OnlineGateScores]]] = {}
     for seed in seeds:
         torch.manual_seed(seed)
         t0 = time.perf_counter()
         family = SiMoEFamily(SiMoEConfig(), train, namespace(seed, **hp))
-        per_seed: dict = {}
+        per_seed: dict[str, dict[int, OnlineGateScores]] = {}
         for split in (split_device(d, seed) for d in targets):
             per_seed[split.device] = {
-                str(b): online_gate_scores(family.base, split, b, grid, family.args.adapt_epochs)
+                b: OnlineGateScores(
+                    **online_gate_scores(family.base, split, b, grid, family.args.adapt_epochs)
+                )
                 for b in protocol.ONLINE_GATE_BUDGETS
             }
-        runs[str(seed)] = per_seed
+        runs[seed] = per_seed
         print(f"seed {seed}: {time.perf_counter() - t0:.0f} s", flush=True)
 
     def mean_top1(s: float, key: str = "top1") -> float:
@@ -110,7 +120,7 @@ def select_sharpness(
                     for by_unit in runs.values()
                     for by_budget in by_unit.values()
                     for got in by_budget.values()
-                    for v in got[key][s]
+                    for v in getattr(got, key)[s]
                 ]
             )
         )
@@ -120,25 +130,25 @@ def select_sharpness(
     for s in grid[1:]:  # ONLINE_GATE_RULE: a larger value only if higher by more than 0.001
         if means[s] > means[chosen] + 0.001:
             chosen = s
-    return {
-        "split": "validation",
-        "simulated": True,
-        "units": [d.device for d in targets],
-        "seeds": seeds,
-        "budgets": list(protocol.ONLINE_GATE_BUDGETS),
-        "grid": grid,
-        "rule": protocol.ONLINE_GATE_RULE,
-        "simoe_hyperparameters": hp,
-        "train_per_task": train_per_task,
+    return OnlineGateReport(
+        split="validation",
+        simulated=True,
+        units=[d.device for d in targets],
+        seeds=seeds,
+        budgets=list(protocol.ONLINE_GATE_BUDGETS),
+        grid=grid,
+        rule=protocol.ONLINE_GATE_RULE,
+        simoe_hyperparameters=hp,
+        train_per_task=train_per_task,
         **fleet_check(labels.data_dir, [*protocol.units("train"), *protocol.units("validation")]),
-        "mean_top1": {str(s): means[s] for s in grid},
-        "mean_top1_nofinetune": {str(s): mean_top1(s, "top1_nofinetune") for s in grid},
-        "chosen": chosen,
-        "runs": runs,
-    }
+        mean_top1={s: means[s] for s in grid},
+        mean_top1_nofinetune={s: mean_top1(s, "top1_nofinetune") for s in grid},
+        chosen=chosen,
+        runs=runs,
+    )
 
 
-def fleet_check(data_dir: Path, names: list[str]) -> dict:
+def fleet_check(data_dir: Path, names: list[str]) -> dict[str, str]:
     """The digest of the units this run read, and whether each unit's per-task hashes equal
     those recorded for the protocol's fleet (docs/results/protocol_fleet_hash.json)."""
     built = protocol.fleet_hashes(data_dir, names)
@@ -194,12 +204,12 @@ def evaluate(
     ablations: bool,
     labels: protocol.UnitLabels,
     train_tasks_per_unit: int | None = None,
-) -> dict:
+) -> TransferResult:
     train, targets = load_split(split, labels)
     keep_per_task(train, train_tasks_per_unit)
     per_task: dict[int, TopOne] = {}
-    fidelity: dict[int, dict] = {}
-    gates: dict[int, dict] = {}
+    fidelity: dict[int, dict[str, dict[str, float]]] = {}
+    gates: dict[int, dict[str, UnitGate]] = {}
     seconds: dict[str, float] = {}
     agreements = None
     if "simoe" in methods:  # measured rank agreement target ~ training unit (diagnostics)
@@ -228,25 +238,25 @@ def evaluate(
                 family = SiMoEFamily(SiMoEConfig(), train, namespace(seed, **hps.get("simoe", {})))
             fidelity[seed] = run_ablations(family, train, targets, splits, seed, out)
         per_task[seed] = out
-    return {
-        "split": split,
-        "units": [d.device for d in targets],
-        "seeds": seeds,
-        "hyperparameters": hps,
-        "per_task_top1": per_task,
-        "fidelity": fidelity,
-        "gates": gates,
-        "seconds": seconds,
-        "train_per_task": train_tasks_per_unit or "all",
-        "transfer_coverage": coverage,
-    }
+    return TransferResult(
+        split=split,
+        units=[d.device for d in targets],
+        seeds=seeds,
+        hyperparameters=hps,
+        per_task_top1=per_task,
+        fidelity=fidelity,
+        gates=gates,
+        seconds=seconds,
+        train_per_task=train_tasks_per_unit or "all",
+        transfer_coverage=coverage,
+    )
 
 
-def _mean_top1(result: dict, method: str) -> tuple[float, list[float]]:
+def _mean_top1(result: TransferResult, method: str) -> tuple[float, list[float]]:
     """Mean top-1 over seeds, budgets, units and tasks, and the mean of each seed."""
     per_seed = [
         float(np.mean([v for by_unit in r[method].values() for t in by_unit.values() for v in t]))
-        for r in result["per_task_top1"].values()
+        for r in result.per_task_top1.values()
     ]
     return float(np.mean(per_seed)), per_seed
 
@@ -256,13 +266,13 @@ def select(
     seeds: list[int],
     train_per_task: int | None = None,
     methods: list[str] | None = None,
-) -> dict:
+) -> TransferResult | None:
     """Each method's budget: the grid point with the best mean top-1 on validation (over the
     seeds, budgets, units and tasks). Nearest expert is scored in SiMoE's runs (the same
     experts) and takes its own best point. XGB and random have no training budget and are
     scored once. Returns the validation result of every method at its chosen point (the
-    report's validation columns); the choices go to CHOICES (merged with methods not
-    selected in this run)."""
+    report's validation columns; None: no method selected); the choices go to CHOICES
+    (merged with methods not selected in this run)."""
     fleet = protocol.fleet_hashes(labels.data_dir)["digest"]
     previous = json.loads(CHOICES.read_text()) if CHOICES.exists() else {}
     if previous.get("fleet") != fleet:
@@ -270,9 +280,9 @@ def select(
     chosen: dict[str, dict[str, int]] = dict(previous.get("chosen", {}))
     scores: dict[str, list] = dict(previous.get("grid_scores", {}))
     wanted = [m for m in METHODS if methods is None or m in methods]
-    kept: dict[str, dict] = {}  # method -> its chosen point's validation result
+    kept: dict[str, TransferResult] = {}  # method -> its chosen point's validation result
 
-    def run(method: str, hp: dict[str, int]) -> dict:
+    def run(method: str, hp: dict[str, int]) -> TransferResult:
         return evaluate("validation", {method: hp}, seeds, [method], False, labels, train_per_task)
 
     for method, grid in GRID.items():
@@ -284,7 +294,7 @@ def select(
             scores[name] = []
             for hp, result in tried:
                 mean, per_seed = _mean_top1(result, name)
-                scores[name].append([hp, mean, per_seed])
+                scores[name].append((hp, mean, per_seed))
                 print(f"select {name} {hp}: {mean:.4f} (seeds {per_seed})", flush=True)
             best = max(range(len(tried)), key=lambda i, n=name: scores[n][i][1])
             chosen[name] = tried[best][0]
@@ -307,16 +317,19 @@ def select(
             indent=1,
         )
     )
-    validation = {**next(iter(kept.values()))} if kept else {}
-    if kept:
-        validation["hyperparameters"] = {m: chosen.get(m, {}) for m in kept}
-        validation["per_task_top1"] = {
-            str(seed): {m: r["per_task_top1"][seed][m] for m, r in kept.items()} for seed in seeds
+    if not kept:
+        return None
+    return next(iter(kept.values())).model_copy(
+        update={
+            "hyperparameters": {m: chosen.get(m, {}) for m in kept},
+            "per_task_top1": {
+                seed: {m: r.per_task_top1[seed][m] for m, r in kept.items()} for seed in seeds
+            },
+            "gates": kept["simoe"].gates if "simoe" in kept else {},
+            "seconds": {k: v for r in kept.values() for k, v in r.seconds.items()},
+            "grid_scores": {m: v for m, v in scores.items() if m in kept},
         }
-        validation["gates"] = kept.get("simoe", {}).get("gates", {})
-        validation["seconds"] = {k: v for r in kept.values() for k, v in r["seconds"].items()}
-        validation["grid_scores"] = {m: v for m, v in scores.items() if m in kept}
-    return validation
+    )
 
 
 def main() -> None:
@@ -349,10 +362,17 @@ def main() -> None:
     parser.add_argument(
         "--side-by-side", action="store_true", help="write the validation|test table, exit"
     )
+    add_render_option(parser)
     args = parser.parse_args()
+    if args.render:  # a split's report, or the online gate's (protocol_online_gate_*.json)
+        if args.render.name.startswith("protocol_online_gate"):
+            render(args.render, OnlineGateReport, online_gate_markdown)
+        else:
+            render(args.render, TransferResult, markdown)
+        return
     if args.side_by_side:
         pair = [
-            json.loads((args.out / f"protocol_transfer_{s}.json").read_text())
+            read_report(args.out / f"protocol_transfer_{s}.json", TransferResult)
             for s in ("validation", "test")
         ]
         (args.out / "protocol_transfer.md").write_text(side_by_side(*pair))
@@ -360,11 +380,9 @@ def main() -> None:
         return
     if args.merge:
         result = merge(args.merge)
-        write_result(result, args.out, f"protocol_transfer_{result['split']}")
+        write_result(result, args.out, f"protocol_transfer_{result.split}")
         print(markdown(result))
         return
-    import os
-
     import torch
 
     torch.set_num_threads(args.threads)
@@ -378,34 +396,32 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.select_sharpness:
         started = time.perf_counter()
-        result = select_sharpness(labels, seeds, args.train_per_task)
-        result.update(
-            command="python -m bench.transfer.protocol_transfer " + " ".join(sys.argv[1:]),
-            load=" ".join(f"{x:.1f}" for x in os.getloadavg()),
-            total_seconds=time.perf_counter() - started,
-            label_reads=sorted({f"{u}:{p}" for u, p in labels.reads}),
+        gate = select_sharpness(labels, seeds, args.train_per_task).model_copy(
+            update=run_facts(labels, started)
         )
         args.out.mkdir(parents=True, exist_ok=True)
         stem = "protocol_online_gate_validation" + (f"_{args.tag}" if args.tag else "")
-        (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=float))
-        (args.out / f"{stem}.md").write_text(online_gate_markdown(result))
+        (args.out / f"{stem}.json").write_text(result_json(gate))
+        (args.out / f"{stem}.md").write_text(online_gate_markdown(gate))
         if not args.tag:
             keep = ("split", "seeds", "budgets", "grid", "rule", "fleet", "mean_top1", "chosen")
             keep += ("units_equal_to_recorded_fleet",)
-            ONLINE_GATE_CHOICE.write_text(json.dumps({k: result[k] for k in keep}, indent=1))
-        print(online_gate_markdown(result))
+            dumped = gate.model_dump()
+            ONLINE_GATE_CHOICE.write_text(json.dumps({k: dumped[k] for k in keep}, indent=1))
+        print(online_gate_markdown(gate))
         return
     if args.select:
-        import os
-
         started = time.perf_counter()
-        result = select(labels, seeds, args.train_per_task, args.methods.split(","))
-        result.update(
-            command="python -m bench.transfer.protocol_transfer " + " ".join(sys.argv[1:]),
-            hyperparameters_source="chosen on validation by this run, " + CHOICES.name,
-            load=" ".join(f"{x:.1f}" for x in os.getloadavg()),
-            total_seconds=time.perf_counter() - started,
-            label_reads=sorted({f"{u}:{p}" for u, p in labels.reads}),
+        selected = select(labels, seeds, args.train_per_task, args.methods.split(","))
+        if selected is None:
+            parser.exit(2, f"error: no method of {args.methods} has a budget to select\n")
+        facts = run_facts(labels, started)
+        result = selected.model_copy(
+            update={
+                "command": facts["command"],
+                "hyperparameters_source": "chosen on validation by this run, " + CHOICES.name,
+                **{k: v for k, v in facts.items() if k != "command"},
+            }
         )
         stem = "protocol_transfer_validation" + (f"_{args.tag}" if args.tag else "")
         write_result(result, args.out, stem)
@@ -453,72 +469,83 @@ def main() -> None:
         labels,
         args.train_per_task,
     )
-    result.update(
-        command="python -m bench.transfer.protocol_transfer " + " ".join(sys.argv[1:]),
-        hyperparameters_source=source,
-        load=" ".join(f"{x:.1f}" for x in os.getloadavg()),
-        total_seconds=time.perf_counter() - started,
-        label_reads=sorted({f"{u}:{p}" for u, p in labels.reads}),
+    facts = run_facts(labels, started)
+    result = result.model_copy(
+        update={
+            "command": facts["command"],
+            "hyperparameters_source": source,
+            **{k: v for k, v in facts.items() if k != "command"},
+        }
     )
     stem = f"protocol_transfer_{args.split}" + (f"_{args.tag}" if args.tag else "")
     write_result(result, args.out, stem)
     print(markdown(result))
 
 
-def write_result(result: dict, out: Path, stem: str) -> None:
+def run_facts(labels: protocol.UnitLabels, started: float) -> dict[str, object]:
+    """What every report says about the run that made it: its command, the load while it
+    ran, its wall time and the labels it read."""
+    import os
+
+    return {
+        "command": "python -m bench.transfer.protocol_transfer " + " ".join(sys.argv[1:]),
+        "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+        "total_seconds": time.perf_counter() - started,
+        "label_reads": sorted({f"{u}:{p}" for u, p in labels.reads}),
+    }
+
+
+def write_result(result: TransferResult, out: Path, stem: str) -> None:
     """OUT/STEM.json and .md. A report adds runs and never drops one: the run the file held
     before (if another) is kept in the new one's `earlier_runs`, which the Markdown lists."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{stem}.json"
-    earlier: list[dict] = []
+    earlier: list[TransferResult] = []
     if path.exists():
-        previous = json.loads(path.read_text())
-        earlier = previous.pop("earlier_runs", [])
-        ours = json.loads(json.dumps(result.get("per_task_top1"), default=float))  # str keys
-        same = (previous.get("command"), previous.get("per_task_top1")) == (
-            result.get("command"),
-            ours,
-        )
-        if not same:
-            earlier.append(previous)
-    result["earlier_runs"] = [*result.get("earlier_runs", []), *earlier]
-    path.write_text(json.dumps(result, indent=1, default=float))
+        previous = read_report(path, TransferResult)
+        earlier = previous.earlier_runs
+        same = (previous.command, previous.per_task_top1) == (result.command, result.per_task_top1)
+        if not same:  # kept as it was written, less its own earlier runs (listed here)
+            kept = previous.model_dump(exclude_unset=True, exclude={"earlier_runs"})
+            earlier.append(TransferResult.model_validate(kept))
+    result = result.model_copy(update={"earlier_runs": [*result.earlier_runs, *earlier]})
+    path.write_text(result_json(result))
     (out / f"{stem}.md").write_text(markdown(result))
 
 
-def merge(paths: list[Path]) -> dict:
+def merge(paths: list[Path]) -> TransferResult:
     """One result from parallel runs (disjoint methods or seeds) on the same split and units."""
-    runs = [json.loads(p.read_text()) for p in paths]
+    runs = [read_report(p, TransferResult) for p in paths]
     first = runs[0]
     for other in runs[1:]:
-        if (other["split"], other["units"]) != (first["split"], first["units"]):
+        if (other.split, other.units) != (first.split, first.units):
             raise SystemExit(f"cannot merge: different split or units in {paths}")
-    merged = {**first, "command": " && ".join(r["command"] for r in runs)}
-    seeds = sorted({int(s) for r in runs for s in r["per_task_top1"]})
-    merged["seeds"] = seeds
-    merged["per_task_top1"] = {
-        str(seed): {m: v for r in runs for m, v in r["per_task_top1"].get(str(seed), {}).items()}
-        for seed in seeds
+    seeds = sorted({s for r in runs for s in r.per_task_top1})
+    earlier = {e.command: e for r in runs for e in r.earlier_runs}
+    merged = {
+        "command": " && ".join(r.command for r in runs),
+        "seeds": seeds,
+        "per_task_top1": {
+            seed: {m: v for r in runs for m, v in r.per_task_top1.get(seed, {}).items()}
+            for seed in seeds
+        },
+        "fidelity": {k: v for r in runs for k, v in r.fidelity.items()},
+        "seconds": {k: v for r in runs for k, v in r.seconds.items()},
+        "load": " / ".join(str(r.load) for r in runs),
+        "label_reads": sorted({x for r in runs for x in r.label_reads}),
+        "hyperparameters": {k: v for r in runs for k, v in r.hyperparameters.items()},
+        "grid_scores": {  # a run's grid counts only for the methods it ran
+            k: v
+            for r in runs
+            for k, v in r.grid_scores.items()
+            if any(k in by_method for by_method in r.per_task_top1.values())
+        },
+        "gates": {k: v for r in runs for k, v in r.gates.items()},
+        "total_seconds": sum(r.total_seconds or 0.0 for r in runs),
+        "earlier_runs": list(earlier.values()),  # the parts' earlier runs, once each
+        "transfer_coverage": {k: v for r in runs for k, v in r.transfer_coverage.items()},
     }
-    merged["fidelity"] = {str(k): v for r in runs for k, v in r["fidelity"].items()}
-    merged["seconds"] = {k: v for r in runs for k, v in r["seconds"].items()}
-    merged["load"] = " / ".join(r["load"] for r in runs)
-    merged["label_reads"] = sorted({x for r in runs for x in r["label_reads"]})
-    merged["hyperparameters"] = {k: v for r in runs for k, v in r["hyperparameters"].items()}
-    merged["grid_scores"] = {  # a run's grid counts only for the methods it ran
-        k: v
-        for r in runs
-        for k, v in r.get("grid_scores", {}).items()
-        if any(k in by_method for by_method in r["per_task_top1"].values())
-    }
-    merged["gates"] = {str(k): v for r in runs for k, v in r.get("gates", {}).items()}
-    merged["total_seconds"] = sum(r.get("total_seconds", 0.0) for r in runs)
-    earlier = {e.get("command"): e for r in runs for e in r.get("earlier_runs", [])}
-    merged["earlier_runs"] = list(earlier.values())  # the parts' earlier runs, once each
-    merged["transfer_coverage"] = {
-        str(k): v for r in runs for k, v in r.get("transfer_coverage", {}).items()
-    }
-    return merged
+    return first.model_copy(update=merged)
 
 
 if __name__ == "__main__":

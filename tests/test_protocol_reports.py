@@ -1,0 +1,79 @@
+"""The protocol's committed reports load into their models and come back as they were: the
+JSON with the same keys and values, the Markdown byte for byte."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.reporting import read_report
+from bench.transfer.protocol_report import markdown, side_by_side
+from bench.transfer.protocol_result import OnlineGateReport, TransferResult, result_json
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs/results"
+SPLITS = sorted(RESULTS.rglob("protocol_transfer_*.json"))
+
+
+def same_keys_and_values(a: str, b: str) -> bool:
+    """Equal as JSON text with sorted keys: 1 and 1.0 differ, key order does not."""
+    return json.dumps(json.loads(a), sort_keys=True) == json.dumps(json.loads(b), sort_keys=True)
+
+
+@pytest.mark.parametrize("path", SPLITS, ids=lambda p: str(p.relative_to(RESULTS)))
+def test_a_committed_split_report_loads_and_writes_back_the_same_json(path: Path) -> None:
+    text = path.read_text()
+    assert same_keys_and_values(result_json(read_report(path, TransferResult)), text)
+
+
+def test_the_online_gate_report_loads_and_writes_back_the_same_json() -> None:
+    path = RESULTS / "protocol_online_gate_validation.json"
+    report = read_report(path, OnlineGateReport)
+    assert report.chosen in report.grid and report.runs
+    assert same_keys_and_values(result_json(report), path.read_text())
+
+
+@pytest.mark.parametrize("split", ["validation", "test"])
+def test_the_current_split_reports_render_byte_for_byte(split: str) -> None:
+    path = RESULTS / f"protocol_transfer_{split}.json"
+    assert markdown(read_report(path, TransferResult)) == path.with_suffix(".md").read_text()
+
+
+def test_the_side_by_side_renders_byte_for_byte() -> None:
+    pair = [
+        read_report(RESULTS / f"protocol_transfer_{s}.json", TransferResult)
+        for s in ("validation", "test")
+    ]
+    assert side_by_side(*pair) == (RESULTS / "protocol_transfer.md").read_text()
+
+
+def test_a_split_report_keeps_nan_and_int_keys_as_the_dicts_wrote_them() -> None:
+    """What `evaluate` built before the models (int seeds and budgets, NaN agreement)."""
+    gate = {
+        "gate_top": "sim:a",
+        "gate_top_weight": 0.5,
+        "gate_effective_experts": 2.0,
+        "nearest_expert": "sim:a",
+        "gate_top_is_nearest": True,
+        "measured_twin": None,
+        "twin_agreement": None,
+        "nearest_agreement": float("nan"),
+        "nearest_is_twin": False,
+    }
+    as_dicts = {
+        "split": "validation",
+        "units": ["sim:t4-hot"],
+        "seeds": [0],
+        "hyperparameters": {"simoe-online": {"expert_epochs": 8, "sharpness": 2.0}},
+        "per_task_top1": {0: {"simoe": {16: {"sim:t4-hot": [1.0, 0.5]}}}},
+        "fidelity": {},
+        "gates": {0: {"sim:t4-hot": gate}},
+        "seconds": {"simoe/0": 1.5},
+        "train_per_task": "all",
+        "transfer_coverage": {0: {"sim:t4-hot": 0.75}},
+    }
+    written = json.dumps(as_dicts, indent=1)
+    model = TransferResult.model_validate_json(written)
+    assert model.per_task_top1[0]["simoe"][16]["sim:t4-hot"] == [1.0, 0.5]
+    assert result_json(model) == written  # byte for byte, NaN included
