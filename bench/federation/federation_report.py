@@ -6,13 +6,13 @@ Everything it shows is SIMULATED (the fleet's latencies come from the analytical
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from bench.reporting import load_text
+from bench.transfer.offline_transfer_report import read as read_offline
 
 GOAL_NEWCOMER_GAP = 0.03
 # SiMoE's zero-shot top-1 per held-out GPU, offline: what the newcomers are compared with
@@ -396,9 +396,8 @@ def offline_figures(path: Path = OFFLINE_REPORT) -> dict[str, float]:
     """SiMoE's zero-shot top-1 per held-out GPU from the offline report (empty if absent)."""
     if not path.exists():
         return {}
-    report = json.loads(path.read_text())
-    rows = report.get("per_gpu", {}).get("simoe", {}).get("0", {})
-    return {device.removeprefix("sim:"): float(row["top1"]) for device, row in rows.items()}
+    rows = read_offline(path).per_gpu.get("simoe", {}).get(0, {})
+    return {device.removeprefix("sim:"): row.top1 for device, row in rows.items()}
 
 
 def with_offline_figures(

@@ -43,7 +43,16 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.transfer.offline_transfer_report import merge, write_report  # noqa: E402
+from bench.reporting import add_render_option, render  # noqa: E402
+from bench.transfer.offline_transfer_report import (  # noqa: E402
+    AblationSeeds,
+    MetricRow,
+    OfflineTransferReport,
+    TrainSeconds,
+    markdown,
+    merge,
+    write_report,
+)
 from simoe_model import synthetic  # noqa: E402
 from simoe_model.metrics import task_metrics, top_k_score  # noqa: E402
 from simoe_model.model import SiMoE, SiMoEConfig, save_model  # noqa: E402
@@ -420,8 +429,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    add_render_option(parser)
     args = parser.parse_args(argv)
 
+    if args.render:
+        render(args.render, OfflineTransferReport, markdown)
+        return
     if args.merge:
         merge(args.merge, args.out, args.tag or "offline_transfer")
         return
@@ -460,16 +473,16 @@ def main(argv: list[str] | None = None) -> None:
     print(f"train GPUs {len(train)}, held out {held}, tasks/GPU {len(splits[0].test)}", flush=True)
 
     config = SiMoEConfig()
-    results: dict[str, dict[int, dict[str, float]]] = {}
-    per_gpu: dict[str, dict[int, dict[str, dict[str, float]]]] = {}
+    results: dict[str, dict[int, MetricRow]] = {}
+    per_gpu: dict[str, dict[int, dict[str, MetricRow]]] = {}
     per_task: dict[str, dict[int, dict[str, list[float]]]] = {}
     timings: dict[str, float] = {}
-    ablation_seeds: dict[str, dict[str, list[float]]] = {}
+    ablation_seeds: dict[str, AblationSeeds] = {}
 
     def record(method: str, budget: int, gpu: str, row: dict) -> None:
         row = dict(row)
         per_task.setdefault(method, {}).setdefault(budget, {})[gpu] = row.pop("top1_tasks")
-        per_gpu.setdefault(method, {}).setdefault(budget, {})[gpu] = row
+        per_gpu.setdefault(method, {}).setdefault(budget, {})[gpu] = MetricRow(**row)
 
     family = None
     if "simoe" in methods or args.ablations:
@@ -485,7 +498,10 @@ def main(argv: list[str] | None = None) -> None:
                 mix, near = family.evaluate(family.base, split, b)
                 record("simoe", b, split.device, mix)
                 record("nearest-expert", b, split.device, near)
-            print(f"simoe {split.device}: {per_gpu['simoe'][0][split.device]}", flush=True)
+            print(
+                f"simoe {split.device}: {per_gpu['simoe'][0][split.device].model_dump()}",
+                flush=True,
+            )
     if "pooled" in methods:
         t0 = time.perf_counter()
         pooled = Pooled(config, train, args)
@@ -530,40 +546,43 @@ def main(argv: list[str] | None = None) -> None:
                     )
                     row["top1_tasks"] = np.mean([r["top1_tasks"] for r in rows], 0).tolist()
                     record(label, b, split.device, row)
-            ablation_seeds[label] = {
-                "top1_per_seed": [
+            ablation_seeds[label] = AblationSeeds(
+                top1_per_seed=[
                     float(np.mean([row["top1"] for row in r.values()]))
                     for r in runs[ablation_budgets[0]]
                 ],
-                "similarity_fidelity_per_seed": fidelity,
-            }
+                similarity_fidelity_per_seed=fidelity,
+            )
             timings[label] = time.perf_counter() - t0
-            print(f"{label}: {ablation_seeds[label]}", flush=True)
+            print(f"{label}: {ablation_seeds[label].model_dump()}", flush=True)
     references: dict[str, float] = {}
     if args.references:
         references = reference_scores(fleet, splits, train, args.seed)
 
     for method, by_budget in per_gpu.items():
-        results[method] = {b: mean_rows(list(rows.values())) for b, rows in by_budget.items()}
-    report = {
-        "command": " ".join(["python", "-m", "bench.transfer.offline_transfer", *sys.argv[1:]]),
-        "data": "synthetic" if args.synthetic else "fleet dataset (simulated GPUs)",
-        "held_out": held,
-        "train_gpus": [d.device for d in train],
-        "tasks_per_gpu": len(splits[0].test),
-        "test_candidates_per_task": float(np.mean([len(t) for t in splits[0].test])),
-        "budgets": budgets,
-        "results": results,
-        "per_gpu": per_gpu,
-        "per_task_top1": per_task,
-        "ablation_seeds": ablation_seeds,
-        "references": references,
-        "seconds": {**timings, "total": time.perf_counter() - started},
-        "simoe_train_seconds": {
-            "experts": family.expert_seconds if family else None,
-            "shared": family.shared_seconds if family else None,
-        },
-    }
+        results[method] = {
+            b: MetricRow(**mean_rows([r.model_dump() for r in rows.values()]))
+            for b, rows in by_budget.items()
+        }
+    report = OfflineTransferReport(
+        command=" ".join(["python", "-m", "bench.transfer.offline_transfer", *sys.argv[1:]]),
+        data="synthetic" if args.synthetic else "fleet dataset (simulated GPUs)",
+        held_out=held,
+        train_gpus=[d.device for d in train],
+        tasks_per_gpu=len(splits[0].test),
+        test_candidates_per_task=float(np.mean([len(t) for t in splits[0].test])),
+        budgets=budgets,
+        results=results,
+        per_gpu=per_gpu,
+        per_task_top1=per_task,
+        ablation_seeds=ablation_seeds,
+        references=references,
+        seconds={**timings, "total": time.perf_counter() - started},
+        simoe_train_seconds=TrainSeconds(
+            experts=family.expert_seconds if family else None,
+            shared=family.shared_seconds if family else None,
+        ),
+    )
     stem = "offline_transfer_synthetic" if args.synthetic else "offline_transfer"
     write_report(report, args.out, stem + (f"_{args.tag}" if args.tag else ""))
 

@@ -19,6 +19,7 @@ from bench.transfer.offline_transfer import (
     held_out_agreements,
     xgb_evaluate,
 )
+from bench.transfer.protocol_result import OnlineGateScores
 from simoe_model.metrics import top_k_score
 from simoe_model.model import SiMoE, SiMoEConfig
 from simoe_model.online_gate import expert_table, measured_evidence
@@ -91,7 +92,7 @@ def run_method(
         for split in splits:
             for b in protocol.ONLINE_GATE_BUDGETS:
                 got = online_gate_scores(own.base, split, b, [sharpness], own.args.adapt_epochs)
-                record.setdefault(b, {})[split.device] = got["top1"][sharpness]
+                record.setdefault(b, {})[split.device] = got.top1[sharpness]
         return own
     if method == "pooled":
         pooled = Pooled(SiMoEConfig(), train, namespace(seed, **hp))
@@ -126,7 +127,7 @@ def run_method(
 
 def online_gate_scores(
     base: SiMoE, split: Split, budget: int, grid: list[float], adapt_epochs: int
-) -> dict:
+) -> OnlineGateScores:
     """SiMoE at `budget` (adapted as `simoe`: SiMoEFamily.evaluate) with the online gate at
     each sharpness of `grid`, per task: top-1 and the top pick (index in the task's test
     set); also the budget-0 pick and the gate alone without fine-tuning ("nofinetune").
@@ -162,7 +163,7 @@ def online_gate_scores(
                     mix = ((w / w.sum(1, keepdims=True)) * scores).sum(1)
                 out["top1" + label][s].append(top_k_score(mix, test.latencies, 1))
                 out["pick" + label][s].append(int(np.argmax(mix)))
-    return out
+    return OnlineGateScores(**out)
 
 
 def run_ablations(

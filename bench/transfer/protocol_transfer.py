@@ -104,9 +104,7 @@ def select_sharpness(
         per_seed: dict[str, dict[int, OnlineGateScores]] = {}
         for split in (split_device(d, seed) for d in targets):
             per_seed[split.device] = {
-                b: OnlineGateScores(
-                    **online_gate_scores(family.base, split, b, grid, family.args.adapt_epochs)
-                )
+                b: online_gate_scores(family.base, split, b, grid, family.args.adapt_epochs)
                 for b in protocol.ONLINE_GATE_BUDGETS
             }
         runs[seed] = per_seed

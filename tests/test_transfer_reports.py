@@ -1,5 +1,6 @@
-"""The protocol's committed reports load into their models and come back as they were: the
-JSON with the same keys and values, the Markdown byte for byte."""
+"""The transfer benchmarks' committed reports (the protocol's, offline transfer's) load into
+their models and come back as they were: the JSON with the same keys and values, the
+Markdown byte for byte."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from pathlib import Path
 import pytest
 
 from bench.reporting import read_report
+from bench.transfer import offline_transfer_report as offline
 from bench.transfer.protocol_report import markdown, side_by_side
 from bench.transfer.protocol_result import OnlineGateReport, TransferResult, result_json
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs/results"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs/results"
+OFFLINE = ROOT / "bench/reports/offline/offline_transfer.json"  # BENCHMARKS section 2's
 SPLITS = sorted(RESULTS.rglob("protocol_transfer_*.json"))
 
 
@@ -77,3 +81,10 @@ def test_a_split_report_keeps_nan_and_int_keys_as_the_dicts_wrote_them() -> None
     model = TransferResult.model_validate_json(written)
     assert model.per_task_top1[0]["simoe"][16]["sim:t4-hot"] == [1.0, 0.5]
     assert result_json(model) == written  # byte for byte, NaN included
+
+
+def test_the_offline_report_loads_writes_back_and_renders_byte_for_byte() -> None:
+    report = offline.read(OFFLINE)
+    assert report.results and report.per_gpu["simoe"][0]
+    assert same_keys_and_values(offline.report_json(report), OFFLINE.read_text())
+    assert offline.markdown(report) == OFFLINE.with_suffix(".md").read_text()
