@@ -27,19 +27,18 @@ def fleet() -> dict[str, fh.FleetGPU]:
 def run(fleet, tmp_path_factory: pytest.TempPathFactory) -> tuple[fh.FederationHelpsReport, Path]:
     work = tmp_path_factory.mktemp("federation_helps")
     names = list(fleet)
-    report = fh.run_federation_helps(
-        [fleet[n] for n in names[:3]],
-        [fleet[names[3]]],
-        work,
+    settings = fh.FederationHelpsSettings(
         rounds=2,
         epochs=1,
         k_experts=2,
         held_out_fraction=1 / 3,
-        seed=0,
         offline={names[3]: 0.5},
         central_epochs=1,
         command="python -m bench.federation.federation_helps --synthetic",
         data="synthetic",
+    )
+    report = fh.run_federation_helps(
+        [fleet[n] for n in names[:3]], [fleet[names[3]]], work, settings, seed=0
     )
     return report, work
 
@@ -127,10 +126,13 @@ def test_report_files_are_labelled_and_hold_no_local_paths(run, tmp_path: Path) 
 
 def test_bad_settings_are_bad_input(fleet, tmp_path: Path) -> None:
     gpus = list(fleet.values())
+    two_rounds = fh.FederationHelpsSettings(rounds=2)
     with pytest.raises(BadInputError, match="newcomers must not be nodes"):
-        fh.run_federation_helps(gpus[:2], gpus[1:2], tmp_path, rounds=2)
+        fh.run_federation_helps(gpus[:2], gpus[1:2], tmp_path, two_rounds)
     with pytest.raises(BadInputError, match="at least 2"):
-        fh.run_federation_helps(gpus[:2], [], tmp_path, rounds=1)
+        fh.run_federation_helps(gpus[:2], [], tmp_path, fh.FederationHelpsSettings(rounds=1))
+    with pytest.raises(BadInputError, match="--epochs"):  # the server's settings: one line
+        fh.run_federation_helps(gpus[:2], [], tmp_path, two_rounds.model_copy(update={"epochs": 0}))
 
 
 def test_seeds_summary_pairs_units_and_judges_the_gap(run) -> None:

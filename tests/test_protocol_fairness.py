@@ -234,8 +234,8 @@ def test_own_only_budget_comes_from_the_validation_choice_file(tmp_path, monkeyp
 
     seen: dict = {}
 
-    def capture(*_a, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        seen.update(kwargs)
+    def capture(*args, **_kw):  # noqa: ANN002, ANN003, ANN202
+        seen.update(args[3].model_dump())  # the run's FederationHelpsSettings
         raise Stop
 
     monkeypatch.setattr(fh, "protocol_gpus", lambda split: (units[:2], units[2:]))
@@ -263,10 +263,8 @@ def test_own_only_trains_for_its_chosen_budget(monkeypatch) -> None:  # noqa: AN
 
     monkeypatch.setattr(fh, "own_only_model", spy)
     with tempfile.TemporaryDirectory() as work:
-        report = fh.run_federation_helps(
-            list(fleet.values()), [], Path(work), rounds=2, epochs=1, k_experts=1, seed=0,
-            own_only_epochs=5,
-        )  # fmt: skip
+        settings = fh.FederationHelpsSettings(rounds=2, epochs=1, k_experts=1, own_only_epochs=5)
+        report = fh.run_federation_helps(list(fleet.values()), [], Path(work), settings, seed=0)
     assert calls == [(5, 1)] * 3 and report.own_only_epochs == 5
     assert "5 epochs (its budget chosen on validation" in fh.markdown(report)
 

@@ -35,11 +35,9 @@ import numpy as np
 from bench.federation import federation_helps as fh
 
 
-def diagnose(  # noqa: PLR0913
-    seed: int, rounds: int, epochs: int, central_epochs: int, k: int, work: Path,
-    local_batch: int = 8, prox_mu: float = 0.0, server_lr: float = 1.0,
-    server_optimizer: str = "sgd",
-) -> dict:  # fmt: skip
+def diagnose(settings: fh.FederationHelpsSettings, seed: int, work: Path) -> dict:
+    """Federate the validation fleet with `settings` (its `central_epochs`: the central
+    model the swaps take parts from), then swap parts of the newcomers' models."""
     from agent.node_state import NodeState
     from bench import protocol
     from bench.federation.fleet import protocol_gpus, split_tasks
@@ -51,11 +49,9 @@ def diagnose(  # noqa: PLR0913
 
     nodes, newcomers = protocol_gpus("validation")
     held = list(protocol.HELD_OUT_TASKS)
-    report = fh.run_federation_helps(
-        nodes, newcomers, work, rounds=rounds, epochs=epochs, k_experts=k,
-        held_out_tasks=held, seed=seed, central_epochs=0, local_batch=local_batch,
-        prox_mu=prox_mu, server_lr=server_lr, server_optimizer=server_optimizer,
-    )  # fmt: skip
+    central_epochs, k = settings.central_epochs, settings.k_experts
+    federated = settings.model_copy(update={"held_out_tasks": tuple(held), "central_epochs": 0})
+    report = fh.run_federation_helps(nodes, newcomers, work, federated, seed=seed)
     splits = {g.name: split_tasks(g, 1 / 3, seed, False, held) for g in nodes}
     central = fh.central_model(nodes, splits, central_epochs, seed)
     with Registry(work / "server" / "registry.sqlite") as registry:
@@ -103,14 +99,14 @@ def diagnose(  # noqa: PLR0913
         "simulated": True,
         "split": "validation",
         "seed": seed,
-        "rounds": rounds,
-        "epochs": epochs,
+        "rounds": settings.rounds,
+        "epochs": settings.epochs,
         "central_epochs": central_epochs,
         "k_experts": k,
-        "local_batch": local_batch,
-        "prox_mu": prox_mu,
-        "server_lr": server_lr,
-        "server_optimizer": server_optimizer,
+        "local_batch": settings.local_batch,
+        "prox_mu": settings.prox_mu,
+        "server_lr": settings.server_lr,
+        "server_optimizer": settings.server_optimizer,
         "rows": rows,
         "means": {key: float(np.mean([r[key] for r in rows])) for key in keys},
         "load_average": fh.load_average(),
@@ -187,10 +183,17 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="federation_diagnose-") as tmp:
-        result = diagnose(
-            args.seed, args.rounds, args.epochs, args.central_epochs, args.k_experts, Path(tmp),
-            args.local_batch, args.prox_mu, args.server_lr, args.server_optimizer,
-        )  # fmt: skip
+        settings = fh.FederationHelpsSettings(
+            rounds=args.rounds,
+            epochs=args.epochs,
+            central_epochs=args.central_epochs,
+            k_experts=args.k_experts,
+            local_batch=args.local_batch,
+            prox_mu=args.prox_mu,
+            server_lr=args.server_lr,
+            server_optimizer=args.server_optimizer,
+        )
+        result = diagnose(settings, args.seed, Path(tmp))
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"federation_diagnose_s{args.seed}.json"
     path.write_text(json.dumps(result, indent=1))

@@ -55,8 +55,10 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from bench import reporting
 from bench.federation.federation_baselines import (
@@ -90,6 +92,7 @@ from bench.federation.fleet import (
 from bench.federation.inprocess_federation import InProcessFederation
 from bench.reporting import load_average
 from schemas import BadInputError  # noqa: E402
+from server.run_config import ServerRunConfig
 
 # the training GPUs of docs/results/offline_transfer.md (every generation, Maxwell to
 # Hopper, and the embedded Jetsons), so the newcomers compare with that benchmark
@@ -103,38 +106,67 @@ DEFAULT_NEWCOMERS = "k80,titanxp,2080ti,a30,4090,h100-pcie,xavier"
 Say = Callable[[str], None]
 
 
+class FederationHelpsSettings(BaseModel):
+    """How one federation-helps run federates and scores (the command line builds it once;
+    every seed's run takes it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rounds: int = 4
+    epochs: int = 3  # local epochs per round
+    k_experts: int = 3  # experts the server sends each node
+    held_out_fraction: float = 1 / 3  # of each node's tasks, for scoring
+    same_split: bool = False  # the same held-out tasks on every node
+    held_out_tasks: tuple[str, ...] | None = None  # the protocol's, on every node
+    offline: dict[str, float] = {}  # offline SiMoE zero-shot top-1 per newcomer, to compare
+    central_epochs: int = 0  # 0: no central reference
+    # the federation's training variant (TrainInstruction / the strategy's server step)
+    local_batch: int = 8
+    prox_mu: float = 0.0
+    server_lr: float = 1.0  # 1 with sgd: plain FedAvg, the strategy class's default
+    server_optimizer: Literal["sgd", "adam"] = "sgd"
+    matched_global: bool = False
+    own_only_epochs: int | None = None  # None: the federation's rounds x epochs
+    # what the report says about the run
+    command: str = ""
+    data: str = ""
+    threads: int = 1
+
+    def server_config(self, seed: int) -> ServerRunConfig:
+        """The server's settings for this run; the rest are the defaults, which build the
+        strategy as `SiMoEStrategy` built directly is (no clipping, FedAvg's rule). A bad
+        value is one line naming its option."""
+        return ServerRunConfig.from_options(
+            k_experts=self.k_experts,
+            epochs=self.epochs,
+            seed=seed,
+            local_batch=self.local_batch,
+            prox_mu=self.prox_mu,
+            server_lr=self.server_lr,
+            server_optimizer=self.server_optimizer,
+            matched_global=self.matched_global,
+        )
+
+
 # -- the run ------------------------------------------------------------------------------------
 def run_federation_helps(
     nodes: Sequence[FleetGPU],
     newcomers: Sequence[FleetGPU],
     work_dir: Path,
+    settings: FederationHelpsSettings,
     *,
-    rounds: int = 4,
-    epochs: int = 3,
-    k_experts: int = 3,
-    held_out_fraction: float = 1 / 3,
-    same_split: bool = False,
-    held_out_tasks: Sequence[str] | None = None,
     seed: int = 0,
-    offline: dict[str, float] | None = None,
-    central_epochs: int = 0,
-    local_batch: int = 8,
-    prox_mu: float = 0.0,
-    server_lr: float = 1.0,
-    server_optimizer: str = "sgd",
-    matched_global: bool = False,
-    own_only_epochs: int | None = None,
-    command: str = "",
-    data: str = "",
-    threads: int = 1,
     say: Say = lambda _text: None,
 ) -> FederationHelpsReport:
-    """Federate `nodes` for `rounds`, newcomers join at the last round; score everyone."""
+    """Federate `nodes` for `settings.rounds`, newcomers join at the last round; score
+    everyone."""
     from agent.node_state import NodeState
     from bench.transfer.offline_transfer import split_device
+    from server.aggregation import make_strategy
     from server.similarity import model_similarity
-    from server.strategy import SiMoEStrategy
 
+    rounds, epochs = settings.rounds, settings.epochs
+    held_out_tasks = settings.held_out_tasks
     if rounds < 2:
         raise BadInputError("--rounds must be at least 2 (newcomers join at the last round)")
     if len(nodes) < 2:
@@ -142,23 +174,23 @@ def run_federation_helps(
     overlap = {n.name for n in nodes} & {n.name for n in newcomers}
     if overlap:
         raise BadInputError(f"newcomers must not be nodes: {sorted(overlap)}")
+    server = settings.server_config(seed)  # checked before anything is written
     load_start = load_average()
     started = time.perf_counter()
     work_dir.mkdir(parents=True, exist_ok=True)
 
     splits = {
-        g.name: split_tasks(g, held_out_fraction, seed, same_split, held_out_tasks) for g in nodes
+        g.name: split_tasks(
+            g, settings.held_out_fraction, seed, settings.same_split, held_out_tasks
+        )
+        for g in nodes
     }
     federation = InProcessFederation(work_dir)
     federation.add_members([(gpu, splits[gpu.name][0]) for gpu in nodes])
     say(f"{len(nodes)} nodes written; federation: {rounds} rounds, {epochs} epochs each")
 
     registry = federation.open_registry()
-    strategy = SiMoEStrategy(
-        registry, model_similarity, k_experts=k_experts, epochs=epochs, seed=seed,
-        local_batch=local_batch, prox_mu=prox_mu, server_lr=server_lr,
-        server_optimizer=server_optimizer, matched_global=matched_global,
-    )  # fmt: skip
+    strategy = make_strategy(server, registry, model_similarity)
     fed_started = time.perf_counter()
 
     def report_round(outcome) -> None:  # noqa: ANN001
@@ -185,9 +217,9 @@ def run_federation_helps(
         node = NodeState(federation.member_dir(gpu.name))
         federated = top1(node.load_model(), held, gpu.dataset.hardware_vector)
         alone = (
-            own_only_model(gpu, train, rounds, epochs, seed, local_batch)
-            if own_only_epochs is None  # the federation's rounds x epochs
-            else own_only_model(gpu, train, own_only_epochs, 1, seed, local_batch)
+            own_only_model(gpu, train, rounds, epochs, seed, settings.local_batch)
+            if settings.own_only_epochs is None  # the federation's rounds x epochs
+            else own_only_model(gpu, train, settings.own_only_epochs, 1, seed, settings.local_batch)
         )
         own = top1(alone, held, gpu.dataset.hardware_vector)
         row = NodeRow(
@@ -204,7 +236,7 @@ def run_federation_helps(
         node_rows.append(row)
     own_wall = time.perf_counter() - own_started
 
-    offline = offline or {}
+    offline, central_epochs = settings.offline, settings.central_epochs
     central = None
     if central_epochs > 0 and newcomers:
         say(f"central reference: one SiMoE on the nodes' train data, {central_epochs} epochs")
@@ -228,41 +260,41 @@ def run_federation_helps(
         newcomer_rows.append(row)
     offline_values = [r.offline_top1 for r in newcomer_rows if r.offline_top1 is not None]
     return FederationHelpsReport(
-        command=command,
-        data=data,
+        command=settings.command,
+        data=settings.data,
         nodes=node_rows,
         newcomers=newcomer_rows,
         rounds=rounds,
         epochs=epochs,
-        k_experts=k_experts,
+        k_experts=settings.k_experts,
         seed=seed,
         split=(
             f"the protocol's held-out tasks on every node: {', '.join(held_out_tasks)}"
             if held_out_tasks
             else "same held-out tasks on every node"
-            if same_split
+            if settings.same_split
             else "per node"
         ),
-        held_out_fraction=held_out_fraction,
+        held_out_fraction=settings.held_out_fraction,
         offline_zero_shot_top1=(
             float(np.mean(offline_values))
             if offline_values and len(offline_values) == len(newcomer_rows)
             else None
         ),
         central_epochs=central_epochs if central is not None else 0,
-        local_batch=local_batch,
-        prox_mu=prox_mu,
-        server_lr=server_lr,
-        server_optimizer=server_optimizer,
-        matched_global=matched_global,
-        own_only_epochs=own_only_epochs,
+        local_batch=settings.local_batch,
+        prox_mu=settings.prox_mu,
+        server_lr=settings.server_lr,
+        server_optimizer=settings.server_optimizer,
+        matched_global=settings.matched_global,
+        own_only_epochs=settings.own_only_epochs,
         bytes_per_node_last_round=traffic,
         federation_wall_s=federation_wall,
         own_only_wall_s=own_wall,
         total_wall_s=time.perf_counter() - started,
         load_average_start=load_start,
         load_average_end=load_average(),
-        threads=threads,
+        threads=settings.threads,
     )
 
 
@@ -417,6 +449,25 @@ def main(argv: list[str] | None = None) -> None:
     command = reporting.public_command(
         "federation.federation_helps", sys.argv[1:] if argv is None else argv
     )
+    settings = FederationHelpsSettings(
+        rounds=args.rounds,
+        epochs=args.epochs,
+        k_experts=args.k_experts,
+        held_out_fraction=args.held_out_fraction,
+        same_split=args.same_split,
+        held_out_tasks=held_out_tasks,
+        offline=offline,
+        central_epochs=args.central_epochs,
+        local_batch=args.local_batch,
+        prox_mu=args.prox_mu,
+        server_lr=args.server_lr,
+        server_optimizer=args.server_optimizer,
+        matched_global=args.matched_global,
+        own_only_epochs=own_only_epochs,
+        command=command,
+        data=data,
+        threads=args.threads,
+    )
     work = args.work or Path(tempfile.mkdtemp(prefix="federation_helps-"))
     if args.work and work.exists():
         shutil.rmtree(work)
@@ -428,24 +479,8 @@ def main(argv: list[str] | None = None) -> None:
                     [fleet[g] for g in node_names],
                     [fleet[g] for g in newcomer_names],
                     work / f"seed{seed}",
-                    rounds=args.rounds,
-                    epochs=args.epochs,
-                    k_experts=args.k_experts,
-                    held_out_fraction=args.held_out_fraction,
-                    same_split=args.same_split,
-                    held_out_tasks=held_out_tasks,
+                    settings,
                     seed=seed,
-                    offline=offline,
-                    central_epochs=args.central_epochs,
-                    local_batch=args.local_batch,
-                    prox_mu=args.prox_mu,
-                    server_lr=args.server_lr,
-                    server_optimizer=args.server_optimizer,
-                    matched_global=args.matched_global,
-                    own_only_epochs=own_only_epochs,
-                    command=command,
-                    data=data,
-                    threads=args.threads,
                     say=lambda text: print(text, flush=True),
                 )
             )
