@@ -164,11 +164,13 @@ def test_simoe_fast_then_full_continues_its_measurements(tmp_path: Any) -> None:
                                         else "tuned")  # fmt: skip
     assert len(database.get_all_tuning_records()) == 4
     assert fast.modelled_measure_s > 0 and fast.compile_s > fast.search_wall_s
-    [full] = tuning_run.tune_method(
-        [task], "a100-40gb", "simoe-full", compile_time._simoe_model(torch_model, hv, True),
-        trials=4, population=16, genetic_iters=1, seed=0, network="net",
-        work_dir=tmp_path, trials_per_iter=4, init_min_unmeasured=4, start=(fast, database),
+    run = tuning_run.TuningRun(
+        [task], "net", "a100-40gb", "simoe-full", trials=4, seed=0, trials_per_iter=4,
+        work_dir=tmp_path, population=16, genetic_iters=1, init_min_unmeasured=4,
     )  # fmt: skip
+    [full] = tuning_run.tune_method(
+        run, compile_time._simoe_model(torch_model, hv, True), start=(fast, database)
+    )
     assert full.measured == 8
     assert full.compile_s > fast.compile_s
     assert full.network_latency_s <= fast.network_latency_s
@@ -213,8 +215,9 @@ def test_fleet_best_ranks_by_the_most_similar_training_gpus(monkeypatch: Any) ->
 
 def test_a_task_whose_tuned_schedule_loses_keeps_the_default() -> None:
     tasks = [type("T", (), {"name": n, "weight": 1.0})() for n in ("a", "b")]
+    run = tuning_run.TuningRun(tasks, "net", "a10", "m", trials=4, seed=0)  # type: ignore[arg-type]
     row = tuning_run.method_row(
-        "net", "a10", "m", 4, tasks, [1.0, 0.5], measured=8, wall=1.0, modelled=2.0, curve=[],
+        run, "m", 4, [1.0, 0.5], measured=8, wall=1.0, modelled=2.0, curve=[],
         default=[1.0, 3.0], tuned=[2.0, 0.5],
     )  # fmt: skip
     assert row.task_kept == {"a": "default", "b": "tuned"}
@@ -461,11 +464,11 @@ def test_the_small_budget_xgb_peer_trains_and_ranks_within_its_budget(
     task = TuneTask(
         "matmul", tvm.IRModule({"main": prim_func(parse_workload("matmul:64,64,64"))}), 1.0, 0.0
     )
-    [row] = tuning_run.tune_method(
-        [task], "a100-40gb", name, make_model(), trials=trials, population=pop,
-        genetic_iters=iters, seed=0, network="net", work_dir=tmp_path,
-        trials_per_iter=per_iter, init_min_unmeasured=8,
+    run = tuning_run.TuningRun(
+        [task], "net", "a100-40gb", name, trials=trials, seed=0, trials_per_iter=per_iter,
+        work_dir=tmp_path, population=pop, genetic_iters=iters, init_min_unmeasured=8,
     )  # fmt: skip
+    [row] = tuning_run.tune_method(run, make_model())
     assert row.measured <= trials
     fits = [n for e, n in events if e == "fit"]
     ranked = [n for e, n in events if e == "ranked"]

@@ -117,7 +117,7 @@ def test_the_budget_section_runs_schedule_transfer_on_each_unit(monkeypatch: Any
     monkeypatch.setattr(
         compile_time,
         "_run_simoe",
-        lambda *a, **k: calls.append(("simoe", a[2], k["full"] is not None)),
+        lambda case, *a, **k: calls.append(("simoe", case.gpu, k["full"] is not None)),
     )
     monkeypatch.setattr(
         compile_data,

@@ -32,13 +32,15 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bench.compile.compile_data import Say, prepare
-from bench.compile.tuning_run import simoe_fast, tune_method, tune_with_strategy
+from bench.compile.tuning_run import TuningRun, simoe_fast, tune_method, tune_with_strategy
 from bench.report.claims import summarize
 from bench.report.report_model import CompileSection, CompileSettings, FailedRun, MethodRow
 from simoe_model.tvm_compat import single_candidate_safe, step_lr_accepts_verbose
@@ -49,6 +51,38 @@ if TYPE_CHECKING:
 OnRow = Callable[[CompileSection], None]  # gets the partial section after each run
 
 
+@dataclass(frozen=True)
+class Case:
+    """One network on one unseen GPU: the tasks every method tunes there."""
+
+    network: str
+    gpu: str
+    tasks: list[TuneTask]
+
+    def __str__(self) -> str:
+        return f"{self.network} on sim:{self.gpu}"
+
+
+@dataclass(frozen=True)
+class SectionOut:
+    """The section being filled: each run's rows go in (a failed run as its error), `on_row`
+    gets the partial section after each, `say` tells what runs."""
+
+    section: CompileSection
+    say: Say
+    on_row: OnRow
+
+    def add(self, rows: list[MethodRow]) -> None:
+        self.section.rows += rows
+        self.on_row(self.section)
+
+    def failed(self, case: Case, method: str, exc: Exception) -> None:
+        error = f"{type(exc).__name__}: {str(exc)[:300]}"
+        run = FailedRun(network=case.network, gpu=case.gpu, method=method, error=error)
+        self.section.failed.append(run)
+        self.on_row(self.section)
+
+
 # -- the section -------------------------------------------------------------------------------
 # (method, cost model factory, trials, population, genetic iterations, snapshots,
 #  measurements per search)
@@ -56,33 +90,32 @@ Plan = tuple[str, Callable[[], Any], int, int, int, dict[str, int], int]
 
 
 def _run_plans(
-    plans: list[Plan],
-    tasks: list[TuneTask],
-    network: str,
-    gpu: str,
-    settings: CompileSettings,
-    work_dir: Path,
-    section: CompileSection,
-    say: Say,
-    on_row: OnRow,
+    plans: list[Plan], case: Case, settings: CompileSettings, work_dir: Path, out: SectionOut
 ) -> None:
     for method, make_model, trials, pop, iters, snapshots, per_iter in plans:
         also = f", snapshot {', '.join(snapshots)}" if snapshots else ""
-        say(f"{network} on sim:{gpu}: {method} ({trials} trials/task in searches of "
-            f"{per_iter}{also})")  # fmt: skip
+        out.say(f"{case}: {method} ({trials} trials/task in searches of {per_iter}{also})")
+        run = TuningRun(
+            case.tasks,
+            case.network,
+            case.gpu,
+            method,
+            trials=trials,
+            seed=settings.seed,
+            trials_per_iter=per_iter,
+            work_dir=work_dir,
+            population=pop,
+            genetic_iters=iters,
+            init_min_unmeasured=settings.init_min(pop),
+            snapshots=snapshots,
+        )
         try:
             with step_lr_accepts_verbose():
-                rows = tune_method(
-                    tasks, gpu, method, make_model(), trials=trials, population=pop,
-                    genetic_iters=iters, seed=settings.seed, network=network,
-                    work_dir=work_dir, trials_per_iter=per_iter,
-                    snapshots=snapshots, init_min_unmeasured=settings.init_min(pop),
-                )  # fmt: skip
+                rows = tune_method(run, make_model())
         except Exception as exc:  # noqa: BLE001 - one failed method must not lose the rest
-            _failed(section, network, gpu, method, exc, on_row)
+            out.failed(case, method, exc)
             continue
-        section.rows += rows
-        on_row(section)
+        out.add(rows)
 
 
 def _xgb_model(warmup: int) -> Callable[[], Any]:
@@ -127,79 +160,70 @@ def _simoe_model(base: Any, hv: np.ndarray, online: bool) -> Any:
 
 
 def _run_simoe(
-    tasks: list[TuneTask],
-    network: str,
-    gpu: str,
+    case: Case,
     model: Any,
     hv: np.ndarray,
     settings: CompileSettings,
     work_dir: Path,
-    section: CompileSection,
-    say: Say,
-    on_row: OnRow,
+    out: SectionOut,
     *,
     full: CompileSettings | None,
 ) -> None:
     """SiMoE fast mode, then full mode (when `full`, its settings): fast mode's measurements
     continued by MetaSchedule's search with SiMoE learning online, up to the full budget."""
     k = settings.tlm_budget
-    say(
-        f"{network} on sim:{gpu}: simoe-fast ({settings.simoe_fast_rounds} model-only searches "
+    out.say(
+        f"{case}: simoe-fast ({settings.simoe_fast_rounds} model-only searches "
         f"of {settings.simoe_fast_per_round}, then {k} measured per task)"
     )
     try:
         fast, database = simoe_fast(
-            tasks, gpu, lambda: _simoe_model(model, hv, False), settings, network
+            case.tasks, case.gpu, lambda: _simoe_model(model, hv, False), settings, case.network
         )
     except Exception as exc:  # noqa: BLE001 - one failed method must not lose the rest
-        _failed(section, network, gpu, "simoe-fast", exc, on_row)
+        out.failed(case, "simoe-fast", exc)
         return
-    section.rows.append(fast)
-    on_row(section)
+    out.add([fast])
     if full is None or full.full_budget <= k:
         return
-    say(f"{network} on sim:{gpu}: simoe-full (continues to {full.full_budget} trials/task)")
+    out.say(f"{case}: simoe-full (continues to {full.full_budget} trials/task)")
+    run = TuningRun(
+        case.tasks,
+        case.network,
+        case.gpu,
+        "simoe-full",
+        trials=full.full_budget - k,
+        seed=full.seed,
+        trials_per_iter=full.trials_per_iter,
+        work_dir=work_dir,
+        population=full.population,
+        genetic_iters=full.genetic_iters,
+        init_min_unmeasured=full.init_min(full.population),
+    )
     try:
         with step_lr_accepts_verbose():
-            [row] = tune_method(
-                tasks, gpu, "simoe-full", _simoe_model(model, hv, True),
-                trials=full.full_budget - k, population=full.population,
-                genetic_iters=full.genetic_iters, seed=full.seed, network=network,
-                work_dir=work_dir, trials_per_iter=full.trials_per_iter,
-                init_min_unmeasured=full.init_min(full.population),
-                start=(fast, database),
-            )  # fmt: skip
+            [row] = tune_method(run, _simoe_model(model, hv, True), start=(fast, database))
     except Exception as exc:  # noqa: BLE001
-        _failed(section, network, gpu, "simoe-full", exc, on_row)
+        out.failed(case, "simoe-full", exc)
         return
     row.trials_per_task = full.full_budget
-    section.rows.append(row)
-    on_row(section)
+    out.add([row])
 
 
-def _run_mlp_fast(
-    tasks: list[TuneTask],
-    network: str,
-    gpu: str,
-    mlp: Any,
-    settings: CompileSettings,
-    section: CompileSection,
-    say: Say,
-    on_row: OnRow,
-) -> None:
+def _run_mlp_fast(case: Case, mlp: Any, settings: CompileSettings, out: SectionOut) -> None:
     """The fair peer of SiMoE fast (issue 12, item 4): the pre-trained MLP (the same training
     data) searching exactly as SiMoE fast does, then its top `tlm_budget` measured."""
-    say(f"{network} on sim:{gpu}: mlp-fast (SiMoE fast's search with the pre-trained MLP)")
+    out.say(f"{case}: mlp-fast (SiMoE fast's search with the pre-trained MLP)")
     try:
         with step_lr_accepts_verbose():
+            make_model = partial(_mlp_model, mlp)
             row, _db = simoe_fast(
-                tasks, gpu, lambda: _mlp_model(mlp), settings, network, method="mlp-fast"
+                case.tasks, case.gpu, make_model, settings, case.network, method="mlp-fast"
             )
     except Exception as exc:  # noqa: BLE001 - one failed method must not lose the rest
-        _failed(section, network, gpu, "mlp-fast", exc, on_row)
+        out.failed(case, "mlp-fast", exc)
         return
-    section.rows.append(row)
-    on_row(section)
+    out.add([row])
 
 
 def schedule_transfer(
@@ -222,31 +246,33 @@ def schedule_transfer(
             picks.append(Scored(sch.mod, trace, float(order), order))
         return ProposedCandidates(picks)
 
-    [row], _db = tune_with_strategy(
-        tasks, gpu, "schedule-transfer", "random", strategy, trials=settings.tlm_budget,
-        seed=settings.seed, network=network, work_dir=None,
+    run = TuningRun(
+        tasks,
+        network,
+        gpu,
+        "schedule-transfer",
+        trials=settings.tlm_budget,
+        seed=settings.seed,
         trials_per_iter=settings.trials_per_iter,
-    )  # fmt: skip
+    )
+    [row], _db = tune_with_strategy(run, "random", strategy)
     return row
 
 
 def _run_fleet_methods(
     data: Any,
-    network: str,
-    gpu: str,
+    case: Case,
     settings: CompileSettings,
-    section: CompileSection,
-    say: Say,
-    on_row: OnRow,
+    out: SectionOut,
     have: set[tuple[str, str, str]],
 ) -> None:
     """Fleet schedule transfer (a peer: at least its performance is the target) and SiMoE
     fast with the fleet schedule warm start (the same schedules seed its first search)."""
     from bench.compile.compile_data import fleet_best
 
+    network, gpu, tasks = case.network, case.gpu, case.tasks
     if network in settings.held_out_networks:
         return  # no fleet record of its operators: nothing to transfer or to seed with
-    tasks = data.tasks[network]
     best = fleet_best(data, network, gpu, settings.tlm_budget)
     runs = {
         "schedule-transfer": lambda: schedule_transfer(tasks, gpu, best, settings, network),
@@ -258,22 +284,13 @@ def _run_fleet_methods(
     for method, run in runs.items():
         if (network, gpu, method) in have or not settings.runs(method):
             continue
-        say(f"{network} on sim:{gpu}: {method}")
+        out.say(f"{case}: {method}")
         try:
             row = run()
         except Exception as exc:  # noqa: BLE001 - one failed method must not lose the rest
-            _failed(section, network, gpu, method, exc, on_row)
+            out.failed(case, method, exc)
             continue
-        section.rows.append(row)
-        on_row(section)
-
-
-def _failed(
-    section: CompileSection, network: str, gpu: str, method: str, exc: Exception, on_row: OnRow
-) -> None:
-    error = f"{type(exc).__name__}: {str(exc)[:300]}"
-    section.failed.append(FailedRun(network=network, gpu=gpu, method=method, error=error))
-    on_row(section)
+        out.add([row])
 
 
 def run_section(
@@ -296,6 +313,7 @@ def run_section(
         settings=settings, networks=data.networks, prep_seconds=data.prep_seconds, rows=kept
     )
     have = {(r.network, r.gpu, r.method) for r in kept}
+    out = SectionOut(section, say, on_row)
     on_row(section)
     k = settings.tlm_budget
     per_iter = settings.trials_per_iter
@@ -325,17 +343,17 @@ def run_section(
     plans.sort(key=lambda p: (p[2], p[0]))  # cheap runs first: a timeout keeps the comparison
     for gpu in settings.unseen_gpus:
         for network, tasks in data.tasks.items():
+            case = Case(network, gpu, tasks)
             # SiMoE first, then the peers
             full = settings if settings.runs("simoe-full") else None
             if (network, gpu, "simoe-full" if full else "simoe-fast") not in have:
-                _run_simoe(tasks, network, gpu, data.simoe, data.hv[gpu], settings, work_dir,
-                           section, say, on_row, full=full)  # fmt: skip
+                _run_simoe(case, data.simoe, data.hv[gpu], settings, work_dir, out, full=full)
             # the same search, the MLP's scores
             if (network, gpu, "mlp-fast") not in have and settings.runs("mlp-fast"):
-                _run_mlp_fast(tasks, network, gpu, data.mlp, settings, section, say, on_row)
-            _run_fleet_methods(data, network, gpu, settings, section, say, on_row, have)
+                _run_mlp_fast(case, data.mlp, settings, out)
+            _run_fleet_methods(data, case, settings, out, have)
             todo = [p for p in plans if (network, gpu, p[0]) not in have]
-            _run_plans(todo, tasks, network, gpu, settings, work_dir, section, say, on_row)
+            _run_plans(todo, case, settings, work_dir, out)
     section.summary = summarize(section.rows, settings.tlm_budget)
     return section
 
@@ -373,6 +391,7 @@ def run_budget_section(
     one = settings.model_copy(update={"networks": settings.networks[:1]})
     data = prepare(one, work_dir / "budget", say, 1)
     section = CompileSection(settings=one, networks=data.networks, prep_seconds=data.prep_seconds)
+    out = SectionOut(section, say, on_row)
     on_row(section)
     [(network, tasks)] = data.tasks.items()
     # MetaSchedule's own defaults here: 64 measurements per search, XGB warm-up 100
@@ -382,42 +401,32 @@ def run_budget_section(
     )  # fmt: skip
     long = f"ms-xgb-{settings.long_budget}"
     for gpu in settings.unseen_gpus:
-        _run_simoe(tasks, network, gpu, data.simoe, data.hv[gpu], settings,
-                   work_dir / "budget", section, say, on_row,
-                   full=default_iter if settings.runs("simoe-full") else None)  # fmt: skip
+        case = Case(network, gpu, tasks)
+        full = default_iter if settings.runs("simoe-full") else None
+        _run_simoe(case, data.simoe, data.hv[gpu], settings, work_dir / "budget", out, full=full)
         if settings.runs("schedule-transfer"):
-            _run_budget_transfer(data, network, gpu, settings, section, say, on_row)
+            _run_budget_transfer(data, case, settings, out)
         plans: list[Plan] = [
             (long, _xgb_model(100), settings.long_budget, settings.population,
              settings.genetic_iters, {}, default_iter.trials_per_iter),
         ]  # fmt: skip
         plans = [p for p in plans if settings.runs(p[0])]
-        _run_plans(plans, tasks, network, gpu, default_iter, work_dir / "budget", section, say,
-                   on_row)  # fmt: skip
+        _run_plans(plans, case, default_iter, work_dir / "budget", out)
     section.summary = summarize(section.rows, settings.tlm_budget, full_method=long)
     return section
 
 
-def _run_budget_transfer(
-    data: Any,
-    network: str,
-    gpu: str,
-    settings: CompileSettings,
-    section: CompileSection,
-    say: Say,
-    on_row: OnRow,
-) -> None:
+def _run_budget_transfer(data: Any, case: Case, settings: CompileSettings, out: SectionOut) -> None:
     """Schedule transfer in the budget section: the task's `tlm_budget` fleet records with
-    the best mean log latency on the k training units most similar to `gpu` (the records
-    SiMoE trained on), measured."""
+    the best mean log latency on the k training units most similar to the case's GPU (the
+    records SiMoE trained on), measured."""
     from bench.compile.compile_data import fleet_best
 
-    say(f"{network} on sim:{gpu}: schedule-transfer ({settings.tlm_budget} fleet schedules)")
+    out.say(f"{case}: schedule-transfer ({settings.tlm_budget} fleet schedules)")
     try:
-        best = fleet_best(data, network, gpu, settings.tlm_budget)
-        row = schedule_transfer(data.tasks[network], gpu, best, settings, network)
+        best = fleet_best(data, case.network, case.gpu, settings.tlm_budget)
+        row = schedule_transfer(case.tasks, case.gpu, best, settings, case.network)
     except Exception as exc:  # noqa: BLE001 - one failed method must not lose the rest
-        _failed(section, network, gpu, "schedule-transfer", exc, on_row)
+        out.failed(case, "schedule-transfer", exc)
         return
-    section.rows.append(row)
-    on_row(section)
+    out.add([row])

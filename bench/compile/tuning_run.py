@@ -3,13 +3,14 @@ compile section (bench/compile/compile_time.py) runs each: the tasks tuned throu
 tuner's harness (agent.tune_harness) with one cost model and search strategy, the curve
 of best network latency against compile time, and the row it becomes (`method_row`);
 SiMoE fast's chained model-only search (`simoe_fast`) and the untuned defaults
-(`default_latencies`)."""
+(`default_latencies`). What one run tunes and how it searches is one `TuningRun`."""
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,12 +22,32 @@ if TYPE_CHECKING:
 
 
 # -- one tuning run ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TuningRun:
+    """One method's run over one network's tasks on one simulated GPU, and how it searches
+    (the compile section makes one per run from its `CompileSettings`)."""
+
+    tasks: list[TuneTask]
+    network: str
+    gpu: str  # the simulated GPU (`sim:<gpu>`)
+    method: str  # the row's name
+    trials: int  # measurements per task
+    seed: int
+    trials_per_iter: int = 64  # measurements per search
+    work_dir: Path | None = None  # MetaSchedule's logs go below it (None: none kept)
+    # the evolutionary search (`tune_method`); a strategy given to `tune_with_strategy`
+    # has its own
+    population: int = 0
+    genetic_iters: int = 0
+    init_min_unmeasured: int = 50
+    # {method: k}: the run stopped after k measurements per task, also returned as a row
+    snapshots: Mapping[str, int] = field(default_factory=dict)
+
+
 def method_row(
-    network: str,
-    gpu: str,
+    run: TuningRun,
     method: str,
     trials_per_task: int,
-    tasks: list[TuneTask],
     best: list[float],
     *,
     measured: int,
@@ -36,9 +57,11 @@ def method_row(
     default: list[float] | None = None,
     tuned: list[float] | None = None,
 ) -> MethodRow:
-    """A run's row: network latency = sum of weight x best task latency (None until every
-    task has one). `default`, `tuned`: each task's default-schedule and best tuned latency
-    (`best` is the smaller), to say which one the task keeps."""
+    """A run's row (`method`: the run's, or a snapshot's): network latency = sum of weight x
+    best task latency (None until every task has one). `default`, `tuned`: each task's
+    default-schedule and best tuned latency (`best` is the smaller), to say which one the
+    task keeps."""
+    tasks = run.tasks
     finite = all(math.isfinite(b) for b in best)
     default = default or [math.inf] * len(tasks)
     tuned = tuned or list(best)
@@ -47,8 +70,8 @@ def method_row(
         for d, t in zip(default, tuned, strict=True)
     ]
     return MethodRow(
-        network=network,
-        gpu=gpu,
+        network=run.network,
+        gpu=run.gpu,
         method=method,
         trials_per_task=trials_per_task,
         measured=measured,
@@ -73,40 +96,26 @@ Strategy = Callable[[int, "TuneTask", Any], Any]  # (task index, task, target) -
 
 
 def tune_method(
-    tasks: list[TuneTask],
-    gpu: str,
-    method: str,
-    cost_model: Any,
-    *,
-    trials: int,
-    population: int,
-    genetic_iters: int,
-    seed: int,
-    network: str,
-    work_dir: Path,
-    trials_per_iter: int = 64,
-    snapshots: dict[str, int] | None = None,
-    init_min_unmeasured: int = 50,
-    start: tuple[MethodRow, Any] | None = None,
+    run: TuningRun, cost_model: Any, *, start: tuple[MethodRow, Any] | None = None
 ) -> list[MethodRow]:
-    """Tune every task for `trials` measurements with one cost model; track the curve.
+    """Tune every task for `run.trials` measurements with one cost model and MetaSchedule's
+    evolutionary search; track the curve.
 
-    `snapshots` {method: k}: the state after the first k // trials_per_iter searches (of up to
-    trials_per_iter measurements) per task is also returned as a row of that method: the same
-    run stopped at k (round-robin gives every task its searches before any task gets more).
-    `start` (row, database): continue an earlier run of the same tasks: its measurements are
-    in the database, its time and best latencies count toward this run's."""
+    `run.snapshots` {method: k}: the state after the first k // trials_per_iter searches (of
+    up to trials_per_iter measurements) per task is also returned as a row of that method:
+    the same run stopped at k (round-robin gives every task its searches before any task
+    gets more). `start` (row, database): continue an earlier run of the same tasks: its
+    measurements are in the database, its time and best latencies count toward this run's."""
     from agent.tune_harness import evolutionary
 
     def strategy(_i: int, _task: TuneTask, _target: Any) -> Any:
         return evolutionary(
-            population, genetic_iters=genetic_iters, init_min_unmeasured=init_min_unmeasured
+            run.population,
+            genetic_iters=run.genetic_iters,
+            init_min_unmeasured=run.init_min_unmeasured,
         )
 
-    rows, _database = tune_with_strategy(
-        tasks, gpu, method, cost_model, strategy, trials=trials, seed=seed, network=network,
-        work_dir=work_dir, trials_per_iter=trials_per_iter, snapshots=snapshots, start=start,
-    )  # fmt: skip
+    rows, _database = tune_with_strategy(run, cost_model, strategy, start=start)
     return rows
 
 
@@ -130,18 +139,10 @@ def default_latencies(tasks: list[TuneTask], device: Any) -> list[float]:
 
 
 def tune_with_strategy(
-    tasks: list[TuneTask],
-    gpu: str,
-    method: str,
+    run: TuningRun,
     cost_model: Any,
     strategy: Strategy,
     *,
-    trials: int,
-    seed: int,
-    network: str,
-    work_dir: Path | None,
-    trials_per_iter: int,
-    snapshots: dict[str, int] | None = None,
     start: tuple[MethodRow, Any] | None = None,
 ) -> tuple[list[MethodRow], Any]:
     """One run through the tuner's harness (agent.tune_harness), the compile-time curve kept
@@ -155,7 +156,8 @@ def tune_with_strategy(
     from agent.devices.sim import modelled_cost_seconds
     from agent.tune_harness import run_tasks
 
-    device = get_device(f"sim:{gpu}")
+    tasks, trials = run.tasks, run.trials
+    device = get_device(f"sim:{run.gpu}")
     before, database = start if start else (None, ms.database.MemoryDatabase())
     best: list[float] = [math.inf] * len(tasks)
     measured = [0]
@@ -182,11 +184,11 @@ def tune_with_strategy(
     modelled_done = [float(device.modelled_measure_seconds)]
     taken: dict[str, MethodRow] = {}
     batches = [0]
-    per_iter = min(trials_per_iter, trials)
+    per_iter = min(run.trials_per_iter, trials)
 
     def row_now(name: str, k: int, wall: float, modelled: float) -> MethodRow:
         return method_row(
-            network, gpu, name, k, tasks, best, measured=measured[0], wall=wall0 + wall,
+            run, name, k, best, measured=measured[0], wall=wall0 + wall,
             modelled=modelled0 + modelled, curve=curve, default=default, tuned=tuned,
         )  # fmt: skip
 
@@ -211,23 +213,26 @@ def tune_with_strategy(
                     curve.append((wall0 + modelled0 + wall + modelled, lat))
             modelled_done[0] = float(device.modelled_measure_seconds)
             batches[0] += 1
-            for name, k in (snapshots or {}).items():  # after k // per_iter searches per task
+            for name, k in run.snapshots.items():  # after k // per_iter searches per task
                 if name not in taken and batches[0] >= k // per_iter * len(tasks):
                     taken[name] = row_now(name, k, wall, modelled_done[0])
 
     log_dir = None
-    if work_dir is not None:
-        log_dir = work_dir / "logs" / f"{network}-{gpu}-{method}"
+    if run.work_dir is not None:
+        log_dir = run.work_dir / "logs" / f"{run.network}-{run.gpu}-{run.method}"
         log_dir.mkdir(parents=True, exist_ok=True)
     started, cpu0 = time.perf_counter(), time.process_time()
     strategies = [strategy(i, t, device.target()) for i, t in enumerate(tasks)]
     run_tasks(
         tasks, device, database, cost_model, strategies, trials_per_task=trials,
-        trials_per_iter=per_iter, seed=seed, work_dir=log_dir, file_logs=False,
+        trials_per_iter=per_iter, seed=run.seed, work_dir=log_dir, file_logs=False,
         callbacks=[Curve()], num_threads=2, task_scheduler="round-robin",
     )  # fmt: skip
     wall = time.perf_counter() - started
-    rows = [row_now(method, trials, wall, float(device.modelled_measure_seconds)), *taken.values()]
+    rows = [
+        row_now(run.method, trials, wall, float(device.modelled_measure_seconds)),
+        *taken.values(),
+    ]
     # process CPU (all threads); a continued run (`start`) adds the earlier run's
     rows[0].search_cpu_s = time.process_time() - cpu0 + ((before and before.search_cpu_s) or 0)
     return rows, database
@@ -261,9 +266,14 @@ def simoe_fast(
             seeds=seeds[i] if seeds else (),
         )  # fmt: skip
 
-    [row], database = tune_with_strategy(
-        tasks, gpu, method, make_model(), strategy, trials=settings.tlm_budget,
-        seed=settings.seed, network=network, work_dir=None,
+    run = TuningRun(
+        tasks,
+        network,
+        gpu,
+        method,
+        trials=settings.tlm_budget,
+        seed=settings.seed,
         trials_per_iter=settings.trials_per_iter,
-    )  # fmt: skip
+    )
+    [row], database = tune_with_strategy(run, make_model(), strategy)
     return row, database

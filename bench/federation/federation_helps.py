@@ -104,6 +104,21 @@ DEFAULT_NODES = (
 DEFAULT_NEWCOMERS = "k80,titanxp,2080ti,a30,4090,h100-pcie,xavier"
 
 Say = Callable[[str], None]
+# the settings the command line gives as they are (its options of those names)
+OPTIONS = [
+    "rounds",
+    "epochs",
+    "k_experts",
+    "held_out_fraction",
+    "same_split",
+    "central_epochs",
+    "local_batch",
+    "prox_mu",
+    "server_lr",
+    "server_optimizer",
+    "matched_global",
+    "threads",
+]
 
 
 class FederationHelpsSettings(BaseModel):
@@ -133,19 +148,17 @@ class FederationHelpsSettings(BaseModel):
     threads: int = 1
 
     def server_config(self, seed: int) -> ServerRunConfig:
-        """The server's settings for this run; the rest are the defaults, which build the
-        strategy as `SiMoEStrategy` built directly is (no clipping, FedAvg's rule). A bad
-        value is one line naming its option."""
-        return ServerRunConfig.from_options(
-            k_experts=self.k_experts,
-            epochs=self.epochs,
-            seed=seed,
-            local_batch=self.local_batch,
-            prox_mu=self.prox_mu,
-            server_lr=self.server_lr,
-            server_optimizer=self.server_optimizer,
-            matched_global=self.matched_global,
-        )
+        """The server's settings for this run: those of its fields of the same names; the
+        rest are the defaults, which build the strategy as `SiMoEStrategy` built directly is
+        (no clipping, FedAvg's rule). A bad value is one line naming its option."""
+        shared = set(type(self).model_fields) & set(ServerRunConfig.model_fields)
+        return ServerRunConfig.from_options(seed=seed, **self.model_dump(include=shared))
+
+
+# the settings a report carries as they are: its fields of those names (but central_epochs: 0
+# when no central reference was trained)
+REPORTED = set(FederationHelpsSettings.model_fields) & set(FederationHelpsReport.model_fields)
+REPORTED -= {"central_epochs"}
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -260,13 +273,9 @@ def run_federation_helps(
         newcomer_rows.append(row)
     offline_values = [r.offline_top1 for r in newcomer_rows if r.offline_top1 is not None]
     return FederationHelpsReport(
-        command=settings.command,
-        data=settings.data,
+        **settings.model_dump(include=REPORTED),
         nodes=node_rows,
         newcomers=newcomer_rows,
-        rounds=rounds,
-        epochs=epochs,
-        k_experts=settings.k_experts,
         seed=seed,
         split=(
             f"the protocol's held-out tasks on every node: {', '.join(held_out_tasks)}"
@@ -275,26 +284,18 @@ def run_federation_helps(
             if settings.same_split
             else "per node"
         ),
-        held_out_fraction=settings.held_out_fraction,
         offline_zero_shot_top1=(
             float(np.mean(offline_values))
             if offline_values and len(offline_values) == len(newcomer_rows)
             else None
         ),
         central_epochs=central_epochs if central is not None else 0,
-        local_batch=settings.local_batch,
-        prox_mu=settings.prox_mu,
-        server_lr=settings.server_lr,
-        server_optimizer=settings.server_optimizer,
-        matched_global=settings.matched_global,
-        own_only_epochs=settings.own_only_epochs,
         bytes_per_node_last_round=traffic,
         federation_wall_s=federation_wall,
         own_only_wall_s=own_wall,
         total_wall_s=time.perf_counter() - started,
         load_average_start=load_start,
         load_average_end=load_average(),
-        threads=settings.threads,
     )
 
 
@@ -450,23 +451,12 @@ def main(argv: list[str] | None = None) -> None:
         "federation.federation_helps", sys.argv[1:] if argv is None else argv
     )
     settings = FederationHelpsSettings(
-        rounds=args.rounds,
-        epochs=args.epochs,
-        k_experts=args.k_experts,
-        held_out_fraction=args.held_out_fraction,
-        same_split=args.same_split,
+        **{name: getattr(args, name) for name in OPTIONS},
         held_out_tasks=held_out_tasks,
         offline=offline,
-        central_epochs=args.central_epochs,
-        local_batch=args.local_batch,
-        prox_mu=args.prox_mu,
-        server_lr=args.server_lr,
-        server_optimizer=args.server_optimizer,
-        matched_global=args.matched_global,
         own_only_epochs=own_only_epochs,
         command=command,
         data=data,
-        threads=args.threads,
     )
     work = args.work or Path(tempfile.mkdtemp(prefix="federation_helps-"))
     if args.work and work.exists():
