@@ -57,7 +57,7 @@ def test_one_target_every_method(small_hub, monkeypatch):
     }  # fmt: skip
     text, data = report.render(run, report.score(run, small_hub), small_hub)
     assert "| simoe |" in text and "MEASURED" in text
-    assert set(data["goals"]) == {"simoe", "simoe-sharing"}
-    assert data["goals"]["simoe"]["fraction@1"]["goal"] == 0.93
-    summary = data["summary"]["simoe"]["geomean"]
+    assert set(data.goals) == {"simoe", "simoe-sharing"}
+    assert data.goals["simoe"]["fraction@1"].goal == 0.93  # type: ignore[union-attr]
+    summary = data.summary["simoe"].geomean
     assert all(0 < summary[n] <= 1 for n in report.NS)

@@ -15,11 +15,29 @@ import gzip
 import json
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from bench.real_gpu.hub import Hub
+from bench.real_gpu.report_model import (
+    AblationGoal,
+    BestKtGoal,
+    CountGoal,
+    FractionGoal,
+    Gain,
+    Goal,
+    IntervalGoal,
+    MethodScore,
+    MethodSummary,
+    OnlineEffect,
+    RealTransferReport,
+    RunInfo,
+    XgbGoal,
+    read,
+    report_json,
+)
 from bench.real_gpu.scores import (
     clustered_bootstrap,
     fraction_at,
@@ -60,10 +78,20 @@ def _log(x: float) -> float:
     return math.log(max(x, 1e-3))
 
 
-def score(run: dict, hub: Hub) -> dict:
+Rows = dict[tuple[str, str], dict[str, MethodScore]]  # (kernel, target) -> method ->
+
+
+@dataclass(frozen=True)
+class Scored:
+    rows: Rows
+    summary: dict[str, MethodSummary]  # method ->
+    methods: list[str]
+
+
+def score(run: dict, hub: Hub) -> Scored:
     """Per (kernel, target): each method's fractions, measurements and seconds to each
     fraction (means over seeds), and the aggregates."""
-    rows: dict[tuple[str, str], dict[str, dict]] = defaultdict(dict)
+    rows: Rows = defaultdict(dict)
     seeds_of: dict[tuple[str, str, str], list] = defaultdict(list)
     traces_by_space: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for res in run["results"]:
@@ -75,35 +103,35 @@ def score(run: dict, hub: Hub) -> dict:
             seeds_of[(res["kernel"], res["target"], method)].append((frac, to_n, to_s))
             traces_by_space[method][f"{res['kernel']}/{res['target']}"].append(trace)
     for (kernel, target, method), per_seed in seeds_of.items():
-        rows[(kernel, target)][method] = {
-            "fraction": {n: float(np.mean([s[0][n] for s in per_seed])) for n in NS},
+        rows[(kernel, target)][method] = MethodScore(
+            fraction={n: float(np.mean([s[0][n] for s in per_seed])) for n in NS},
             # a seed that never reached the fraction counts as its budget + 1 (a lower bound)
-            "measurements_to": {f: _median_reached([s[1][f] for s in per_seed]) for f in FRACTIONS},
-            "seconds_to": {f: _median_reached([s[2][f] for s in per_seed]) for f in FRACTIONS},
-            "seeds": len(per_seed),
-        }
+            measurements_to={f: _median_reached([s[1][f] for s in per_seed]) for f in FRACTIONS},
+            seconds_to={f: _median_reached([s[2][f] for s in per_seed]) for f in FRACTIONS},
+            seeds=len(per_seed),
+        )
     methods = sorted({m for r in rows.values() for m in r})
     spaces = {f"{k}/{t}": hub.caches[k][t].time_ms for k, t in rows}
     summary = {}
     for method in methods:
         have = [(k, t) for (k, t), r in rows.items() if method in r]
-        summary[method] = {
-            "targets": len(have),
-            "geomean": {n: geomean([rows[kt][method]["fraction"][n] for kt in have]) for n in NS},
-            "median_measurements_to": {
-                f: _median_reached([rows[kt][method]["measurements_to"][f] for kt in have])
+        summary[method] = MethodSummary(
+            targets=len(have),
+            geomean={n: geomean([rows[kt][method].fraction[n] for kt in have]) for n in NS},
+            median_measurements_to={
+                f: _median_reached([rows[kt][method].measurements_to[f] for kt in have])
                 for f in FRACTIONS
             },
-            "median_seconds_to": {
-                f: _median_reached([rows[kt][method]["seconds_to"][f] for kt in have])
+            median_seconds_to={
+                f: _median_reached([rows[kt][method].seconds_to[f] for kt in have])
                 for f in FRACTIONS
             },
-            "methodology_score_64": methodology_score(
+            methodology_score_64=methodology_score(
                 {s: (traces_by_space[method][s], spaces[s]) for s in traces_by_space[method]},
                 np.arange(1, 65),
             )[0],
-        }
-    return {"rows": rows, "summary": summary, "methods": methods}
+        )
+    return Scored(rows, summary, methods)
 
 
 def _median_reached(values: list) -> float | None:
@@ -121,16 +149,16 @@ def _median_reached(values: list) -> float | None:
     return None if math.isinf(mid) else float(mid)
 
 
-def interval(rows: dict, a: str, b: str, n: int, gpus: set[str] | None = None) -> tuple:
+def interval(rows: Rows, a: str, b: str, n: int, gpus: set[str] | None = None) -> tuple:
     """Mean log-ratio of fractions a / b at n, with its 95% interval clustered by GPU."""
     diffs: dict[str, list[float]] = defaultdict(list)
     for (_, target), r in rows.items():
         if a in r and b in r and (gpus is None or target in gpus):
-            diffs[target].append(_log(r[a]["fraction"][n]) - _log(r[b]["fraction"][n]))
+            diffs[target].append(_log(r[a].fraction[n]) - _log(r[b].fraction[n]))
     return clustered_bootstrap(diffs)
 
 
-def nvidia_md(rows: dict, methods: list[str], nvidia: set[str]) -> list[str]:
+def nvidia_md(rows: Rows, methods: list[str], nvidia: set[str]) -> list[str]:
     """The fractions table over the NVIDIA targets only (geometric means)."""
     have = [kt for kt in rows if kt[1] in nvidia]
     lines = [
@@ -141,7 +169,7 @@ def nvidia_md(rows: dict, methods: list[str], nvidia: set[str]) -> list[str]:
         "|---|---|---|---|---|",
     ]
     for m in methods:
-        cells = [geomean([rows[kt][m]["fraction"][n] for kt in have if m in rows[kt]]) for n in NS]
+        cells = [geomean([rows[kt][m].fraction[n] for kt in have if m in rows[kt]]) for n in NS]
         lines.append(f"| {m} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
     return [*lines, ""]
 
@@ -163,18 +191,17 @@ def choices_md(run: dict) -> list[str]:
     return [*lines, ""]
 
 
-def why_md(rows: dict, summary: dict) -> list[str]:
+def why_md(rows: Rows, summary: dict[str, MethodSummary]) -> list[str]:
     """What the data says about where the fleet-based methods fall short."""
     no_source = [
-        f"{k}/{t} ({r['oracle-source']['fraction'][16]:.2f})"
+        f"{k}/{t} ({r['oracle-source'].fraction[16]:.2f})"
         for (k, t), r in sorted(rows.items())
-        if "oracle-source" in r and r["oracle-source"]["fraction"][16] < 0.95
+        if "oracle-source" in r and r["oracle-source"].fraction[16] < 0.95
     ]
     behind_oracle = sum(
         1
         for r in rows.values()
-        if "oracle-source" in r
-        and r["simoe"]["fraction"][1] < r["oracle-source"]["fraction"][1] - 0.01
+        if "oracle-source" in r and r["simoe"].fraction[1] < r["oracle-source"].fraction[1] - 0.01
     )
     lines = [
         "## What limits the fleet-based methods (from the data)",
@@ -184,31 +211,33 @@ def why_md(rows: dict, summary: dict) -> list[str]:
         "what is best there was never best on another GPU of the fleet, so only measuring "
         "on the target finds it.",
         f"- Picking the source: the hindsight oracle keeps "
-        f"{summary['oracle-source']['geomean'][1]:.3f} at the first measurement, SiMoE "
-        f"{summary['simoe']['geomean'][1]:.3f}; SiMoE's first pick is more than 0.01 below "
+        f"{summary['oracle-source'].geomean[1]:.3f} at the first measurement, SiMoE "
+        f"{summary['simoe'].geomean[1]:.3f}; SiMoE's first pick is more than 0.01 below "
         f"the oracle's on {behind_oracle} of {len(rows)} targets. With 3 to 5 training GPUs "
         "per kernel, the gate and the similarity encoder learn from 3 to 5 devices.",
     ]
     if "simoe-no-online" in summary:
         lines.append(
             "- Measurements moving the gate: SiMoE against the same search without it, "
-            f"{summary['simoe']['geomean'][4]:.3f} against "
-            f"{summary['simoe-no-online']['geomean'][4]:.3f} after 4 and "
-            f"{summary['simoe']['geomean'][16]:.3f} against "
-            f"{summary['simoe-no-online']['geomean'][16]:.3f} after 16: the fleet's "
+            f"{summary['simoe'].geomean[4]:.3f} against "
+            f"{summary['simoe-no-online'].geomean[4]:.3f} after 4 and "
+            f"{summary['simoe'].geomean[16]:.3f} against "
+            f"{summary['simoe-no-online'].geomean[16]:.3f} after 16: the fleet's "
             "leave-one-out often chose not to move it (sharpness 0, counts above)."
         )
     return [*lines, ""]
 
 
-def goal_lines(method: str, rows: dict, summary: dict, hard: list) -> tuple[list[str], dict]:
+def goal_lines(
+    method: str, rows: Rows, summary: dict[str, MethodSummary], hard: list[tuple[str, str]]
+) -> tuple[list[str], dict[str, Goal]]:
     """The issue's goals for one SiMoE variant: met or missed, and by how much."""
-    g = summary[method]["geomean"]
-    out: dict[str, object] = {}
+    g = summary[method].geomean
+    out: dict[str, Goal] = {}
     lines = [f"**{method}**", ""]
     for n, goal in GOALS.items():
         met = g[n] >= goal
-        out[f"fraction@{n}"] = {"goal": goal, "value": g[n], "met": met}
+        out[f"fraction@{n}"] = FractionGoal(goal=goal, value=g[n], met=met)
         verdict = "met" if met else f"MISSED by {goal - g[n]:.3f}"
         lines.append(
             f"- after {n} measurement{'s' if n > 1 else ''}: {g[n]:.3f} (goal {goal}): {verdict}"
@@ -216,46 +245,47 @@ def goal_lines(method: str, rows: dict, summary: dict, hard: list) -> tuple[list
     for n in (1, 4):
         mean, lo, hi = interval(rows, method, SPEC_TRANSFER, n)
         met = lo > 0
-        out[f"ahead_of_spec_transfer@{n}"] = {"mean": mean, "lo": lo, "hi": hi, "met": met}
+        out[f"ahead_of_spec_transfer@{n}"] = IntervalGoal(mean=mean, lo=lo, hi=hi, met=met)
         lines.append(
             f"- ahead of spec-nearest transfer at {n}: {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] "
             f"(log-ratio, clustered by GPU): {'met' if met else 'MISSED (interval not above 0)'}"
         )
-    reached = [(k, t, rows[(k, t)][method]["fraction"][64]) for k, t in hard]
+    reached = [(k, t, rows[(k, t)][method].fraction[64]) for k, t in hard]
     n_ok = sum(1 for *_, f in reached if f >= 0.95)
-    out["hard_targets_95_within_64"] = {"reached": n_ok, "of": len(hard)}
+    out["hard_targets_95_within_64"] = CountGoal(reached=n_ok, of=len(hard))
     lines.append(
         f"- the {len(hard)} targets where spec-nearest transfer stays below 0.95 at 16: 95% "
         f"within 64 on {n_ok} ({', '.join(f'{k}/{t} {f:.2f}' for k, t, f in reached)})"
     )
-    own = summary[method]["median_measurements_to"][0.95]
-    kt = {m: s["median_measurements_to"][0.95] for m, s in summary.items() if m.startswith("kt-")}
+    own = summary[method].median_measurements_to[0.95]
+    kt = {m: s.median_measurements_to[0.95] for m, s in summary.items() if m.startswith("kt-")}
     reached_kt = [v for v in kt.values() if v is not None]
     best_kt = min(reached_kt) if reached_kt else None
-    xgb = summary.get("xgb", {}).get("median_measurements_to", {}).get(0.95)
+    xgb = summary["xgb"].median_measurements_to.get(0.95) if "xgb" in summary else None
     ratio = None if own is None or best_kt is None else best_kt / own
-    out["fewer_than_best_kt"] = {"simoe": own, "best_kt": best_kt, "ratio": ratio,
-                                 "met": ratio is not None and ratio >= 10}  # fmt: skip
-    out["fewer_than_xgb"] = {"simoe": own, "xgb": xgb,
-                             "met": own is not None and (xgb is None or own < xgb)}  # fmt: skip
+    beats_kt = BestKtGoal(
+        simoe=own, best_kt=best_kt, ratio=ratio, met=ratio is not None and ratio >= 10
+    )
+    beats_xgb = XgbGoal(simoe=own, xgb=xgb, met=own is not None and (xgb is None or own < xgb))
+    out["fewer_than_best_kt"], out["fewer_than_xgb"] = beats_kt, beats_xgb
     lines.append(
         f"- to 95% (median over targets): {_fmt(own, 0)} measurements; the best Kernel Tuner "
         f"strategy from scratch {_fmt(best_kt, 0)} (ratio {_fmt(ratio, 1)}, goal 10x: "
-        f"{'met' if out['fewer_than_best_kt']['met'] else 'MISSED'}); XGBoost "
+        f"{'met' if beats_kt.met else 'MISSED'}); XGBoost "
         f"{_fmt(xgb, 0) if xgb is not None else 'never within its budget'} "
-        f"({'met' if out['fewer_than_xgb']['met'] else 'MISSED'})"
+        f"({'met' if beats_xgb.met else 'MISSED'})"
     )
     if method == "simoe":
         for ablation in ("simoe-analytical", "simoe-empirical"):
             if ablation in summary:
                 mean, lo, hi = interval(rows, method, ablation, 1)
-                ahead = all(g[n] > summary[ablation]["geomean"][n] for n in (1, 4, 16))
-                out[f"ahead_of_{ablation}"] = {"mean@1": mean, "lo": lo, "hi": hi, "met": ahead}
+                ahead = all(g[n] > summary[ablation].geomean[n] for n in (1, 4, 16))
+                out[f"ahead_of_{ablation}"] = AblationGoal(mean_at_1=mean, lo=lo, hi=hi, met=ahead)
                 lines.append(
                     f"- hybrid against {ablation}: geomeans "
                     + "/".join(f"{g[n]:.3f}" for n in (1, 4, 16))
                     + " vs "
-                    + "/".join(f"{summary[ablation]['geomean'][n]:.3f}" for n in (1, 4, 16))
+                    + "/".join(f"{summary[ablation].geomean[n]:.3f}" for n in (1, 4, 16))
                     + f" at 1/4/16, at 1 {mean:+.3f} [{lo:+.3f}, {hi:+.3f}]: "
                     + ("ahead at all three" if ahead else "NOT ahead at all three")
                 )
@@ -266,7 +296,7 @@ def _fmt(x: float | None, digits: int = 3) -> str:
     return "never" if x is None else f"{x:.{digits}f}"
 
 
-def online_md(run: dict, hub: Hub) -> tuple[list[str], dict]:
+def online_md(run: dict, hub: Hub) -> tuple[list[str], OnlineEffect]:
     """Do measurements move SiMoE? Per (target, seed): whether its order within the first
     16 measurements differs from the same model with the gate never moved (simoe-no-online),
     and what that bought at 16 and 64 (log-ratio of fractions of the optimum)."""
@@ -283,18 +313,18 @@ def online_md(run: dict, hub: Hub) -> tuple[list[str], dict]:
         a, b = fraction_at(moved, times, (16, 64)), fraction_at(fixed, times, (16, 64))
         for n in gains:
             gains[n].append(_log(a[n]) - _log(b[n]))
-    data = {
-        "runs": runs,
-        "changed_within_16": changed,
-        "gain": {
-            n: {
-                "mean_log_ratio": float(np.mean(g)) if g else None,
-                "better": sum(x > 1e-9 for x in g),
-                "worse": sum(x < -1e-9 for x in g),
-            }
+    data = OnlineEffect(
+        runs=runs,
+        changed_within_16=changed,
+        gain={
+            n: Gain(
+                mean_log_ratio=float(np.mean(g)) if g else None,
+                better=sum(x > 1e-9 for x in g),
+                worse=sum(x < -1e-9 for x in g),
+            )
             for n, g in gains.items()
         },
-    }
+    )
     lines = [
         "## Do measurements move SiMoE? (issue 23)",
         "",
@@ -307,16 +337,16 @@ def online_md(run: dict, hub: Hub) -> tuple[list[str], dict]:
         "| n | mean log-ratio | better | worse |",
         "|---|---|---|---|",
         *[
-            f"| {n} | {_fmt(v['mean_log_ratio'])} | {v['better']} | {v['worse']} |"
-            for n, v in data["gain"].items()
+            f"| {n} | {_fmt(v.mean_log_ratio)} | {v.better} | {v.worse} |"
+            for n, v in data.gain.items()
         ],
         "",
     ]
     return lines, data
 
 
-def render(run: dict, scored: dict, hub: Hub) -> tuple[str, dict]:
-    rows, summary = scored["rows"], scored["summary"]
+def render(run: dict, scored: Scored, hub: Hub) -> tuple[str, RealTransferReport]:
+    rows, summary = scored.rows, scored.summary
     nvidia = {g for g, gpu in hub.gpus.items() if gpu.vendor == "nvidia"}
     lines = [
         "# SiMoE on real GPU measurements (MEASURED, replayed)",
@@ -339,17 +369,17 @@ def render(run: dict, scored: dict, hub: Hub) -> tuple[str, dict]:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     order = [m for m in FLEET_METHODS if m in summary] + [
-        m for m in scored["methods"] if m not in FLEET_METHODS
+        m for m in scored.methods if m not in FLEET_METHODS
     ]
     for m in order:
         s = summary[m]
-        g, mt = s["geomean"], s["median_measurements_to"]
+        g, mt = s.geomean, s.median_measurements_to
         lines.append(
-            f"| {m} | {s['targets']} | "
+            f"| {m} | {s.targets} | "
             + " | ".join(f"{g[n]:.3f}" for n in NS)
             + " | "
             + " | ".join(_fmt(mt[f], 0) for f in FRACTIONS)
-            + f" | {_fmt(s['median_seconds_to'][0.95], 1)} | {s['methodology_score_64']:.3f} |"
+            + f" | {_fmt(s.median_seconds_to[0.95], 1)} | {s.methodology_score_64:.3f} |"
         )
     lines += [
         "",
@@ -385,39 +415,39 @@ def render(run: dict, scored: dict, hub: Hub) -> tuple[str, dict]:
     hard = []
     for (kernel, target), r in sorted(rows.items()):
 
-        def cell(m: str, r: dict = r) -> str:
-            return "/".join(f"{r[m]['fraction'][n]:.2f}" for n in NS) if m in r else "-"
+        def cell(m: str, r: dict[str, MethodScore] = r) -> str:
+            return "/".join(f"{r[m].fraction[n]:.2f}" for n in NS) if m in r else "-"
 
         best_kt = min(
-            (r[m]["measurements_to"][0.95] for m in kt if r[m]["measurements_to"][0.95]),
+            (r[m].measurements_to[0.95] for m in kt if r[m].measurements_to[0.95]),
             default=None,
         )
-        xgb = r.get("xgb", {}).get("measurements_to", {}).get(0.95)
+        xgb = r["xgb"].measurements_to.get(0.95) if "xgb" in r else None
         lines.append(
             f"| {kernel} | {target} | {cell('simoe')} | {cell(SPEC_TRANSFER)} | "
-            f"{cell('oracle-source')} | {_fmt(r['simoe']['measurements_to'][0.95], 0)} | "
+            f"{cell('oracle-source')} | {_fmt(r['simoe'].measurements_to[0.95], 0)} | "
             f"{_fmt(best_kt, 0)} | {_fmt(xgb, 0)} |"
         )
-        if SPEC_TRANSFER in r and r[SPEC_TRANSFER]["fraction"][16] < 0.95:
+        if SPEC_TRANSFER in r and r[SPEC_TRANSFER].fraction[16] < 0.95:
             hard.append((kernel, target))
     online_lines, online = online_md(run, hub)
     lines += ["", *choices_md(run), *online_lines, *why_md(rows, summary)]
-    goals = {}
+    goals: dict[str, dict[str, Goal]] = {}
     lines += ["", "## Goals", ""]
     for method in ("simoe", "simoe-sharing"):
         if method in summary:
             method_lines, goals[method] = goal_lines(method, rows, summary, hard)
             lines += method_lines
-    data = {
-        "run": {k: v for k, v in run.items() if k != "results"},
-        "summary": summary,
-        "pairs": pairs_json,
-        "goals": goals,
-        "online": online,
-        "hard_targets": hard,
-        "rows": {f"{k}/{t}": r for (k, t), r in rows.items()},
-    }
-    return "\n".join(lines) + "\n", data
+    report = RealTransferReport(
+        run=RunInfo(**{k: v for k, v in run.items() if k != "results"}),
+        summary=summary,
+        pairs=pairs_json,
+        goals=goals,
+        online=online,
+        hard_targets=hard,
+        rows={f"{k}/{t}": r for (k, t), r in rows.items()},
+    )
+    return "\n".join(lines) + "\n", report
 
 
 def plot(run: dict, hub: Hub, path: Path) -> None:
@@ -482,7 +512,7 @@ def main(argv: list[str] | None = None) -> None:
     plot(run, hub, args.out / f"{args.name}.png")
     text += f"\n![curves]({args.name}.png)\n"
     (args.out / f"{args.name}.md").write_text(text)
-    (args.out / f"{args.name}.json").write_text(json.dumps(data, indent=1, default=str))
+    (args.out / f"{args.name}.json").write_text(report_json(data))
     if args.keep_traces:
         (args.out / f"{args.name}_traces.json.gz").write_bytes(
             gzip.compress(json.dumps(run).encode(), mtime=0)
@@ -498,17 +528,17 @@ def benchmarks_section(path: Path = DOCS / "real_transfer.json") -> list[str]:
     """BENCHMARKS.md's section from the last real-GPU report (nothing if there is none)."""
     if not path.exists():
         return []
-    data = json.loads(path.read_text())
-    run, summary, goals = data["run"], data["summary"], data["goals"]
+    data = read(path)
+    run, summary, goals = data.run, data.summary, data.goals
     shown = [m for m in (*FLEET_METHODS, "kt-random_sample", "kt-genetic_algorithm",
                          "kt-dual_annealing", "kt-bayes_opt", "xgb") if m in summary]  # fmt: skip
     lines = [
         "## 0. Real GPUs (MEASURED, replayed)",
         "",
         "Brute-forced Kernel Tuner spaces of ten real GPUs (benchmark_hub: 5 kernels, "
-        f"{len(data['rows'])} kernel x GPU targets, NVIDIA and AMD), each GPU held out once; "
+        f"{len(data.rows)} kernel x GPU targets, NVIDIA and AMD), each GPU held out once; "
         "the exact optimum of each space is known. Leave-one-GPU-out, choices on the fleet "
-        f"only, seeds {run['seeds']}. Command: `{run['command']}`, then "
+        f"only, seeds {run.seeds}. Command: `{run.command}`, then "
         "`python -m bench.real_gpu.report`; full tables, intervals and curves: "
         "[docs/results/real_transfer.md](docs/results/real_transfer.md).",
         "",
@@ -516,17 +546,17 @@ def benchmarks_section(path: Path = DOCS / "real_transfer.json") -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for m in shown:
-        g = summary[m]["geomean"]
+        g = summary[m].geomean
         lines.append(
             f"| {m} | "
-            + " | ".join(f"{g[str(n)]:.3f}" for n in NS)
-            + f" | {_fmt(summary[m]['median_measurements_to']['0.95'], 0)} |"
+            + " | ".join(f"{g[n]:.3f}" for n in NS)
+            + f" | {_fmt(summary[m].median_measurements_to[0.95], 0)} |"
         )
-    budgets = run.get("scratch_budgets", {})
+    budgets = run.scratch_budgets or {}
     lines += [
         "",
-        f"Budgets: fleet-based methods {run['budget']} measurements; Kernel Tuner's strategies "
-        f"{run['scratch_budget']}"
+        f"Budgets: fleet-based methods {run.budget} measurements; Kernel Tuner's strategies "
+        f"{run.scratch_budget}"
         + "".join(f", {k} {v}" for k, v in budgets.items())
         + " (never: not within that budget). The hindsight oracle reads the target's times: "
         "a ceiling for any method that only picks a source GPU, not a method.",
@@ -537,8 +567,8 @@ def benchmarks_section(path: Path = DOCS / "real_transfer.json") -> list[str]:
         lines.append(
             f"Goals for {method} (geometric mean of the fraction of the optimum): "
             + "; ".join(
-                f"n={n}: {f['value']:.3f} against {f['goal']} "
-                + ("(met)" if f["met"] else f"(MISSED by {f['goal'] - f['value']:.3f})")
+                f"n={n}: {f.value:.3f} against {f.goal} "
+                + ("(met)" if f.met else f"(MISSED by {f.goal - f.value:.3f})")
                 for n, f in zip(GOALS, fractions, strict=True)
             )
             + "."
