@@ -47,6 +47,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from bench import reporting
 from bench.federation.federation_baselines import top1
@@ -61,6 +62,7 @@ from bench.federation.poisoning_report import (
 )
 from bench.reporting import load_average
 from schemas import BadInputError  # noqa: E402
+from server.run_config import ServerRunConfig
 
 ATTACKS = ("signflip", "random", "stale")
 RULES = ("fedavg", "trimmed", "median", "krum")
@@ -130,35 +132,62 @@ def backwards_expert(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 # -- one run ----------------------------------------------------------------------------------
+class PoisoningSettings(BaseModel):
+    """Who federates, who lies and how the federation runs: the same for every (attack,
+    rule, seed) run of a report (the command line builds it once; the report carries it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    nodes: tuple[str, ...]
+    liars: tuple[str, ...]  # send bad updates under an attack
+    backwards: str  # its expert is reversed under an attack
+    newcomers: tuple[str, ...]  # join at the last round, scored zero-shot
+    rounds: int
+    epochs: int
+    k_experts: int
+    trim: float  # trimmed mean: cut at each end
+    krum_f: int  # Krum: nodes assumed malicious
+    clip: float | None  # every change clipped to this L2 norm (None: off)
+    check_measurements: int  # a newcomer's measurements per task to check experts with
+
+    def server_config(self, rule: str, seed: int) -> ServerRunConfig:
+        """The server's settings of one run: `rule` aggregates; plain FedAvg's step, as the
+        bench's recorded runs."""
+        return ServerRunConfig(
+            aggregation=rule,  # type: ignore[arg-type]
+            clip=self.clip or 0.0,
+            trim=self.trim,
+            krum_f=self.krum_f,
+            k_experts=self.k_experts,
+            epochs=self.epochs,
+            seed=seed,
+            server_optimizer="sgd",
+            server_lr=1.0,
+        )
+
+
 def run_once(
     fleet: dict[str, FleetGPU],
-    names: Sequence[str],
-    liars: Sequence[str],
-    backwards: str,
-    newcomers: Sequence[str],
+    settings: PoisoningSettings,
     work: Path,
     *,
     attack: str,
     rule: str,
     expert_check: bool,
     seed: int,
-    rounds: int,
-    epochs: int,
-    k_experts: int,
-    trim: float,
-    krum_f: int,
-    clip: float | None,
-    check_measurements: int,
     say: Say,
 ) -> RunRow:
+    """One federation of `settings.nodes` under `attack` (none: honest), aggregated by `rule`,
+    newcomers checking delivered experts or not; scored on the honest nodes and newcomers."""
     from agent.node_state import NodeState
     from bench.transfer.offline_transfer import split_device
     from server.aggregation import make_strategy
-    from server.run_config import ServerRunConfig
     from server.similarity import model_similarity
     from simoe_model.expert_check import drop_refuted_experts
     from simoe_model.task_data import DeviceDataset
 
+    names, liars, backwards = settings.nodes, settings.liars, settings.backwards
+    newcomers = settings.newcomers
     started = time.perf_counter()
     if work.exists():
         shutil.rmtree(work)
@@ -173,18 +202,7 @@ def run_once(
     federation = InProcessFederation(work, check)
     federation.add_members([(fleet[name], splits[name][0]) for name in names], lying)
     registry = federation.open_registry()
-    config = ServerRunConfig(
-        aggregation=rule,  # type: ignore[arg-type]
-        clip=clip or 0.0,
-        trim=trim,
-        krum_f=krum_f,
-        k_experts=k_experts,
-        epochs=epochs,
-        seed=seed,
-        server_optimizer="sgd",  # plain FedAvg's step, as the bench's recorded runs
-        server_lr=1.0,
-    )
-    strategy = make_strategy(config, registry, model_similarity)
+    strategy = make_strategy(settings.server_config(rule, seed), registry, model_similarity)
     set_aside: dict[str, int] = {}
     counts = {"failed": 0, "rejected": 0}
 
@@ -196,7 +214,7 @@ def run_once(
             who = node["name"] if node else key
             set_aside[who] = set_aside.get(who, 0) + 1
 
-    federation.run(strategy, seed, rounds, [fleet[name] for name in newcomers], on_round)
+    federation.run(strategy, seed, settings.rounds, [fleet[name] for name in newcomers], on_round)
     registry.close()
 
     honest = [n for n in names if attack == "none" or (n not in liars and n != backwards)]
@@ -215,7 +233,8 @@ def run_once(
         zero_shot[name] = top1(model, split.test, gpu.dataset.hardware_vector)
         experts[name] = node.federation_state().experts
         if backwards in experts[name] and attack != "none":
-            first = [t.subset(list(range(min(check_measurements, len(t))))) for t in split.pool]
+            n = settings.check_measurements
+            first = [t.subset(list(range(min(n, len(t))))) for t in split.pool]
             mine = DeviceDataset(gpu.device, gpu.dataset.hardware_vector, first)
             drop = drop_refuted_experts(model, list(experts[name]), mine)
             receivers[name] = {
@@ -328,6 +347,19 @@ def main(argv: list[str] | None = None) -> None:
         raise BadInputError(f"liars and the backwards node must be nodes: {bad}")
     if len(names) < 10:
         raise BadInputError(f"the benchmark needs at least 10 nodes, got {len(names)}")
+    settings = PoisoningSettings(
+        nodes=tuple(names),
+        liars=tuple(liars),
+        backwards=backwards,
+        newcomers=tuple(newcomers),
+        rounds=args.rounds,
+        epochs=args.epochs,
+        k_experts=args.k_experts,
+        trim=args.trim,
+        krum_f=args.krum_f,
+        clip=args.clip or None,
+        check_measurements=args.check_measurements,
+    )
     load_start = load_average()
     started = time.perf_counter()
     work = args.work or Path(tempfile.mkdtemp(prefix="poisoning-"))
@@ -335,36 +367,27 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for seed in seeds:
             for attack, rule, check in plan(attacks, rules):
-                runs.append(
-                    run_once(
-                        fleet, names, liars, backwards, newcomers, work / "run",
-                        attack=attack, rule=rule, expert_check=check, seed=seed,
-                        rounds=args.rounds, epochs=args.epochs, k_experts=args.k_experts,
-                        trim=args.trim, krum_f=args.krum_f, clip=args.clip or None,
-                        check_measurements=args.check_measurements,
-                        say=lambda text: print(text, flush=True),
-                    )
-                )  # fmt: skip
+                row = run_once(
+                    fleet,
+                    settings,
+                    work / "run",
+                    attack=attack,
+                    rule=rule,
+                    expert_check=check,
+                    seed=seed,
+                    say=lambda text: print(text, flush=True),
+                )
+                runs.append(row)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     report = PoisoningReport(
+        **settings.model_dump(),
         command=reporting.public_command(
             "federation.poisoning", sys.argv[1:] if argv is None else argv
         ),
         data=data,
-        nodes=names,
-        liars=liars,
-        backwards=backwards,
-        newcomers=newcomers,
-        rounds=args.rounds,
-        epochs=args.epochs,
-        k_experts=args.k_experts,
         seeds=seeds,
-        trim=args.trim,
-        krum_f=args.krum_f,
-        clip=args.clip or None,
-        check_measurements=args.check_measurements,
         runs=runs,
         total_wall_s=time.perf_counter() - started,
         load_average_start=load_start,
