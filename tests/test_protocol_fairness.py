@@ -292,11 +292,17 @@ def test_a_protocol_report_rewritten_keeps_the_run_it_held(tmp_path) -> None:  #
     from bench.transfer.protocol_transfer import write_result
 
     def result(command: str, top1: float) -> TransferResult:
+        scores = {0: {"simoe": {b: {"sim:t4-hot": [top1]} for b in (0, 16, 64)}}}
         return TransferResult(
-            split="validation", units=["sim:t4-hot"], seeds=[0], command=command,
-            hyperparameters_source="test", hyperparameters={}, fidelity={},
-            per_task_top1={0: {"simoe": {b: {"sim:t4-hot": [top1]} for b in (0, 16, 64)}}},
-        )  # fmt: skip
+            split="validation",
+            units=["sim:t4-hot"],
+            seeds=[0],
+            command=command,
+            hyperparameters_source="test",
+            hyperparameters={},
+            fidelity={},
+            per_task_top1=scores,
+        )
 
     write_result(result("first", 0.5), tmp_path, "protocol_transfer_validation")
     write_result(result("first", 0.5), tmp_path, "protocol_transfer_validation")  # the same run
