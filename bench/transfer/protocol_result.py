@@ -19,8 +19,11 @@ from pydantic import BaseModel, ConfigDict
 # method -> budget -> unit -> top-1 per test task
 Scores = dict[str, dict[int, dict[str, list[float]]]]
 # a selection grid point: its hyperparameters, mean validation top-1 (None: unfinished) and
-# the mean of each seed
-GridPoint = tuple[dict[str, int | float], float | None, list[float]]
+# the mean of each seed (not kept by runs of seed 0 only)
+GridPoint = (
+    tuple[dict[str, int | float], float | None, list[float]]
+    | tuple[dict[str, int | float], float | None]
+)
 
 
 class _Result(BaseModel):
