@@ -175,10 +175,17 @@ class Demo:
         )
         cpu_tasks = self.plan.largest_tasks("cpu")
         if self.plan.cpu and cpu_tasks != largest:
+            which = {None: "every task", 1: "its largest task"}.get(
+                cpu_tasks, f"its {cpu_tasks} largest tasks"
+            )
             self.ui.event(
-                f"the CPU node tunes {f'its {cpu_tasks} largest' if cpu_tasks else 'all its'} "
-                "task(s) only: it builds and runs every candidate for real, and the whole "
-                "fleet would wait for it (its expert is never sent to a GPU)"
+                f"the CPU node tunes {which} only: it builds and runs every candidate for "
+                "real, and the whole fleet would wait for it (its expert is never sent to a GPU)"
+            )
+        if self.plan.cpu and self.plan.gpus and self.plan.sim_nice:
+            self.ui.event(
+                f"the simulated GPUs' daemons run at nice {self.plan.sim_nice}: the CPU node's "
+                "real builds and measurements get this machine's cores first"
             )
         with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
             for future in [pool.submit(self.bring_up, node) for node in self.nodes]:
@@ -214,6 +221,7 @@ class Demo:
             "simoe-agent",
             ["run", "--port", str(node.port), "--state-dir", str(node.state_dir)],
             self.logs / f"{node.name}.daemon.log",
+            nice=self.plan.sim_nice if node.device.startswith("sim:") and self.plan.cpu else 0,
         )
         self.ui.event(
             f"{node.name} ({node.device}) enrolled (key {result['key_fingerprint'][:12]}, "
@@ -251,10 +259,11 @@ class Demo:
     def run_fleet(self) -> float:
         """Until every node tuned its work and its expert was trained on all its records.
 
-        That is an event, not a round count: a round is asked for as soon as a node's job
-        ends (as an operator would: `simoe-server round`), and the fleet is ready once
-        each tuned node's expert was recorded in a round that started after its job ended
-        (`fleet_ready`). Then the newcomer enrolls.
+        That is an event, not a round count: the fleet is ready once each tuned node's
+        expert was recorded in a round that started after its job ended (`fleet_ready`);
+        then the newcomer enrolls. While nodes tune, rounds come every `round_interval`;
+        when the last job ends, a round is asked for at once (as an operator would:
+        `simoe-server round`). Fewer rounds while the nodes tune leave them the CPU.
         """
         from server.idle import request_path, request_round
         from server.registry import Registry, now_iso
@@ -265,14 +274,15 @@ class Demo:
         while True:
             self.check_processes()
             self.report_rounds()
-            if self.poll_jobs():
+            ended = self.poll_jobs()
+            tuned = sum(n.job in ("done", "failed") for n in self.nodes)
+            if ended and tuned == len(self.nodes):  # the last one: a round now, not in 120 s
                 request_round(self.registry_path)
                 asked_at = now_iso()
             with Registry(self.registry_path, read_only=True) as registry:
                 rounds = registry.rounds()
                 experts = {e.name: e.round for e in registry.experts()}
             finished = [r for r in rounds if r.status != "running"]
-            tuned = sum(n.job in ("done", "failed") for n in self.nodes)
             self.ui.status(
                 f"fleet: {tuned}/{len(self.nodes)} nodes tuned, {len(finished)} rounds, "
                 f"{len(experts)} experts in the registry"

@@ -208,3 +208,20 @@ def test_a_job_end_is_read_from_what_the_daemon_writes(
     assert daemon_job_ended(log) is None  # started, not ended
     assert daemon.run_next_job()
     assert daemon_job_ended(log) == ended
+
+
+def test_a_background_process_can_yield_the_cpu(tmp_path: Path) -> None:
+    """The demo's simulated nodes run niced, so the CPU node's real measurements come first."""
+    import os
+
+    script = "import time; time.sleep(60)"
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    process = Background("niced", sys.executable, ["-c", script], tmp_path / "log", nice=5)
+    try:
+        assert os.getpriority(os.PRIO_PROCESS, process.pid) == min(19, mine + 5)
+        plain = Background("plain", sys.executable, ["-c", script], tmp_path / "log2")
+        assert os.getpriority(os.PRIO_PROCESS, plain.pid) == mine
+        plain.stop(timeout=5)
+    finally:
+        process.stop(timeout=5)
+    assert DemoPlan(gpus=["k80"]).sim_nice > 0  # the demo's default
