@@ -43,8 +43,10 @@ class DemoPlan:
     k_experts: int = DEFAULTS.k_experts
     # Rounds while nodes still tune cost CPU (a ClientApp process per node and round) and
     # teach little; the demo asks for a round when the last node finishes tuning, and a
-    # node that joins starts one, so nothing waits for the interval.
-    round_interval: float = 120.0
+    # node that joins starts one, so nothing waits for the interval. Not longer: each
+    # round is a training step of every expert (run g2, at 120 s: 4 rounds, the
+    # simulated experts trained once on all their records before the newcomer came).
+    round_interval: float = 60.0
     timeout_s: float = 1500.0  # the whole fleet phase
 
     def server_config(self) -> ServerRunConfig:
