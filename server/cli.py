@@ -385,6 +385,7 @@ def start(
     signal.signal(signal.SIGHUP, lambda *_: stop.set())  # its terminal closed: stop its children
     with console.status(f"starting the SuperLink on {link.address}"):
         link.start()
+    close_cut_rounds(directory)  # a killed predecessor's (its processes are stopped by now)
     try:
         if stop.is_set():
             return
@@ -423,7 +424,29 @@ def start(
         pass
     finally:
         link.stop()
+        close_cut_rounds(directory)  # the ServerApp is gone: a round it ran ends here
         console.print("SuperLink stopped")
+
+
+def close_cut_rounds(directory: Path) -> None:
+    """Rounds that no ServerApp runs any more, marked `interrupted` (not left `running`).
+
+    Called by `start` when its processes are stopped (a clean stop, and a killed
+    predecessor's at the next start), so `status` and `watch` never show a round
+    that will not end."""
+    from server.registry import Registry
+
+    path = registry_path(directory)
+    if not path.exists():
+        return
+    try:
+        with Registry(path) as registry:
+            cut = registry.close_interrupted_rounds()
+    except (RunFailure, BadInputError) as exc:  # a full disk: the next start marks them
+        console.print(f"rounds left running in the registry: {exc}")
+        return
+    if cut:
+        console.print(f"round {', '.join(map(str, cut))}: cut short by the stop, interrupted")
 
 
 @app.command()
@@ -540,6 +563,11 @@ def demo(
     fleet_largest_tasks: int = typer.Option(
         2, "--fleet-largest-tasks", help="the fleet tunes that network's N largest tasks (0: all)"
     ),
+    cpu_largest_tasks: int = typer.Option(
+        1,
+        "--cpu-largest-tasks",
+        help="the CPU node tunes N of them (it builds and runs each for real; 0: as the fleet)",
+    ),
     new_network: str = typer.Option(
         "bert_layer", "--new-network", help="the network of the suite the newcomer tunes"
     ),
@@ -566,6 +594,7 @@ def demo(
         new_gpu=new_gpu,
         network=network,
         fleet_largest_tasks=fleet_largest_tasks or None,
+        cpu_largest_tasks=cpu_largest_tasks or None,
         new_network=new_network,
         flops_share=flops_share,
         fleet_trials=fleet_trials,

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import resource
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,8 @@ from server.demo_plan import DemoPlan, settings_text
 from server.demo_report import DemoNode, DemoReport, DemoRow, failed_tasks, network_latency
 from server.processes import Background, cli, free_port, wait_until
 
-JOBS_POLL_S = 20.0  # each poll starts a `simoe-agent status` per node still tuning
+# how the daemon's console reports a job's end (agent.daemon.AgentDaemon.run_next_job)
+JOB_ENDED = re.compile(r"\bjob \w+: .*: (done) in |\bjob \w+: .*: (failed) after ")
 
 
 class DemoUI(Protocol):
@@ -62,8 +64,9 @@ class _Node:
     state_dir: Path
     port: int
     daemon: Background | None = None
-    job: str = "queued"
+    job: str = "queued"  # then done or failed
     records: int = 0
+    tuned_at: str = ""  # when the demo saw its job end (the registry's time format)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -102,14 +105,6 @@ class Demo:
             return []
         with Registry(self.registry_path, read_only=True) as registry:
             return [r for r in registry.rounds() if r.status != "running"]
-
-    def expert_names(self) -> set[str]:
-        from server.registry import Registry
-
-        if not self.registry_path.exists():
-            return set()
-        with Registry(self.registry_path, read_only=True) as registry:
-            return {e.name for e in registry.experts()}
 
     def report_rounds(self) -> list[Any]:
         rounds = self.finished_rounds()
@@ -178,6 +173,20 @@ class Demo:
             f"{len(self.nodes)} nodes: simoe-agent enroll, submit {self.plan.network} "
             f"({tasks}{self.plan.fleet_trials} trials/task, MetaSchedule on its own device), run"
         )
+        cpu_tasks = self.plan.largest_tasks("cpu")
+        if self.plan.cpu and cpu_tasks != largest:
+            which = {None: "every task", 1: "its largest task"}.get(
+                cpu_tasks, f"its {cpu_tasks} largest tasks"
+            )
+            self.ui.event(
+                f"the CPU node tunes {which} only: it builds and runs every candidate for "
+                "real, and the whole fleet would wait for it (its expert is never sent to a GPU)"
+            )
+        if self.plan.cpu and self.plan.gpus and self.plan.sim_nice:
+            self.ui.event(
+                f"the simulated GPUs' daemons run at nice {self.plan.sim_nice}: the CPU node's "
+                "real builds and measurements get this machine's cores first"
+            )
         with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
             for future in [pool.submit(self.bring_up, node) for node in self.nodes]:
                 future.result()
@@ -196,7 +205,7 @@ class Demo:
             node.name,
             timeout=900,
         )  # fmt: skip
-        largest = self.plan.fleet_largest_tasks
+        largest = self.plan.largest_tasks(node.device)
         self.agent(
             [
                 "submit", self.plan.network,
@@ -212,59 +221,90 @@ class Demo:
             "simoe-agent",
             ["run", "--port", str(node.port), "--state-dir", str(node.state_dir)],
             self.logs / f"{node.name}.daemon.log",
+            nice=self.plan.sim_nice if node.device.startswith("sim:") and self.plan.cpu else 0,
         )
         self.ui.event(
             f"{node.name} ({node.device}) enrolled (key {result['key_fingerprint'][:12]}, "
             f"{result['registration']}); its daemon is tuning"
         )
 
-    def poll_jobs(self) -> None:
+    def poll_jobs(self) -> list[_Node]:
+        """The nodes whose job ended since the last look; each gets its `tuned_at`.
+
+        The daemon says so on its console (the log the demo keeps of it), which costs
+        nothing to read; `simoe-agent status` (a process: about 1 CPU s) is asked only
+        then, for the outcome and the records.
+        """
+        ended = []
         for node in self.nodes:
-            if node.job not in ("queued", "tuning"):
+            if node.job in ("done", "failed") or node.daemon is None:
                 continue
+            if daemon_job_ended(node.daemon.log) is None:
+                continue
+            from server.registry import now_iso
+
+            node.tuned_at = now_iso()
             status = self.agent(["status", "--state-dir", str(node.state_dir)], node.name)
             daemon = (status.get("federation") or {}).get("daemon") or {}
             node.records = int((status.get("store") or {}).get("records") or 0)
             if daemon.get("failed"):
                 node.job = "failed"
                 self.ui.event(f"{node.name}: its tuning job failed; see {node.daemon.log}")
-            elif daemon.get("done"):
+            else:
                 node.job = "done"
                 self.ui.event(f"{node.name}: tuned {self.plan.network}, {node.records} records")
-            elif node.records:
-                node.job = "tuning"
+            ended.append(node)
+        return ended
 
     def run_fleet(self) -> float:
-        """Until every node tuned its work and a round after that trained every expert."""
+        """Until every node tuned its work and its expert was trained on all its records.
+
+        That is an event, not a round count: the fleet is ready once each tuned node's
+        expert was recorded in a round that started after its job ended (`fleet_ready`);
+        then the newcomer enrolls. While nodes tune, rounds come every `round_interval`;
+        when the last job ends, a round is asked for at once (as an operator would:
+        `simoe-server round`). Fewer rounds while the nodes tune leave them the CPU.
+        """
+        from server.idle import request_path, request_round
+        from server.registry import Registry, now_iso
+
         started = time.monotonic()
         deadline = started + self.plan.timeout_s
-        all_done_at: str | None = None
-        last_jobs_poll = 0.0
+        asked_at: str | None = None
         while True:
             self.check_processes()
-            rounds = self.report_rounds()
-            experts = self.expert_names()
-            if time.monotonic() - last_jobs_poll > JOBS_POLL_S and all_done_at is None:
-                self.poll_jobs()
-                last_jobs_poll = time.monotonic()
-                if all(n.job in ("done", "failed") for n in self.nodes):
-                    from server.idle import request_round
-                    from server.registry import now_iso
-
-                    all_done_at = now_iso()
-                    # a round now, as an operator would ask for one: an idle federation
-                    # (nothing new since its last round) would not start one on its own
-                    request_round(self.registry_path)
+            self.report_rounds()
+            ended = self.poll_jobs()
             tuned = sum(n.job in ("done", "failed") for n in self.nodes)
+            if ended and tuned == len(self.nodes):  # the last one: a round now, not in 120 s
+                request_round(self.registry_path)
+                asked_at = now_iso()
+            with Registry(self.registry_path, read_only=True) as registry:
+                rounds = registry.rounds()
+                experts = {e.name: e.round for e in registry.experts()}
+            finished = [r for r in rounds if r.status != "running"]
             self.ui.status(
-                f"fleet: {tuned}/{len(self.nodes)} nodes tuned, {len(rounds)} rounds, "
+                f"fleet: {tuned}/{len(self.nodes)} nodes tuned, {len(finished)} rounds, "
                 f"{len(experts)} experts in the registry"
             )
-            if all_done_at is not None:
-                trained = [n for n in self.nodes if n.job == "done"]
-                after = [r for r in rounds if r.started_at > all_done_at]
-                if after and {n.name for n in trained} <= experts:
+            if tuned == len(self.nodes):
+                tuned_at = {n.name: n.tuned_at for n in self.nodes if n.job == "done"}
+                if not tuned_at:
+                    raise RunFailure(f"every node's tuning job failed; logs in {self.logs}")
+                ready = fleet_ready(tuned_at, experts, finished)
+                if ready is not None:
+                    self.ui.event(
+                        f"every node has tuned, and round {ready} trained each one's expert "
+                        "on all its records: the newcomer enrolls"
+                    )
                     return time.monotonic() - started
+                # the round asked for ran, but an expert is still not in (a rejected
+                # reply): ask again, once no round runs
+                ran = asked_at is not None and any(r.started_at >= asked_at for r in finished)
+                running = any(r.status == "running" for r in rounds)
+                if ran and not running and not request_path(self.registry_path).exists():
+                    request_round(self.registry_path)
+                    asked_at = now_iso()
             if time.monotonic() > deadline:
                 raise RunFailure(
                     f"the fleet did not finish in {self.plan.timeout_s:.0f} s; logs in {self.logs}"
@@ -272,12 +312,13 @@ class Demo:
             time.sleep(3)
 
     def stop_all(self) -> None:
-        """The server first (no new round starts), then the daemons."""
+        """The server first (no new round starts), then the daemons, side by side."""
         if self.server is not None:
             self.server.stop()
-        for node in self.nodes:
-            if node.daemon is not None:
-                node.daemon.stop()
+        daemons = [n.daemon for n in self.nodes if n.daemon is not None]
+        if daemons:
+            with ThreadPoolExecutor(max_workers=len(daemons)) as pool:
+                list(pool.map(lambda daemon: daemon.stop(), daemons))
 
     def newcomer(self) -> tuple[Path, str, list[str]]:
         name = f"new-{self.plan.new_gpu}"
@@ -318,23 +359,29 @@ class Demo:
         )
 
     def monitoring(self) -> Path | None:
-        """The server's own monitoring commands, as a user runs them."""
+        """The server's own monitoring commands, as a user runs them (side by side: each
+        is a process that only reads; shown in order)."""
         directory = ["--state-dir", str(self.server_dir)]
-        for command in ("status", "nodes", "rounds", "experts"):
-            self.ui.show(cli("simoe-server", [command, *directory], as_json=False))
         plot = self.out / "similarity.png"
-        try:
-            self.ui.show(
-                cli("simoe-server", ["similarity", *directory, "--plot", str(plot)], as_json=False)
-            )
-        except RunFailure as exc:
-            self.ui.event(f"similarity: {exc}")
-            return None
-        return plot
+        commands = [[c, *directory] for c in ("status", "nodes", "rounds", "experts")]
+        commands.append(["similarity", *directory, "--plot", str(plot)])
 
-    def records(self, node: _Node) -> int:
-        status = self.agent(["status", "--state-dir", str(node.state_dir)], node.name)
-        return int((status.get("store") or {}).get("records") or 0)
+        def run(args: list[str]) -> str | RunFailure:
+            try:
+                return str(cli("simoe-server", args, as_json=False))
+            except RunFailure as exc:
+                return exc
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            outputs = list(pool.map(run, commands))
+        for args, output in zip(commands, outputs, strict=True):
+            if isinstance(output, RunFailure):
+                if args[0] != "similarity":
+                    raise output
+                self.ui.event(f"similarity: {output}")
+                return None
+            self.ui.show(output)
+        return plot
 
 
 def newcomer_tunes(
@@ -389,6 +436,38 @@ def newcomer_tunes(
     return rows, selection
 
 
+def daemon_job_ended(log: Path) -> str | None:
+    """'done' or 'failed' once a daemon's console (its log) reports its job's end."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return None
+    match = JOB_ENDED.search(text)
+    return None if match is None else (match.group(1) or match.group(2))
+
+
+def fleet_ready(
+    tuned_at: Mapping[str, str], expert_rounds: Mapping[str, int], rounds: Sequence[Any]
+) -> int | None:
+    """The round by which every tuned node's expert was trained on all its records, or
+    None while one still waits.
+
+    `tuned_at`: each tuned node's name and when its job was seen to end (ISO, seconds);
+    `expert_rounds`: the round each expert in the registry was last recorded in;
+    `rounds`: the finished rounds (`RoundInfo`). A round counts for a node if it started
+    at or after that moment (its ClientApp reads the store seconds after the round
+    starts, and a job commits its records before it reports its end).
+    """
+    started = {r.round: r.started_at for r in rounds}
+    last = 0
+    for name, when in tuned_at.items():
+        number = expert_rounds.get(name)
+        if number is None or number not in started or started[number] < when:
+            return None
+        last = max(last, number)
+    return last or None
+
+
 def check_gpus(plan: DemoPlan) -> None:
     """Every simulated GPU of the plan exists (asked of `simoe-agent`: the server never
     imports agent code), before anything starts: one line naming the unknown one."""
@@ -425,9 +504,9 @@ def run_demo(out: Path, plan: DemoPlan, ui: DemoUI, *, gpus_checked: bool = Fals
         ui.status("stopping the daemons and the server")
         demo.stop_all()
     rows, selection = demo.tune_newcomer(state_dir, device)
+    # their records as `simoe-agent status` said when their jobs ended (nothing since)
     nodes = [
-        DemoNode(name=n.name, device=n.device, records=demo.records(n), job=n.job)
-        for n in demo.nodes
+        DemoNode(name=n.name, device=n.device, records=n.records, job=n.job) for n in demo.nodes
     ]
     plot = demo.monitoring()
     report_path = out / "demo.json"

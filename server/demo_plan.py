@@ -19,6 +19,15 @@ class DemoPlan:
     # hardware. Its 2 largest tasks: 2 x 16 trials cost about what tiny_mlp's did.
     network: str = "bert_layer"
     fleet_largest_tasks: int | None = 2  # None: every task of `network`
+    # This machine's CPU builds and runs each candidate for real, and checks the compiled
+    # network at the end: with the fleet's 2 tasks it was the node everything waited for
+    # (docs/results/demo_history.md, run f3: 402 s against 228-262 s for the simulated
+    # nodes). Its expert is never sent to a GPU. None: as the fleet.
+    cpu_largest_tasks: int | None = 1
+    # ... and the simulated GPUs' daemons (whose measurements are modelled) run at this
+    # nice value, so that the CPU node's real builds and runs get the cores first: it is
+    # still the last to finish, and its measurements are timed on the same 2 cores.
+    sim_nice: int = 10
     # What the newcomer tunes: a BERT encoder layer, whose three dense layers are 97% of
     # its FLOPs. 0.3: its largest task alone (32% of the FLOPs, run 4 times a layer); all
     # three took the newcomer's three tunes (8, 8 and 32 trials/task) past 10 minutes.
@@ -33,7 +42,10 @@ class DemoPlan:
     epochs: int = DEFAULTS.epochs
     k_experts: int = DEFAULTS.k_experts
     # Rounds while nodes still tune cost CPU (a ClientApp process per node and round) and
-    # teach little; the newcomer does not wait for it (a node that joins starts a round).
+    # teach little; the demo asks for a round when the last node finishes tuning, and a
+    # node that joins starts one, so nothing waits for the interval. Not longer: each
+    # round is a training step of every expert (run g2, at 120 s: 4 rounds, the
+    # simulated experts trained once on all their records before the newcomer came).
     round_interval: float = 60.0
     timeout_s: float = 1500.0  # the whole fleet phase
 
@@ -49,7 +61,8 @@ class DemoPlan:
     def server_overrides(self) -> list[str]:
         """Each setting off the deployment's defaults, with its value, default and why."""
         why = {
-            "round_interval": "rounds while the nodes still tune cost CPU and teach little",
+            "round_interval": "rounds while the nodes still tune cost CPU and teach little; "
+            "the demo asks for one when the last node has tuned",
             "min_nodes": "the first round waits for the whole fleet",
         }
         config = self.server_config()
@@ -61,6 +74,12 @@ class DemoPlan:
             lines.append(f"{option} {_plain(value)} (default {_plain(default)}{reason})")
         return lines
 
+    def largest_tasks(self, device: str) -> int | None:
+        """How many of `network`'s largest tasks the node on `device` tunes (None: all)."""
+        if device == "cpu" and self.cpu_largest_tasks is not None:
+            return self.cpu_largest_tasks
+        return self.fleet_largest_tasks
+
     def check(self) -> None:
         if not self.gpus and not self.cpu:
             raise BadInputError("the fleet is empty: give --gpus or --cpu")
@@ -71,10 +90,14 @@ class DemoPlan:
         for value, option in ((self.budget, "--budget"), (self.fleet_trials, "--fleet-trials")):
             if value < 1:
                 raise BadInputError(f"{option} must be at least 1, got {value}")
-        if self.fleet_largest_tasks is not None and self.fleet_largest_tasks < 1:
-            raise BadInputError(
-                f"--fleet-largest-tasks must be at least 1, got {self.fleet_largest_tasks}"
-            )
+        for tasks, option in (
+            (self.fleet_largest_tasks, "--fleet-largest-tasks"),
+            (self.cpu_largest_tasks, "--cpu-largest-tasks"),
+        ):
+            if tasks is not None and tasks < 1:
+                raise BadInputError(f"{option} must be at least 1, got {tasks}")
+        if not 0 <= self.sim_nice <= 19:
+            raise BadInputError(f"sim_nice must be in 0..19, got {self.sim_nice}")
         if not 0 < self.flops_share <= 1:
             raise BadInputError(f"--flops-share must be in (0, 1], got {self.flops_share}")
         if self.full_budget <= self.budget:

@@ -88,7 +88,9 @@ def cli(
 class Background:
     """A long-running CLI process in its own process group, logging to a file."""
 
-    def __init__(self, label: str, name: str, args: list[str], log: Path) -> None:
+    def __init__(self, label: str, name: str, args: list[str], log: Path, *, nice: int = 0) -> None:
+        """`nice` > 0: it (and what it starts from then on) yields the CPU to the others
+        (added to this process's niceness, as `nice -n`)."""
         self.label = label
         self.log = log
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -99,6 +101,11 @@ class Background:
                 stderr=subprocess.STDOUT,
                 env=offline_env(),
                 start_new_session=True,  # stopped with its children (SuperNode, ClientApps)
+            )
+        if nice:  # set before the new interpreter has started any child of its own
+            pid = self.process.pid
+            os.setpriority(
+                os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, pid) + nice)
             )
 
     @property

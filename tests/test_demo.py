@@ -10,8 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from schemas import RunFailure
+from schemas.messages import RoundInfo
 from server.cli import app
-from server.demo import DemoPlan
+from server.demo import DemoPlan, daemon_job_ended, fleet_ready
 from server.demo_report import DemoRow, failed_tasks, network_latency
 from server.processes import Background, cli
 
@@ -26,6 +27,7 @@ runner = CliRunner()
         (["--budget", "8", "--full-budget", "8"], "larger than --budget"),
         (["--gpus", "", "--no-cpu"], "fleet is empty"),
         (["--fleet-largest-tasks", "-1"], "--fleet-largest-tasks"),
+        (["--cpu-largest-tasks", "-2"], "--cpu-largest-tasks"),
     ],
 )
 def test_bad_plans_are_refused_before_anything_starts(
@@ -52,7 +54,10 @@ def test_an_unrelated_out_dir_is_never_deleted(tmp_path: Path) -> None:
 
 
 def test_plan_defaults_are_a_valid_demo() -> None:
-    DemoPlan(gpus=["k80", "v100", "t4", "a100-40gb"]).check()
+    plan = DemoPlan(gpus=["k80", "v100", "t4", "a100-40gb"])
+    plan.check()
+    # the CPU node (real builds and runs) tunes fewer tasks than the simulated GPUs
+    assert plan.largest_tasks("cpu") == 1 and plan.largest_tasks("sim:k80") == 2
 
 
 def test_network_latency_is_the_weighted_sum() -> None:
@@ -154,3 +159,69 @@ def test_the_demo_runs_on_the_deployments_defaults_but_for_its_named_overrides()
     overrides = plan.server_overrides()
     assert [line.split()[0] for line in overrides] == ["--min-nodes", "--round-interval"]
     assert all("(default " in line for line in overrides)
+
+
+def _round(number: int, started_at: str, status: str = "done") -> RoundInfo:
+    return RoundInfo(
+        round=number, run_id="1", started_at=started_at, finished_at=None, sampled=2,
+        replied=2, rejected=0, failed=0, global_version=number, status=status,
+    )  # fmt: skip
+
+
+def test_the_newcomer_waits_for_each_expert_trained_after_its_tuning_not_for_a_round_count() -> (
+    None
+):
+    rounds = [_round(n, f"2026-01-01T00:0{n}:00+00:00") for n in range(1, 9)]
+    tuned = {"k80": "2026-01-01T00:01:30+00:00", "cpu": "2026-01-01T00:06:30+00:00"}
+    # eight rounds, but the CPU's expert was last trained before its job ended: not yet
+    assert fleet_ready(tuned, {"k80": 2, "cpu": 6}, rounds) is None
+    # ... its expert from round 7 (started after its job ended): ready, at round 7
+    assert fleet_ready(tuned, {"k80": 2, "cpu": 7}, rounds) == 7
+    # early events: ready at round 2, however few rounds that is
+    early = {"k80": "2026-01-01T00:01:00+00:00", "cpu": "2026-01-01T00:01:00+00:00"}
+    assert fleet_ready(early, {"k80": 2, "cpu": 2}, rounds[:2]) == 2
+    # an expert recorded in a round that still runs does not count yet
+    assert fleet_ready(early, {"k80": 2, "cpu": 3}, rounds[:2]) is None
+    assert fleet_ready(tuned, {"k80": 8}, rounds) is None  # no expert of the CPU at all
+
+
+FAKE_JOB = "import sys\nsys.exit(int(sys.argv[-2].endswith('bad')))\n"
+
+
+@pytest.mark.parametrize(("state", "code", "ended"), [("ok", 0, "done"), ("bad", 1, "failed")])
+def test_a_job_end_is_read_from_what_the_daemon_writes(
+    tmp_path: Path, state: str, code: int, ended: str
+) -> None:
+    from agent.daemon import AgentDaemon, Job, Queue
+    from agent.node_state import NodeState
+
+    node = tmp_path / state
+    log = NodeState(node).logs_dir / "jobs.log"
+    assert daemon_job_ended(log) is None  # no log yet
+    Queue(NodeState(node).queue_dir).put(
+        Job(kind="network", subject="bert_layer", trials=2, cost_model="xgb")
+    )
+    daemon = AgentDaemon(
+        node, supernode=False, poll_s=0.1, job_command=[sys.executable, "-c", FAKE_JOB]
+    )
+    daemon.job_log("job 0123: network bert_layer: started (2 trials per task, attempt 1)")
+    assert daemon_job_ended(log) is None  # started, not ended
+    assert daemon.run_next_job()
+    assert daemon_job_ended(log) == ended
+
+
+def test_a_background_process_can_yield_the_cpu(tmp_path: Path) -> None:
+    """The demo's simulated nodes run niced, so the CPU node's real measurements come first."""
+    import os
+
+    script = "import time; time.sleep(60)"
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    process = Background("niced", sys.executable, ["-c", script], tmp_path / "log", nice=5)
+    try:
+        assert os.getpriority(os.PRIO_PROCESS, process.pid) == min(19, mine + 5)
+        plain = Background("plain", sys.executable, ["-c", script], tmp_path / "log2")
+        assert os.getpriority(os.PRIO_PROCESS, plain.pid) == mine
+        plain.stop(timeout=5)
+    finally:
+        process.stop(timeout=5)
+    assert DemoPlan(gpus=["k80"]).sim_nice > 0  # the demo's default

@@ -22,6 +22,7 @@ import psutil
 import pytest
 from conftest import free_port, wait_for
 
+from server.registry import Registry
 from server.superlink import port_open
 
 SERVER = str(Path(sys.executable).with_name("simoe-server"))
@@ -98,6 +99,9 @@ def test_start_listens_reports_and_stops_on_sigterm(tmp_path: Path, started: lis
     assert data["registry"] == str(registry)
     assert data["nodes"] == 0 and data["rounds"] == 0 and data["global_version"] == 1
 
+    # a round the stop cuts short (opened as the round loop opens one; no node answers it)
+    with Registry(registry) as open_registry:
+        cut = open_registry.start_round(0, 1)
     children = psutil.Process(server.pid).children(recursive=True)
     server.send_signal(signal.SIGTERM)
     assert server.wait(timeout=60) == 0, (tmp_path / "server.log").read_text()[-2000:]
@@ -111,6 +115,10 @@ def test_start_listens_reports_and_stops_on_sigterm(tmp_path: Path, started: lis
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     after = cli("status", "--state-dir", str(state), "--json")
     assert after.returncode == 0 and json.loads(after.stdout)["global_version"] == 1
+    # ... is not left `running` (status and watch would show a round that never ends)
+    rounds = json.loads(cli("rounds", "--state-dir", str(state), "--json").stdout)
+    assert [(r["round"], r["status"]) for r in rounds] == [(cut, "interrupted")]
+    assert f"round {cut}: cut short by the stop" in (tmp_path / "server.log").read_text()
 
 
 @pytest.mark.parametrize("damage", ["missing", "not-pem"])
