@@ -428,3 +428,17 @@ def test_server_run_config_goes_through_flowers_own_run_config_parsing(tmp_path:
     assert config.start_options() == [
         "--rounds", "2", "--k-experts", "4", "--clip", "0.5", "--matched-global"
     ]  # fmt: skip
+
+
+def test_the_loop_holds_the_roster_a_run_continues_with_it(tmp_path: Path) -> None:
+    """The strategy keeps no roster: a second run_rounds given the first's roster continues
+    the run (the node is not asked again); without one it is a new run, which asks."""
+    node = ToyNode("a", 1000)
+    grid, strategy, _ = make_fleet(tmp_path, [node])
+    roster = Roster()
+    for _ in range(2):
+        run_rounds(grid, strategy, initial_arrays(), num_rounds=1, wait_nodes_s=0, roster=roster)
+    assert node.hellos == 1 and roster.identity == {1000: node.key}
+    assert not hasattr(strategy, "roster")
+    run_rounds(grid, strategy, initial_arrays(), num_rounds=1, wait_nodes_s=0)
+    assert node.hellos == 2

@@ -413,14 +413,9 @@ def main() -> None:
         selected = select(labels, seeds, args.train_per_task, args.methods.split(","))
         if selected is None:
             parser.exit(2, f"error: no method of {args.methods} has a budget to select\n")
-        facts = run_facts(labels, started)
-        result = selected.model_copy(
-            update={
-                "command": facts["command"],
-                "hyperparameters_source": "chosen on validation by this run, " + CHOICES.name,
-                **{k: v for k, v in facts.items() if k != "command"},
-            }
-        )
+        source = "chosen on validation by this run, " + CHOICES.name
+        facts = {**run_facts(labels, started), "hyperparameters_source": source}
+        result = selected.model_copy(update=facts)  # the JSON's key order: the model's
         stem = "protocol_transfer_validation" + (f"_{args.tag}" if args.tag else "")
         write_result(result, args.out, stem)
         print(markdown(result))
@@ -467,14 +462,8 @@ def main() -> None:
         labels,
         args.train_per_task,
     )
-    facts = run_facts(labels, started)
-    result = result.model_copy(
-        update={
-            "command": facts["command"],
-            "hyperparameters_source": source,
-            **{k: v for k, v in facts.items() if k != "command"},
-        }
-    )
+    facts = {**run_facts(labels, started), "hyperparameters_source": source}
+    result = result.model_copy(update=facts)
     stem = f"protocol_transfer_{args.split}" + (f"_{args.tag}" if args.tag else "")
     write_result(result, args.out, stem)
     print(markdown(result))
