@@ -88,3 +88,17 @@ def test_the_offline_report_loads_writes_back_and_renders_byte_for_byte() -> Non
     assert report.results and report.per_gpu["simoe"][0]
     assert same_keys_and_values(offline.report_json(report), OFFLINE.read_text())
     assert offline.markdown(report) == OFFLINE.with_suffix(".md").read_text()
+
+
+def test_an_offline_transfer_run_repeats_with_its_seed(tmp_path: Path) -> None:
+    """The same command twice gives the same scores: the models' initial weights come from
+    --seed (they were drawn from torch's unseeded state, so two runs differed)."""
+    from bench.transfer import offline_transfer
+
+    def scores(out: Path) -> dict:
+        tiny = "--synthetic --budgets 0 --methods simoe,pooled --expert-epochs 1 --shared-epochs 1"
+        offline_transfer.main([*tiny.split(), "--adapt-epochs", "1", "--out", str(out)])
+        [report] = out.glob("*.json")
+        return json.loads(report.read_text())["per_task_top1"]
+
+    assert scores(tmp_path / "a") == scores(tmp_path / "b")

@@ -487,6 +487,7 @@ def main(argv: list[str] | None = None) -> None:
     family = None
     if "simoe" in methods or args.ablations:
         t0 = time.perf_counter()
+        torch.manual_seed(args.seed)  # the model's initial weights: a run repeats with its seed
         family = SiMoEFamily(config, train, args)
         timings["simoe-train"] = time.perf_counter() - t0
         print(f"simoe trained in {timings['simoe-train']:.0f} s", flush=True)
@@ -504,6 +505,7 @@ def main(argv: list[str] | None = None) -> None:
             )
     if "pooled" in methods:
         t0 = time.perf_counter()
+        torch.manual_seed(args.seed)
         pooled = Pooled(config, train, args)
         for split in splits:
             for b in budgets:
