@@ -5,6 +5,7 @@ per run and across runs; the runs merged and rendered. No tuning."""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -182,3 +183,17 @@ def test_the_budget_section_takes_units_and_methods_from_the_command_line(
     run.section_budget(report, args, print)  # type: ignore[arg-type]
     assert got[0].unseen_gpus == ["2080ti-ref"] and got[0].seed == 2
     assert got[0].runs("schedule-transfer") and not got[0].runs("mlp-fast")
+
+
+def test_presets_read_a_choices_file_whose_fleet_has_no_mlp_choice_yet(tmp_path: Path) -> None:
+    """Selection runs per method: a choices file with SiMoE's budget but no MLP one yet
+    (a new fleet mid-selection) gives the MLP TVM's default instead of breaking every import
+    of the presets; a chosen MLP budget is used as chosen."""
+    path = tmp_path / "choices.json"
+    simoe = {"expert_epochs": 4, "shared_epochs": 12, "adapt_epochs": 10}
+    path.write_text(json.dumps({"chosen": {"simoe": simoe}}))
+    assert presets.validated_epochs(path) == {
+        "expert_epochs": 4, "shared_epochs": 12, "mlp_epochs": presets.MLP_DEFAULT_EPOCHS
+    }  # fmt: skip
+    path.write_text(json.dumps({"chosen": {"simoe": simoe, "mlp-finetune": {"mlp_epochs": 10}}}))
+    assert presets.validated_epochs(path)["mlp_epochs"] == 10
