@@ -5,6 +5,7 @@ per run and across runs; the runs merged and rendered. No tuning."""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,24 @@ def test_budget_runs_merge_and_render_over_seeds_with_their_cpu(tmp_path: Path) 
     assert "1.50 CPU hours over 3 run(s)" in md
     assert "- ms-xgb-1000 on a30-u1: 1.0000 - 1.0000 ms over 2 seed(s); 2 of 2" in md
     assert "**Run to run.**" not in md
+    n = len(presets.QUICK_BUDGET.train_gpus)
+    assert f"All 3 runs: {n} training units, SiMoE " in md
+
+
+def test_runs_made_with_other_protocol_settings_are_flagged_not_mixed_silently() -> None:
+    """Budget runs take the protocol's training units and SiMoE's validated epochs: a run made
+    with others is named as such in the over-seeds block, per run."""
+    a0 = _report("a30-u1", 0, _rows("a30-u1", 1.0e-3, 1.04e-3), 600.0)
+    a1 = _report("a30-u1", 1, _rows("a30-u1", 1.0e-3, 1.04e-3), 600.0)
+    sec = a1.sections.budget
+    assert sec is not None
+    sec.settings = sec.settings.model_copy(update={"expert_epochs": 99, "train_gpus": ["x"]})
+    parts = [(r.command, r.sections.budget, 600.0, [1.0]) for r in (a0, a1)]
+    runs = budget_seeds.runs_of(parts)  # type: ignore[arg-type]
+    assert [(r.train_units, r.simoe_epochs.split("/")[0]) for r in runs][1] == (1, "99")
+    md = "\n".join(budget_seeds.markdown(runs))
+    assert "**They differ between runs**" in md
+    assert "- a30-u1 seed 1 (1 training units, SiMoE 99/" in md
 
 
 def test_the_budget_section_runs_schedule_transfer_on_each_unit(monkeypatch: Any) -> None:
@@ -164,3 +183,17 @@ def test_the_budget_section_takes_units_and_methods_from_the_command_line(
     run.section_budget(report, args, print)  # type: ignore[arg-type]
     assert got[0].unseen_gpus == ["2080ti-ref"] and got[0].seed == 2
     assert got[0].runs("schedule-transfer") and not got[0].runs("mlp-fast")
+
+
+def test_presets_read_a_choices_file_whose_fleet_has_no_mlp_choice_yet(tmp_path: Path) -> None:
+    """Selection runs per method: a choices file with SiMoE's budget but no MLP one yet
+    (a new fleet mid-selection) gives the MLP TVM's default instead of breaking every import
+    of the presets; a chosen MLP budget is used as chosen."""
+    path = tmp_path / "choices.json"
+    simoe = {"expert_epochs": 4, "shared_epochs": 12, "adapt_epochs": 10}
+    path.write_text(json.dumps({"chosen": {"simoe": simoe}}))
+    assert presets.validated_epochs(path) == {
+        "expert_epochs": 4, "shared_epochs": 12, "mlp_epochs": presets.MLP_DEFAULT_EPOCHS
+    }  # fmt: skip
+    path.write_text(json.dumps({"chosen": {"simoe": simoe, "mlp-finetune": {"mlp_epochs": 10}}}))
+    assert presets.validated_epochs(path)["mlp_epochs"] == 10

@@ -10,19 +10,24 @@ from pathlib import Path
 from bench.protocol import TRAIN_UNITS
 from bench.report.report_model import CompileSettings
 
-
 # -- the presets --------------------------------------------------------------------------------
-def validated_epochs() -> dict[str, int]:
+CHOICES = Path(__file__).resolve().parents[1] / "protocol_choices.json"
+# TVM's MLP cost model trains 50 epochs on a full dataset (its TrainerConfig.num_epoch_full)
+MLP_DEFAULT_EPOCHS = 50
+
+
+def validated_epochs(choices: Path = CHOICES) -> dict[str, int]:
     """SiMoE's and the MLP peer's training budgets as chosen on the protocol's validation
     units (bench/protocol_choices.json, bench/transfer/protocol_transfer.py's grid, seed 0): every
-    model compared trains for the budget its own validation score chose."""
-    chosen = json.loads(
-        (Path(__file__).resolve().parents[1] / "protocol_choices.json").read_text()
-    )["chosen"]
+    model compared trains for the budget its own validation score chose. A choices file whose
+    fleet has no MLP choice yet (its selection is run per method) gives TVM's default rather
+    than failing every import of the presets."""
+    chosen = json.loads(choices.read_text())["chosen"]
+    mlp = chosen.get("mlp-finetune")
     return {
         "expert_epochs": int(chosen["simoe"]["expert_epochs"]),
         "shared_epochs": int(chosen["simoe"]["shared_epochs"]),
-        "mlp_epochs": int(chosen["mlp-finetune"]["mlp_epochs"]),
+        "mlp_epochs": int(mlp["mlp_epochs"]) if mlp else MLP_DEFAULT_EPOCHS,
     }
 
 

@@ -65,6 +65,10 @@ class BudgetRun:
     methods: list[Reach] = field(default_factory=list)
     cpu_s: float | None = None
     load: list[float] = field(default_factory=list)  # load average at its start
+    # what the run took from the protocol: its training units and SiMoE's epochs (chosen on
+    # validation, bench/protocol_choices.json when it ran): runs are comparable only if equal
+    train_units: int = 0
+    simoe_epochs: str = ""
 
 
 @dataclass
@@ -103,8 +107,10 @@ def runs_of(sections: list[Part], long: str = "ms-xgb-1000") -> list[BudgetRun]:
     """Every (unit, seed) run with an ms-xgb-1000 row, from (command, section or repeat, CPU
     s, load average at its start)."""
     by_run: list[tuple[str, int, str, list[MethodRow], float | None, list[float]]] = []
+    sections_settings = {}
     for command, sec, cpu, load in sections:
         for unit in dict.fromkeys(r.gpu for r in sec.rows):
+            sections_settings[(unit, sec.settings.seed, command)] = sec.settings
             rows = [r for r in sec.rows if r.gpu == unit]
             by_run.append((unit, sec.settings.seed, command, rows, cpu, load))
     unit_best: dict[str, float] = {}
@@ -117,8 +123,10 @@ def runs_of(sections: list[Part], long: str = "ms-xgb-1000") -> list[BudgetRun]:
         ms = next((r for r in rows if r.method == long and r.network_latency_s), None)
         if ms is None or ms.network_latency_s is None:
             continue
+        st = sections_settings[(unit, seed, command)]
         run = BudgetRun(unit, seed, command, ms.network_latency_s, ms.compile_s, unit_best[unit],
-                        cpu_s=cpu, load=load)  # fmt: skip
+                        cpu_s=cpu, load=load, train_units=len(st.train_gpus),
+                        simoe_epochs=f"{st.expert_epochs}/{st.shared_epochs}")  # fmt: skip
         refs = {"seed": ms.network_latency_s, "unit": unit_best[unit]}
         for method in (*METHODS, long):
             row = next((r for r in rows if r.method == method), None)
@@ -275,9 +283,20 @@ def markdown(runs: list[BudgetRun]) -> list[str]:
         "- Every time here is wall time on a shared 2-core machine plus modelled measurement "
         "time: search wall grows with the load (each run's load average at its start below), "
         "for MetaSchedule and SiMoE alike within a run.",
+        "- What each run took from the protocol: these runs read no protocol fleet data "
+        "(runs/protocol_fleet); each samples and labels its own training candidates on the "
+        "protocol's training units, with SiMoE's epochs (expert/shared) and schedule "
+        "transfer's k from bench/protocol_choices.json as it was when the run was made. "
+        + (
+            f"All {len(runs)} runs: {runs[0].train_units} training units, SiMoE "
+            f"{runs[0].simoe_epochs} epochs."
+            if len({(r.train_units, r.simoe_epochs) for r in runs}) == 1
+            else "**They differ between runs** (per run below): not one setting."
+        ),
         "",
         *[
-            f"- {r.unit} seed {r.seed}: `{r.command}` (load average "
+            f"- {r.unit} seed {r.seed} ({r.train_units} training units, SiMoE "
+            f"{r.simoe_epochs} epochs): `{r.command}` (load average "
             f"{r.load[0] if r.load else float('nan'):.1f} at its start; "
             f"{'n/a' if r.cpu_s is None else f'{r.cpu_s:.0f}'} CPU s)"
             for r in runs
