@@ -262,8 +262,8 @@ class Demo:
         That is an event, not a round count: the fleet is ready once each tuned node's
         expert was recorded in a round that started after its job ended (`fleet_ready`);
         then the newcomer enrolls. While nodes tune, rounds come every `round_interval`;
-        when the last job ends, a round is asked for at once (as an operator would:
-        `simoe-server round`). Fewer rounds while the nodes tune leave them the CPU.
+        when a job ends, a round is asked for at once (as an operator would: `simoe-server
+        round`), so each expert is trained on all its records as early as it can be.
         """
         from server.idle import request_path, request_round
         from server.registry import Registry, now_iso
@@ -274,11 +274,10 @@ class Demo:
         while True:
             self.check_processes()
             self.report_rounds()
-            ended = self.poll_jobs()
+            if self.poll_jobs():  # a round now, not at the interval: their experts train
+                request_round(self.registry_path)  # on all their records (one request
+                asked_at = now_iso()  # file: job ends close together share a round)
             tuned = sum(n.job in ("done", "failed") for n in self.nodes)
-            if ended and tuned == len(self.nodes):  # the last one: a round now, not in 120 s
-                request_round(self.registry_path)
-                asked_at = now_iso()
             with Registry(self.registry_path, read_only=True) as registry:
                 rounds = registry.rounds()
                 experts = {e.name: e.round for e in registry.experts()}
