@@ -385,8 +385,8 @@ def start(
     signal.signal(signal.SIGHUP, lambda *_: stop.set())  # its terminal closed: stop its children
     with console.status(f"starting the SuperLink on {link.address}"):
         link.start()
-    close_cut_rounds(directory)  # a killed predecessor's (its processes are stopped by now)
     try:
+        close_cut_rounds(directory)  # a killed predecessor's (its processes are stopped now)
         if stop.is_set():
             return
         run_id = submit_run(directory, link.address, certs.ca, run_config)
