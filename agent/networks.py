@@ -347,8 +347,7 @@ def _pt2_network(path: Path) -> Network:
 
 
 FACTORY_CONTRACT = (
-    "FILE.py:FUNCTION, where FUNCTION() returns (an nn.Module, a tuple of example input "
-    "tensors)"
+    "FILE.py:FUNCTION, where FUNCTION() returns (an nn.Module, a tuple of example input tensors)"
 )
 
 

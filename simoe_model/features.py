@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from tvm.s_tir import meta_schedule as ms
 
 
-
 def log_transform(rows: np.ndarray) -> np.ndarray:
     """sign(x) log1p(|x|): the features span many decades (bytes, loop extents).
 

@@ -334,7 +334,9 @@ def test_a_simoe_model_picks_the_candidates_it_ranks_fastest(tmp_path: Path) -> 
 def test_a_kernel_fault_stops_the_run_and_names_it(exported: Path, tmp_path: Path) -> None:
     """After an illegal address the CUDA context is lost: stop, keep, name it."""
     standin = json.loads((exported / "home" / "standin.json").read_text())
-    standin["latencies"]["p_vadd"] = "cuLaunchKernel: CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access)"  # noqa: E501
+    standin["latencies"]["p_vadd"] = (
+        "cuLaunchKernel: CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access)"  # noqa: E501
+    )
     path = tmp_path / "standin.json"
     path.write_text(json.dumps(standin))
     out = tmp_path / "results"

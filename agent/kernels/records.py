@@ -118,4 +118,3 @@ def kernel_summary(store: Store) -> list[dict[str, object]]:
         "FROM kernel_records r JOIN kernel_spaces s USING (space_id) "
         "GROUP BY r.space_id, r.gpu ORDER BY s.kernel_name, r.gpu"
     )
-

@@ -117,4 +117,3 @@ class SiMoEStrategy:
         with contextlib.suppress(StopCriterionReached):
             run_search(search, measure, min(budget, len(configs)))
         return cost.results
-
