@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.transfer import protocol_hw_units
+from bench.transfer.protocol_result import TransferResult
 
 
 def test_the_units_of_models_with_units_of_their_own_hardware_are_kept() -> None:
@@ -25,7 +26,14 @@ def test_hybrid_minus_each_variant_on_those_units_only() -> None:
         "simoe-analytical-only": {0: {"sim:a30-u1": [0.9, 0.8], "sim:a30-mig-1g6gb": [0.7, 0.9],
                                       "sim:2080ti-ref": [1.0, 1.0]}},
     }  # fmt: skip
-    result = {"units": units, "fidelity": {"0": {}}, "per_task_top1": {"0": per_seed}}
+    result = TransferResult(
+        split="test",
+        units=units,
+        seeds=[0],
+        hyperparameters={},
+        fidelity={0: {}},
+        per_task_top1={0: per_seed},
+    )
     md = "\n".join(protocol_hw_units.markdown(result))
     # (0.1 + 0 + 0.2 + 0) / 4 on the A30 units; 2080ti-ref (worse for hybrid) is not counted
     assert "| simoe-analytical-only | 0.900 | 0.825 | +0.075 |" in md

@@ -9,13 +9,14 @@ bench/protocol_specs/), read from a protocol_transfer report's JSON (its ablatio
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
 from bench import protocol
+from bench.reporting import read_report
 from bench.transfer.protocol_report import model_of, paired_interval, seed_mean
+from bench.transfer.protocol_result import TransferResult
 
 VARIANTS = ("simoe-analytical-only", "simoe-empirical-only", "simoe-no-prior")
 
@@ -34,8 +35,8 @@ def units_differing_in_hardware(units: list[str]) -> list[str]:
     return [u for u in units if model_of(u) in models]
 
 
-def markdown(result: dict) -> list[str]:
-    units = units_differing_in_hardware(result["units"])
+def markdown(result: TransferResult) -> list[str]:
+    units = units_differing_in_hardware(result.units)
     hybrid = seed_mean(result, "simoe-hybrid", 0)
     if hybrid is None or not units:
         return ["No ablation results, or no unit differing in hardware, in this report."]
@@ -43,7 +44,7 @@ def markdown(result: dict) -> list[str]:
         f"Units of the GPU models with units of their own hardware ({len(units)}: "
         f"{', '.join(u.removeprefix('sim:') for u in units)}; "
         f"{len({model_of(u) for u in units})} models), budget 0, seeds "
-        f"{sorted(result['fidelity'])}: hybrid minus each variant, paired bootstrap "
+        f"{sorted(result.fidelity)}: hybrid minus each variant, paired bootstrap "
         "clustered by GPU model. Command: `python -m bench.transfer.protocol_hw_units "
         "<report>.json`.",
         "",
@@ -84,7 +85,7 @@ def main() -> None:
     args = parser.parse_args()
     if not args.report.exists():
         parser.exit(2, f"error: no such report: {args.report}\n")
-    print("\n".join(markdown(json.loads(args.report.read_text()))))
+    print("\n".join(markdown(read_report(args.report, TransferResult))))
 
 
 if __name__ == "__main__":
