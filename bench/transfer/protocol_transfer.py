@@ -273,11 +273,8 @@ def select(
     report's validation columns; None: no method selected); the choices go to CHOICES
     (merged with methods not selected in this run)."""
     fleet = protocol.fleet_hashes(labels.data_dir)["digest"]
-    previous = json.loads(CHOICES.read_text()) if CHOICES.exists() else {}
-    if previous.get("fleet") != fleet:
-        previous = {}  # choices made on another fleet are never kept
-    chosen: dict[str, dict[str, int]] = dict(previous.get("chosen", {}))
-    scores: dict[str, list] = dict(previous.get("grid_scores", {}))
+    chosen: dict[str, dict[str, int]] = {}  # this run's; merged into CHOICES at the end
+    scores: dict[str, list] = {}
     wanted = [m for m in METHODS if methods is None or m in methods]
     kept: dict[str, TransferResult] = {}  # method -> its chosen point's validation result
 
@@ -301,21 +298,7 @@ def select(
     for method in ("xgb", "random"):
         if method in wanted:
             kept[method] = run(method, {})
-    CHOICES.write_text(
-        json.dumps(
-            {
-                "chosen_on": "validation",
-                "fleet": fleet,
-                "seeds": seeds,
-                "train_per_task": train_per_task,
-                "rule": "the grid point with the best mean top-1 over seeds, budgets "
-                f"{list(protocol.BUDGETS)}, validation units and tasks",
-                "chosen": chosen,
-                "grid_scores": scores,
-            },
-            indent=1,
-        )
-    )
+    save_choices(CHOICES, fleet, seeds, train_per_task, chosen, scores)
     if not kept:
         return None
     return next(iter(kept.values())).model_copy(
@@ -329,6 +312,42 @@ def select(
             "grid_scores": {m: v for m, v in scores.items() if m in kept},
         }
     )
+
+
+def save_choices(
+    path: Path,
+    fleet: str,
+    seeds: list[int],
+    train_per_task: int | None,
+    chosen: dict[str, dict[str, int]],
+    scores: dict[str, list],
+) -> None:
+    """Merge one selection run's choices into `path`. Method parts run in parallel each
+    select their own methods, so the read-modify-write holds a lock and the file is replaced
+    whole (os.replace): no part overwrites another's choices, no reader sees half a file.
+    Choices made on another fleet or with another training scale are never kept."""
+    import os
+
+    from filelock import FileLock
+
+    with FileLock(f"{path}.lock"):
+        previous = json.loads(path.read_text()) if path.exists() else {}
+        made_on = (previous.get("fleet"), previous.get("train_per_task") or 0)
+        if made_on != (fleet, train_per_task or 0):  # 0 and None: every candidate kept
+            previous = {}
+        merged = {
+            "chosen_on": "validation",
+            "fleet": fleet,
+            "seeds": seeds,
+            "train_per_task": train_per_task,
+            "rule": "the grid point with the best mean top-1 over seeds, budgets "
+            f"{list(protocol.BUDGETS)}, validation units and tasks",
+            "chosen": {**previous.get("chosen", {}), **chosen},
+            "grid_scores": {**previous.get("grid_scores", {}), **scores},
+        }
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        partial.write_text(json.dumps(merged, indent=1))
+        os.replace(partial, path)
 
 
 def main() -> None:
