@@ -102,3 +102,20 @@ def test_an_offline_transfer_run_repeats_with_its_seed(tmp_path: Path) -> None:
         return json.loads(report.read_text())["per_task_top1"]
 
     assert scores(tmp_path / "a") == scores(tmp_path / "b")
+
+
+def test_a_new_online_gate_run_keeps_the_report_it_replaces(tmp_path: Path) -> None:
+    """The sharpness reselected on another fleet adds a run; the earlier one stays, listed."""
+    from bench.transfer.protocol_transfer import write_gate_report
+
+    committed = read_report(RESULTS / "protocol_online_gate_validation.json", OnlineGateReport)
+    first = committed.model_copy(update={"earlier_runs": [], "fleet": "a" * 64})
+    write_gate_report(first, tmp_path, "gate")
+    again = write_gate_report(first, tmp_path, "gate")  # the same run written twice: once
+    assert again.earlier_runs == []
+    second = first.model_copy(update={"fleet": "b" * 64, "command": "python -m x --again"})
+    written = write_gate_report(second, tmp_path, "gate")
+    assert [r.fleet for r in written.earlier_runs] == ["a" * 64]
+    back = read_report(tmp_path / "gate.json", OnlineGateReport)
+    assert back.fleet == "b" * 64 and [r.fleet for r in back.earlier_runs] == ["a" * 64]
+    assert "1. `" + first.command + "`: fleet aaaaaaaa" in (tmp_path / "gate.md").read_text()

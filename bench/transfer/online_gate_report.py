@@ -113,12 +113,13 @@ def online_gate_markdown(result: OnlineGateReport) -> str:
             cells.append(" ; ".join(parts))
         lines.append(f"| {s} | " + " | ".join(cells) + " |")
     if grid[1:]:
-        from bench.transfer.protocol_report import paired_interval
+        from bench.transfer.protocol_report import clusters_of, paired_interval
 
         lines += [
             "",
             f"simoe-online (sharpness {shown}) minus simoe (gate off), per unit-task top-1 "
-            "averaged over the seeds; 95 % paired bootstrap over unit-tasks:",
+            "averaged over the seeds; 95 % paired bootstrap clustered by GPU model "
+            f"({clusters_of(result.units)} models resampled, each with all its units' tasks):",
             "",
             "| budget | difference | 95 % interval |",
             "|---|---|---|",
@@ -127,7 +128,29 @@ def online_gate_markdown(result: OnlineGateReport) -> str:
             ours, theirs = seed_averaged(result, b, shown), seed_averaged(result, b, 0.0)
             mean, low, high = paired_interval(ours, theirs)
             lines.append(f"| {b} | {mean:+.4f} | [{low:+.4f}, {high:+.4f}] |")
+    lines += earlier_gate_runs(result.earlier_runs)
     return "\n".join(lines) + "\n"
+
+
+def earlier_gate_runs(runs: list[OnlineGateReport]) -> list[str]:
+    """The runs this report replaced, kept: each one's command, fleet, choice and mean top-1
+    per sharpness, as it reported them."""
+    if not runs:
+        return []
+    lines = ["", "## Earlier runs of this report (replaced, kept in its JSON)", ""]
+    for i, run in enumerate(runs, 1):
+        lines += [
+            f"{i}. `{run.command or '?'}`: fleet {run.fleet[:8]}..., {len(run.units)} "
+            f"validation units, seeds {run.seeds}, SiMoE's budget "
+            f"{run.simoe_hyperparameters}, training units kept "
+            f"{run.train_per_task or 'all'} candidates per task; chosen **{run.chosen}**.",
+            "",
+            "| sharpness | " + " | ".join(str(s) for s in run.grid) + " |",
+            "|---|" + "---|" * len(run.grid),
+            "| mean top-1 | " + " | ".join(f"{run.mean_top1[s]:.4f}" for s in run.grid) + " |",
+            "",
+        ]
+    return lines
 
 
 def seed_averaged(result: OnlineGateReport, budget: int, sharpness: float) -> dict[str, np.ndarray]:

@@ -103,6 +103,7 @@ class OnlineGateReport(_Result):
     load: str | None = None
     total_seconds: float = 0.0
     label_reads: list[str] = []
+    earlier_runs: list[OnlineGateReport] = []  # the runs this report replaced, kept
 
 
 def result_json(result: BaseModel) -> str:

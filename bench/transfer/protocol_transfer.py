@@ -419,8 +419,7 @@ def main() -> None:
         )
         args.out.mkdir(parents=True, exist_ok=True)
         stem = "protocol_online_gate_validation" + (f"_{args.tag}" if args.tag else "")
-        (args.out / f"{stem}.json").write_text(result_json(gate))
-        (args.out / f"{stem}.md").write_text(online_gate_markdown(gate))
+        gate = write_gate_report(gate, args.out, stem)
         if not args.tag:
             keep = ("split", "seeds", "budgets", "grid", "rule", "fleet", "mean_top1", "chosen")
             keep += ("units_equal_to_recorded_fleet",)
@@ -518,6 +517,27 @@ def write_result(result: TransferResult, out: Path, stem: str) -> None:
     result = result.model_copy(update={"earlier_runs": [*result.earlier_runs, *earlier]})
     path.write_text(result_json(result))
     (out / f"{stem}.md").write_text(markdown(result))
+
+
+def write_gate_report(gate: OnlineGateReport, out: Path, stem: str) -> OnlineGateReport:
+    """OUT/STEM.json and .md for the online gate's selection, keeping the run the file held
+    before (another fleet's, say) in `earlier_runs`, as write_result does for a split."""
+    path = out / f"{stem}.json"
+    earlier: list[OnlineGateReport] = []
+    if path.exists():
+        previous = read_report(path, OnlineGateReport)
+        earlier = previous.earlier_runs
+        if (previous.command, previous.fleet, previous.runs) != (
+            gate.command,
+            gate.fleet,
+            gate.runs,
+        ):
+            kept = previous.model_dump(exclude_unset=True, exclude={"earlier_runs"})
+            earlier.append(OnlineGateReport.model_validate(kept))
+    gate = gate.model_copy(update={"earlier_runs": [*gate.earlier_runs, *earlier]})
+    path.write_text(result_json(gate))
+    (out / f"{stem}.md").write_text(online_gate_markdown(gate))
+    return gate
 
 
 def merge(paths: list[Path]) -> TransferResult:
