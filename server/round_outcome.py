@@ -49,6 +49,8 @@ class NodeReply:
     num_examples: int = 0
     checked: list[str] = field(default_factory=list)  # experts it was sent and tested
     refuted: list[str] = field(default_factory=list)  # those it found ranking backwards
+    # checked expert -> the node's rank agreement with it (2 decimals), where it gave one
+    agreement: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -458,6 +458,9 @@ class SiMoEStrategy:
             sent_to = set(plan.delivered.get(who, []))  # verdicts only on what it was sent
             answer.checked = sorted(sent_to & set(node.hello.checked_experts))
             answer.refuted = list(node.hello.refuted_experts)
+            answer.agreement = {
+                e: v for e, v in node.hello.expert_agreement.items() if e in answer.checked
+            }
             answer.expert = record_to_arrays(reply.content.array_records[REC_OWN_EXPERT])
             answer.num_examples = int(weight)
             if node_id in plan.bases:  # trained from an older global: its change, on the current
