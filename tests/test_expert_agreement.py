@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from federation_helpers import toy_profile
 from pydantic import ValidationError
 
@@ -111,3 +112,64 @@ def test_a_registry_written_before_agreements_opens_and_gains_them(tmp_path: Pat
     with sqlite3.connect(path) as db:
         [(version,)] = db.execute("select value from meta where key = 'schema_version'")
     assert int(version) == SCHEMA_VERSION == 2
+
+
+def units(model: object, n: int = 3) -> np.ndarray:
+    """n units' hardware vectors, the model's hardware normalizer fitted on them (as the
+    federation's global is, by the nodes' rounds)."""
+    from simoe_model.hardware import hardware_vector
+    from simoe_model.synthetic import make_devices
+    from simoe_model.train import fit_hardware_normalizer
+
+    h = np.stack([hardware_vector(d.profile()) for d in make_devices(n, seed=2)])
+    assert fit_hardware_normalizer(model, list(h))  # type: ignore[arg-type]
+    return h
+
+
+def test_the_fit_moves_cos_toward_the_agreements_and_only_the_hardware_encoder() -> None:
+    from simoe_model.model import SiMoE, shared_arrays
+    from simoe_model.train import fit_similarity
+
+    torch.manual_seed(0)
+    model = SiMoE()
+    h = units(model)
+    pairs, agreement = np.array([[0, 1], [0, 2]]), np.array([-0.5, 0.9])
+
+    def cos() -> list[float]:
+        with torch.no_grad():
+            z = model.encode_hardware(torch.as_tensor(h))
+            return [float(torch.cosine_similarity(z[i], z[j], dim=0)) for i, j in pairs]
+
+    start, before_arrays = cos(), shared_arrays(model)
+    assert start[0] > start[1]  # the untrained encoder orders them the wrong way
+    before, after = fit_similarity(model, h, pairs, agreement, steps=20, lr=1e-2, seed=0)
+    end = cos()
+    assert after < before / 4 and end[0] < end[1]  # ordered as the agreements: -0.5 < 0.9
+    assert end == pytest.approx(agreement.tolist(), abs=0.2)
+    moved = {k for k, v in shared_arrays(model).items() if not np.array_equal(v, before_arrays[k])}
+    assert moved and all(k.startswith("hardware_encoder.mlp.") for k in moved)
+
+
+def test_each_reporter_weighs_the_same_and_no_pairs_change_nothing() -> None:
+    from simoe_model.losses import alignment_loss
+    from simoe_model.model import SiMoE, shared_arrays
+    from simoe_model.train import fit_similarity
+
+    torch.manual_seed(1)
+    model = SiMoE()
+    h = units(model, 4)
+    pairs = np.array([[0, 1], [0, 2], [0, 3], [1, 2]])
+    agreement = np.array([0.9, 0.8, 0.7, 3.0])  # 3.0: clipped to 1
+    groups = [0, 0, 0, 1]  # node 0 reports three pairs, node 1 one
+    with torch.no_grad():
+        z = model.encode_hardware(torch.as_tensor(h))
+        target = torch.as_tensor(agreement, dtype=torch.float32).clamp(-1, 1)
+        p = torch.as_tensor(pairs)
+        expected = (alignment_loss(z, p[:3], target[:3]) + alignment_loss(z, p[3:], target[3:])) / 2
+    before, _ = fit_similarity(model, h, pairs, agreement, groups=groups, steps=1)
+    assert before == pytest.approx(float(expected), rel=1e-5)
+
+    arrays = shared_arrays(model)
+    empty = fit_similarity(model, h, np.zeros((0, 2)), np.zeros(0), steps=10)
+    assert all(np.isnan(v) for v in empty)
+    assert all(np.array_equal(v, arrays[k]) for k, v in shared_arrays(model).items())
