@@ -477,3 +477,40 @@ def test_the_loop_holds_the_roster_a_run_continues_with_it(tmp_path: Path) -> No
     assert not hasattr(strategy, "roster")
     run_rounds(grid, strategy, initial_arrays(), num_rounds=1, wait_nodes_s=0)
     assert node.hellos == 2
+
+
+@pytest.mark.parametrize(
+    "agreement, reason",
+    [
+        ('{"good": NaN}', "bad node identity"),
+        ('{"good": 0.123}', "more than 2 decimals"),
+        ('{"good": 2.0}', "less than or equal to 1"),
+        ('{"stranger": 0.5}', "did not check"),
+    ],
+)
+def test_a_malformed_agreement_rejects_that_reply_in_one_line(
+    tmp_path: Path, agreement: str, reason: str
+) -> None:
+    """A node (not ours) that sends a bad agreement: its reply is rejected with the reason,
+    its update and expert are not kept, and the round goes on."""
+    from schemas.messages import REC_NODE
+
+    liar = ToyNode("liar", 2000, value=100.0)
+    toy_app = liar.app()
+
+    def app(message, context):  # noqa: ANN001, ANN202
+        reply = toy_app(message, context)
+        if message.metadata.message_type == "train" and liar.received_experts[-1]:
+            hello = str(reply.content[REC_NODE]["hello"])
+            reply.content[REC_NODE]["hello"] = hello.replace(
+                '"expert_agreement":{}', f'"expert_agreement":{agreement}'
+            )
+        return reply
+
+    good = ToyNode("good", 1000, value=1.0)
+    grid, strategy, registry = make_fleet(tmp_path, [good], k_experts=1)
+    grid.add_node(1001, app, {})
+    first, second = run(grid, strategy, rounds=2)
+    assert liar.key in first.accepted and liar.key in second.rejected
+    assert reason in second.rejected[liar.key] and "\n" not in second.rejected[liar.key]
+    assert second.accepted == [good.key] and registry.expert_agreements() == []
