@@ -12,6 +12,8 @@
 - `local_round`: one node's part of a federated round (FedRep): what it sends to
   be averaged and the own expert it keeps and shares.
 - `predict`: scores of raw PerStoreFeature arrays on a target hardware vector.
+- `fit_similarity`: the server's step on the hardware encoder alone, so that
+  cos(z_i, z_j) follows the rank agreements the nodes report.
 """
 
 from __future__ import annotations
