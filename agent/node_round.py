@@ -9,7 +9,9 @@ decoded (`Received`: the global shared arrays and the delivered experts). It
 2. adds the delivered experts (a refused one is left out, and noted) and prunes the
    expert bank to what the server chose this round;
 3. leaves out delivered experts that rank the node's own measurements backwards
-   (`simoe_model.expert_check`), when the node has records to test them on;
+   (`simoe_model.expert_check`), when the node has records to test them on, and keeps
+   each checked expert's rank agreement (2 decimals) for its reply: the server fits the
+   hardware similarity on those numbers;
 4. trains its round (`simoe_model.train.local_round`, FedRep) when it has records and
    the instruction says so;
 5. keeps the model and the federation state (versions, rounds trained, the experts it
@@ -21,6 +23,7 @@ The ClientApp (`agent.client_app`) decodes the message, calls this and encodes t
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,6 +35,8 @@ from agent.payload import PayloadRefused, adopt_experts, adopt_global, check_pro
 from schemas import TrainInstruction
 from schemas.messages import WEIGHT_METRIC
 from schemas.protocol import Arrays
+
+log = logging.getLogger("simoe.agent")
 
 
 @dataclass
@@ -74,7 +79,7 @@ def node_round(
     global model is refused. `started`: when the round began (perf_counter), for the
     `train-seconds` metric."""
     from agent.store_datasets import node_dataset
-    from simoe_model.expert_check import drop_refuted_experts
+    from simoe_model.expert_check import screen_experts
     from simoe_model.model import remove_expert
     from simoe_model.train import local_round
 
@@ -100,10 +105,22 @@ def node_round(
     dataset = node_dataset(node, profile)
     state = node.federation_state()
     metrics: dict[str, float] = {WEIGHT_METRIC: 0.0, "num-tasks": float(len(dataset.tasks))}
-    state.checked_experts, state.refuted_experts = [], []
+    state.checked_experts, state.refuted_experts, state.expert_agreement = [], [], {}
     if delivered and dataset.tasks and check_experts:
-        dropped = drop_refuted_experts(model, delivered, dataset)
+        dropped, agreement = screen_experts(model, delivered, dataset.tasks)
+        for expert in dropped:
+            remove_expert(model, expert)
+            log.warning(
+                "expert %s left out: it ranks this node's measurements backwards "
+                "(rank correlation %.2f)",
+                expert,
+                agreement[expert],
+            )
         state.checked_experts, state.refuted_experts = sorted(delivered), dropped
+        # an aggregate over all its tasks, 2 decimals: what the reply may say of its records
+        state.expert_agreement = {
+            e: round(min(1.0, max(-1.0, v)), 2) for e, v in agreement.items() if np.isfinite(v)
+        }
         delivered = [e for e in delivered if e not in dropped]
         metrics["experts-dropped"] = float(len(dropped))
     shared_update = own_expert = None

@@ -330,11 +330,16 @@ class NodeState:
         save_model(model, self.model_path)
 
     def hello(self, *, leaving: bool = False) -> NodeHello:
+        """Who this node is, with its verdicts on the experts it was last sent."""
+        state = self.federation_state()
         return NodeHello(
             leaving=leaving,
             name=self.name(),
             key_fingerprint=self.fingerprint(),
             profile=self.profile(),
             has_model=self.has_model(),
-            expert_version=self.federation_state().rounds_trained,
+            expert_version=state.rounds_trained,
+            checked_experts=state.checked_experts,
+            refuted_experts=state.refuted_experts,
+            expert_agreement=state.expert_agreement,
         )

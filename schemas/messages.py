@@ -1,7 +1,8 @@
 """Federation payloads: what a node and the server may say to each other in Flower messages.
 
 A node's reply may carry only: the shared parameter arrays, its own expert's arrays,
-its hardware profile (inside `NodeHello`) and the aggregate metrics named in
+its hardware profile and its verdicts on the experts it was sent (inside `NodeHello`:
+names, and one rank agreement per checked expert) and the aggregate metrics named in
 `ALLOWED_METRICS`. Never records, features or workload descriptions. The one exception is
 opt-in (`AgentConfig.share_schedules`, off by default): a node that opted in adds
 `REC_SCHEDULES`, its top-k schedule traces per workload key and the workload keys it asks
@@ -12,9 +13,9 @@ below are the whole vocabulary; the privacy audit checks every reply against it.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validator, model_validator
 
 from schemas.hardware import HardwareProfile
 from schemas.sharing import REC_SCHEDULES
@@ -71,6 +72,11 @@ ALLOWED_REPLY_RECORDS: dict[str, str] = {
     REC_SCHEDULES: "config",  # only from a node that opted in to schedule sharing
 }
 
+# A node's rank agreement with an expert it checked (Spearman of the expert's scores with
+# its measured speed, mean over its tasks): one number per expert, 2 decimals, in [-1, 1].
+Agreement = Annotated[float, Field(ge=-1.0, le=1.0, allow_inf_nan=False)]
+MAX_CHECKED = 64  # experts a node may report on in one reply
+
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 
@@ -98,9 +104,16 @@ class NodeHello(BaseModel):
     has_model: bool = Field(default=False, description="the node already holds a global model")
     expert_version: NonNegativeInt = Field(default=0, description="rounds its own expert trained")
     # The node's verdict on the experts it was sent last round, from its own records
-    # (simoe_model/expert_check.py): names only, never the records or the scores.
-    checked_experts: list[str] = Field(default_factory=list, max_length=64)
-    refuted_experts: list[str] = Field(default_factory=list, max_length=64)
+    # (simoe_model/expert_check.py): the names, and one aggregate per checked expert (its
+    # rank agreement over all the node's tasks, 2 decimals); never records or scores.
+    checked_experts: list[str] = Field(default_factory=list, max_length=MAX_CHECKED)
+    refuted_experts: list[str] = Field(default_factory=list, max_length=MAX_CHECKED)
+    expert_agreement: dict[str, Agreement] = Field(
+        default_factory=dict,
+        max_length=MAX_CHECKED,
+        description="checked expert -> rank agreement on the node's records (the server "
+        "fits the hardware similarity on it)",
+    )
     leaving: bool = Field(
         default=False,
         description="it replies once and goes (an enrolment's download): the server "
@@ -116,6 +129,21 @@ class NodeHello(BaseModel):
     @classmethod
     def _names(cls, names: list[str]) -> list[str]:
         return [check_node_name(n) for n in names]
+
+    @field_validator("expert_agreement")
+    @classmethod
+    def _two_decimals(cls, agreement: dict[str, float]) -> dict[str, float]:
+        for name, value in agreement.items():
+            if round(value, 2) != value:  # more digits would say more about the records
+                raise ValueError(f"agreement with {name!r} has more than 2 decimals")
+        return agreement
+
+    @model_validator(mode="after")
+    def _agreement_only_for_checked(self) -> NodeHello:
+        unchecked = sorted(set(self.expert_agreement) - set(self.checked_experts))
+        if unchecked:
+            raise ValueError(f"agreement with experts it did not check: {unchecked[:3]}")
+        return self
 
 
 class TrainInstruction(BaseModel):
@@ -166,6 +194,20 @@ class RoundInfo(BaseModel):
     status: Literal["running", "done", "no-update", "interrupted"]  # interrupted: server died
 
 
+class SimilarityFitInfo(BaseModel):
+    """What the server's fit of the hardware similarity did in a round (CLI --json):
+    cos(z_i, z_j) pulled toward node i's reported rank agreement with node j's expert."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    round: int
+    pairs: int = Field(ge=0, description="(checking node, expert's node) pairs fitted on")
+    nodes: int = Field(ge=0, description="nodes that reported them (each weighs the same)")
+    steps: int = Field(ge=0)
+    loss_before: float = Field(description="the alignment loss before the fit")
+    loss_after: float = Field(description="... and after")
+
+
 def key_fingerprint(public_key: bytes) -> str:
     """A node's identity: sha256 of its public key's DER form, first 32 hex digits.
 
@@ -201,6 +243,9 @@ class NodeFederationState(BaseModel):
     experts: list[str] = Field(default_factory=list, description="bank experts it holds")
     checked_experts: list[str] = Field(default_factory=list, description="tested on own records")
     refuted_experts: list[str] = Field(default_factory=list, description="...and left out")
+    expert_agreement: dict[str, float] = Field(
+        default_factory=dict, description="each checked expert's rank agreement, 2 decimals"
+    )
     refused: str | None = Field(default=None, description="why the server refused it, if so")
     refused_payload: str | None = Field(
         default=None, description="the last server payload this node refused, and why"

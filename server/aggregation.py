@@ -5,8 +5,10 @@ MultiKrum are); this module only maps the names the CLI and the run config use t
 those classes and their one parameter each. `--clip NORM` applies to every rule: each
 update's change against the current global model is scaled down to that L2 norm.
 The server's step on the combined change (`--server-optimizer sgd|adam`, `--server-lr`)
-and what a newcomer is sent (`--matched-global`) apply to every rule, too. All of them
-are fields of the one settings model, `server.run_config.ServerRunConfig`.
+and what a newcomer is sent (`--matched-global`) apply to every rule, too, as does the fit
+of the hardware similarity on the nodes' rank agreements after each average
+(`--similarity-steps`, 0: off). All of them are fields of the one settings model,
+`server.run_config.ServerRunConfig`.
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ def make_strategy(
         "seed": config.seed,
         "local_batch": config.local_batch,
         "prox_mu": config.prox_mu,
+        "similarity_steps": config.similarity_steps,
     }
+    if config.similarity_steps > 0:
+        from server.similarity import fit_shared_similarity
+
+        settings["similarity_fit"] = fit_shared_similarity
     cls = STRATEGIES[config.aggregation]
     return cls(registry, similarity, **(settings | extra | kwargs))  # type: ignore[arg-type]

@@ -141,15 +141,24 @@ def nodes(
     )  # fmt: skip
 
 
+def similarity_cell(fit: dict[str, Any] | None) -> str:
+    """A round's similarity fit in a table cell: pairs, and the loss before -> after."""
+    if fit is None:
+        return ""
+    return f"{fit['pairs']} pairs {fit['loss_before']:.3f}->{fit['loss_after']:.3f}"
+
+
 @app.command()
 def rounds(
     state_dir: StateDir = None,
     as_json: Json = False,
     verbose: Verbose = False,
 ) -> None:
-    """Every round: who took part, rejections, failures, bytes moved, the model version."""
+    """Every round: who took part, rejections, failures, bytes moved, the model version,
+    the fit of the hardware similarity on the nodes' rank agreements (pairs, loss)."""
     with open_registry(state_dir) as registry:
         data = []
+        fits = registry.similarity_fits()
         for info in registry.rounds():
             traffic = registry.traffic(info.round)
             metrics = registry.metrics(info.round)
@@ -160,6 +169,7 @@ def rounds(
                     "bytes_down": sum(t["bytes_down"] for t in traffic),
                     "bytes_up": sum(t["bytes_up"] for t in traffic),
                     "mean_expert_loss": sum(losses) / len(losses) if losses else None,
+                    "similarity_fit": fit.model_dump() if (fit := fits.get(info.round)) else None,
                 }
             )
     if as_json:
@@ -176,6 +186,7 @@ def rounds(
             Column("down", "right", optional=True),
             Column("up", "right", optional=True),
             Column("loss", "right", optional=True),
+            Column("similarity fit", "right", optional=True),
         ],  # fmt: skip
         [
             (
@@ -186,6 +197,7 @@ def rounds(
                 human_bytes(d["bytes_down"]),
                 human_bytes(d["bytes_up"]),
                 f"{d['mean_expert_loss']:.4f}" if d["mean_expert_loss"] is not None else "",
+                similarity_cell(d["similarity_fit"]),
             )
             for d in data
         ],
@@ -339,6 +351,12 @@ def start(
         "--matched-global/--latest-global",
         help="send a node without an expert of its own the global its experts were trained on",
     ),
+    similarity_steps: int = typer.Option(
+        DEFAULTS.similarity_steps,
+        "--similarity-steps",
+        help="after each average, steps fitting the hardware similarity on the nodes' "
+        "reported rank agreement with the experts they checked (0: off)",
+    ),
     state_dir: StateDir = None,
     verbose: Verbose = False,
 ) -> None:
@@ -366,6 +384,7 @@ def start(
         server_optimizer=server_optimizer,
         server_lr=server_lr,
         matched_global=matched_global,
+        similarity_steps=similarity_steps,
     )
     state_folder(directory)
     if registry_path(directory).exists():  # a damaged or foreign registry: refused now

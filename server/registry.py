@@ -22,12 +22,13 @@ import numpy as np
 import sqlite_utils
 
 from schemas import BadInputError, HardwareProfile, RunFailure
-from schemas.messages import ExpertInfo, NodeHello, RoundInfo
+from schemas.messages import ExpertInfo, NodeHello, RoundInfo, SimilarityFitInfo
 from schemas.private_files import create_private
 from schemas.sharing import ScheduleShare
 from server.registry_tables import TABLES
 
-SCHEMA_VERSION = 1
+# 2: expert_checks.agreement and similarity_fits (a version-1 file gains them on open)
+SCHEMA_VERSION = 2
 
 
 def now_iso() -> str:
@@ -134,6 +135,10 @@ class Registry:
         db["meta"].upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)}, pk="key")
         for name, table in TABLES.items():
             db[name].create(table.columns, pk=table.pk, if_not_exists=True)
+            have = set(db[name].columns_dict)
+            for column, kind in table.columns.items():  # an older file: add what it lacks
+                if column not in have:
+                    db[name].add_column(column, kind)
             for unique_index in table.unique:
                 db[name].create_index(unique_index, unique=True, if_not_exists=True)
 
@@ -256,12 +261,24 @@ class Registry:
         return version
 
     def record_checks(
-        self, round_: int, node_key: str, checked: Iterable[str], refuted: Iterable[str]
+        self,
+        round_: int,
+        node_key: str,
+        checked: Iterable[str],
+        refuted: Iterable[str],
+        agreement: Mapping[str, float] | None = None,
     ) -> None:
-        """A node's verdicts on experts it was sent: the latest per (expert, node) counts."""
-        refuted = set(refuted)
+        """A node's verdicts on experts it was sent, with its rank agreement with each where
+        it gave one: the latest per (expert, node) counts."""
+        refuted, agreement = set(refuted), agreement or {}
         rows = [
-            {"expert": e, "node_key": node_key, "round": round_, "refuted": int(e in refuted)}
+            {
+                "expert": e,
+                "node_key": node_key,
+                "round": round_,
+                "refuted": int(e in refuted),
+                "agreement": agreement.get(e),
+            }
             for e in sorted(set(checked))
         ]
         if rows:
@@ -274,6 +291,27 @@ class Registry:
             "select expert, sum(refuted), count(*) from expert_checks group by expert"
         ).fetchall()
         return {e for e, bad, n in rows if bad >= min_refuted and 2 * bad > n}
+
+    def expert_agreements(self) -> list[tuple[str, str, float]]:
+        """(node_key, the checked expert's owner's node_key, agreement): each node's latest
+        agreement with each expert it checked, where it gave one and the owner is known."""
+        rows = self.db.execute(
+            "select c.node_key, e.node_key, c.agreement from expert_checks c "
+            "join experts e on e.name = c.expert "
+            "where c.agreement is not null and c.node_key != e.node_key "
+            "order by c.node_key, e.node_key"
+        ).fetchall()
+        return [(str(a), str(b), float(v)) for a, b, v in rows]
+
+    def add_similarity_fit(self, fit: SimilarityFitInfo) -> None:
+        """What the round's fit of the hardware similarity did."""
+        with self._writing():
+            self.db["similarity_fits"].upsert(fit.model_dump(), pk="round")
+
+    def similarity_fits(self) -> dict[int, SimilarityFitInfo]:
+        """Each round's fit of the hardware similarity, by round (rounds without one absent)."""
+        rows = self.db["similarity_fits"].rows_where(order_by="round")
+        return {int(r["round"]): SimilarityFitInfo(**r) for r in rows}
 
     def expert(self, name: str) -> dict[str, np.ndarray] | None:
         rows = list(self.db["experts"].rows_where("name = ?", [name], limit=1))

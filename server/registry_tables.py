@@ -1,5 +1,6 @@
 """The registry's tables (`server.registry.Registry` creates them): one place to read what
-the server keeps. Bump `server.registry.SCHEMA_VERSION` with a migration when they change.
+the server keeps. Bump `server.registry.SCHEMA_VERSION` with a migration when they change
+(a column added here is added to an older registry's table when it is opened).
 """
 
 from __future__ import annotations
@@ -76,10 +77,23 @@ TABLES: dict[str, Table] = {
         {"id": int, "round": int, "node_key": str, "reason": str, "at": str}, pk="id"
     ),
     "refusals": Table({"id": int, "flower_node_id": str, "reason": str, "at": str}, pk="id"),
-    # each node's latest verdict on each expert it was sent (from its own records)
+    # each node's latest verdict on each expert it was sent (from its own records), with
+    # its rank agreement (2 decimals; NULL where the node could not tell, or an older node)
     "expert_checks": Table(
-        {"expert": str, "node_key": str, "round": int, "refuted": int},
+        {"expert": str, "node_key": str, "round": int, "refuted": int, "agreement": float},
         pk=("expert", "node_key"),
+    ),
+    # what the server's fit of the hardware similarity on those agreements did, per round
+    "similarity_fits": Table(
+        {
+            "round": int,
+            "pairs": int,
+            "nodes": int,
+            "steps": int,
+            "loss_before": float,
+            "loss_after": float,
+        },
+        pk="round",
     ),
     "model_versions": Table(
         {"version": int, "round": int, "weights": bytes, "created_at": str}, pk="version"

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from flwr.app import Message
 
+from schemas.messages import SimilarityFitInfo
 from schemas.protocol import Arrays
 from server.roster import Identified, Roster
 
@@ -49,6 +50,8 @@ class NodeReply:
     num_examples: int = 0
     checked: list[str] = field(default_factory=list)  # experts it was sent and tested
     refuted: list[str] = field(default_factory=list)  # those it found ranking backwards
+    # checked expert -> the node's rank agreement with it (2 decimals), where it gave one
+    agreement: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -85,3 +88,5 @@ class RoundOutcome:
     identified: list[Identified] = field(default_factory=list)  # hellos in the replies
     name_taken: dict[int, str] = field(default_factory=dict)  # node_id -> refused: why
     replies: list[NodeReply] = field(default_factory=list, repr=False)  # accepted, served
+    # the fit of the hardware similarity on the nodes' agreements (None: not run)
+    similarity_fit: SimilarityFitInfo | None = None

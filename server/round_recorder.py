@@ -3,7 +3,8 @@
 The strategy decides (`SiMoEStrategy.read_hellos`, `aggregate_train`) and persists
 nothing; the round loop hands what it decided to this recorder, which writes it to the
 registry: who the nodes are, refusals and rejections with their reasons, each reply's
-metrics and traffic, each node's verdicts on the experts it was sent, its expert, the
+metrics and traffic, each node's verdicts on the experts it was sent (with its rank
+agreement with each), its expert, what the fit of the hardware similarity did, the
 new global model and the round's row. A round's replies go one way: strategy ->
 `RoundOutcome` -> `RoundRecorder` -> `Registry`.
 
@@ -68,7 +69,9 @@ class RoundRecorder:
             registry.touch_node(answer.node_key)
             if answer.expert is None:
                 continue  # served: no expert, no verdicts
-            registry.record_checks(number, answer.node_key, answer.checked, answer.refuted)
+            registry.record_checks(
+                number, answer.node_key, answer.checked, answer.refuted, answer.agreement
+            )
             registry.put_expert(
                 answer.name,
                 answer.node_key,
@@ -76,6 +79,8 @@ class RoundRecorder:
                 round_=number,
                 num_examples=answer.num_examples,
             )
+        if outcome.similarity_fit is not None:
+            registry.add_similarity_fit(outcome.similarity_fit)
         version = registry.global_version()
         if outcome.aggregated is not None:
             version = registry.save_global(outcome.aggregated, round_=number)

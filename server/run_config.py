@@ -69,6 +69,13 @@ class ServerRunConfig(BaseModel):
     matched_global: bool = Field(
         default=False, description="newcomers get the global their experts were trained on"
     )
+    similarity_steps: int = Field(
+        default=10,
+        ge=0,
+        le=1000,
+        description="steps fitting the hardware similarity on the nodes' rank agreements "
+        "after each average (0: off)",
+    )
 
     # -- Flower's run config ------------------------------------------------------------
 

@@ -22,7 +22,14 @@ replies) and does the rest itself:
   change against the current global model, clipped to a maximum L2 norm if asked,
   then `select`ed and `combine`d (FedAvg: all of them, weighted by `num-examples`;
   the math is `server.averaging`);
-- each node's own expert is in the outcome, for the registry to keep as a new version.
+- each node's own expert is in the outcome, for the registry to keep as a new version;
+- after the average, the hardware encoder of the new global arrays is fitted so that
+  cos(z_i, z_j) follows how well node i's records are ranked by node j's expert (the
+  agreements nodes report with their verdicts: this round's replies over the registry's
+  latest; `similarity_fit`, `similarity_steps`; skipped below `MIN_FIT_PAIRS` pairs).
+  Values are clipped to [-1, 1] and each reporting node weighs the same, so one that
+  reports many experts cannot dominate; a node can still misreport its own agreements,
+  as it can any update (they only move the similarity, never a node's records).
 
 Robust aggregation is a choice of strategy, one class per file as Flower's are:
 `server/strategy_trimmed.py`, `strategy_median.py` override `combine`,
@@ -38,12 +45,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
 from flwr.app import ConfigRecord, Message, RecordDict
 from pydantic import ValidationError
 
-from schemas import HardwareProfile
+from schemas import BadInputError, HardwareProfile
 from schemas.messages import (
     ALLOWED_METRICS,
     MSG_HELLO,
@@ -58,6 +66,7 @@ from schemas.messages import (
     REC_SHARED,
     WEIGHT_METRIC,
     NodeHello,
+    SimilarityFitInfo,
     TrainInstruction,
     key_fingerprint,
 )
@@ -105,6 +114,23 @@ SimilarityFn = Callable[
     [Mapping[str, np.ndarray], HardwareProfile, Mapping[str, HardwareProfile]], dict[str, float]
 ]
 
+MIN_FIT_PAIRS = 3  # fewer (checking node, expert's node) pairs say too little to fit on
+
+
+class SimilarityFit(Protocol):
+    """Fit the shared hardware encoder on (node a, node b, a's agreement with b's expert):
+    (new shared arrays, loss before, loss after); `server.similarity.fit_shared_similarity`."""
+
+    def __call__(
+        self,
+        arrays: Mapping[str, np.ndarray],
+        profiles: Mapping[str, HardwareProfile],
+        agreements: Sequence[tuple[str, str, float]],
+        *,
+        steps: int,
+        seed: int,
+    ) -> tuple[dict[str, np.ndarray], float, float]: ...
+
 
 class SiMoEStrategy:
     """Weighted FedAvg over shared keys, per-node expert delivery; reads the registry only."""
@@ -128,8 +154,15 @@ class SiMoEStrategy:
         server_optimizer: str = "sgd",
         matched_global: bool = False,
         share_units: int = 3,
+        similarity_fit: SimilarityFit | None = None,
+        similarity_steps: int = 10,
     ) -> None:
         self.registry = registry
+        # the fit of the hardware similarity after each average (None or 0 steps: off)
+        self.similarity_fit = similarity_fit
+        if similarity_steps < 0:
+            raise ValueError(f"similarity_steps must not be negative, got {similarity_steps}")
+        self.similarity_steps = similarity_steps
         # schedule sharing (opt-in): an opted-in node gets the shared schedules of this
         # many units most similar to it
         self.share_units = share_units
@@ -458,6 +491,9 @@ class SiMoEStrategy:
             sent_to = set(plan.delivered.get(who, []))  # verdicts only on what it was sent
             answer.checked = sorted(sent_to & set(node.hello.checked_experts))
             answer.refuted = list(node.hello.refuted_experts)
+            answer.agreement = {
+                e: v for e, v in node.hello.expert_agreement.items() if e in answer.checked
+            }
             answer.expert = record_to_arrays(reply.content.array_records[REC_OWN_EXPERT])
             answer.num_examples = int(weight)
             if node_id in plan.bases:  # trained from an older global: its change, on the current
@@ -476,7 +512,68 @@ class SiMoEStrategy:
             total = sum(weights)
             outcome.metrics = {k: v / total for k, v in metric_sums.items() if k != WEIGHT_METRIC}
             outcome.metrics[WEIGHT_METRIC] = float(total)
+            self.fit_similarity(outcome)
         return outcome
+
+    def fit_similarity(self, outcome: RoundOutcome) -> None:
+        """Fit the new global's hardware encoder on the nodes' rank agreements (in place:
+        `outcome.aggregated` and `outcome.similarity_fit`); off, or too few pairs: nothing.
+
+        Pairs: each node's latest agreement with each expert's owner, from the registry,
+        overridden by this round's accepted replies (the recorder has not written them)."""
+        if self.similarity_fit is None or self.similarity_steps == 0:
+            return
+        if outcome.aggregated is None:
+            return
+        owner = {info.name: info.node_key for info in self.registry.experts()}
+        latest = {(a, b): value for a, b, value in self.registry.expert_agreements()}
+        for answer in outcome.replies:
+            for name, value in answer.agreement.items():
+                if owner.get(name, answer.node_key) != answer.node_key:
+                    latest[(answer.node_key, owner[name])] = value
+        keys = {key for pair in latest for key in pair}
+        profiles = {k: p for k in sorted(keys) if (p := self.registry.profile(k)) is not None}
+        agreements = [
+            (a, b, min(1.0, max(-1.0, value)))
+            for (a, b), value in sorted(latest.items())
+            if a in profiles and b in profiles
+        ]
+        if len(agreements) < MIN_FIT_PAIRS:
+            log.info(
+                "round %d: similarity not fitted (%d agreement pairs, %d needed)",
+                outcome.round,
+                len(agreements),
+                MIN_FIT_PAIRS,
+            )
+            return
+        try:
+            arrays, before, after = self.similarity_fit(
+                outcome.aggregated,
+                profiles,
+                agreements,
+                steps=self.similarity_steps,
+                seed=self.seed + outcome.round,
+            )
+        except BadInputError as exc:  # arrays the model cannot load: the average stands
+            log.warning("round %d: similarity not fitted: %s", outcome.round, exc)
+            return
+        outcome.aggregated = arrays
+        outcome.similarity_fit = SimilarityFitInfo(
+            round=outcome.round,
+            pairs=len(agreements),
+            nodes=len({a for a, _, _ in agreements}),
+            steps=self.similarity_steps,
+            loss_before=before,
+            loss_after=after,
+        )
+        log.info(
+            "round %d: similarity fitted on %d pairs from %d nodes, loss %.4f -> %.4f",
+            outcome.round,
+            len(agreements),
+            outcome.similarity_fit.nodes,
+            before,
+            after,
+        )
 
     def receipt_messages(self, outcome: RoundOutcome) -> list[Message]:
         """Tell each leaving node the server holds its reply of the round, so it may stop.

@@ -12,6 +12,8 @@
 - `local_round`: one node's part of a federated round (FedRep): what it sends to
   be averaged and the own expert it keeps and shares.
 - `predict`: scores of raw PerStoreFeature arrays on a target hardware vector.
+- `fit_similarity`: the server's step on the hardware encoder alone, so that
+  cos(z_i, z_j) follows the rank agreements the nodes report.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import copy
 import math
 import random
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -557,3 +559,59 @@ def predict_expert(model: SiMoE, name: str, features: Sequence[np.ndarray]) -> n
     seg = torch.from_numpy(np.repeat(np.arange(len(features)), np.diff(offsets)))
     e = model.embed(torch.from_numpy(rows), seg, len(features))
     return model.expert(name)(e).numpy().astype(np.float64)
+
+
+# loss(z [units, z_dim], pairs [P, 2], agreement [P]) -> scalar, as `alignment_loss`
+PairLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def fit_similarity(
+    model: SiMoE,
+    hardware: np.ndarray | torch.Tensor,
+    pairs: np.ndarray | torch.Tensor,
+    agreement: np.ndarray | torch.Tensor,
+    *,
+    groups: Sequence[int] | None = None,
+    steps: int = 20,
+    lr: float = 1e-2,
+    seed: int = 0,
+    loss: PairLoss = alignment_loss,
+) -> tuple[float, float]:
+    """Fit the hardware encoder so that cos(z_i, z_j) follows measured rank agreement.
+
+    `hardware`: the units' hardware vectors [units, dim]; `pairs`: unit indices [P, 2];
+    `agreement`: how alike each pair ranks the same candidates (clipped to [-1, 1]);
+    `groups`: who reported each pair (e.g. the checking node): each group weighs the
+    same in the loss, so one that reports many pairs cannot dominate. Only the hardware
+    encoder's parameters move (its normalizer's statistics and everything else stay).
+    Returns (loss before, loss after); (nan, nan) and nothing changed without pairs.
+    """
+    pairs_t = torch.as_tensor(np.asarray(pairs), dtype=torch.long).reshape(-1, 2)
+    if len(pairs_t) == 0 or steps <= 0:
+        return float("nan"), float("nan")
+    target = torch.as_tensor(np.asarray(agreement), dtype=torch.float32).clamp(-1.0, 1.0)
+    h = torch.as_tensor(np.asarray(hardware), dtype=torch.float32)
+    owner = np.zeros(len(pairs_t), dtype=np.int64) if groups is None else np.asarray(groups)
+    members = [torch.as_tensor(np.flatnonzero(owner == g)) for g in np.unique(owner)]
+
+    def total() -> torch.Tensor:
+        z = model.encode_hardware(h)
+        return torch.stack([loss(z, pairs_t[m], target[m]) for m in members]).mean()
+
+    torch.manual_seed(seed)
+    params = list(model.hardware_encoder.parameters())
+    optimizer = torch.optim.Adam(params, lr=lr)
+    was_training = model.training
+    model.eval()  # no dropout or statistics to move: the same z as when serving
+    with torch.no_grad():
+        before = float(total())
+    for _ in range(steps):
+        optimizer.zero_grad()
+        value = total()
+        value.backward()
+        optimizer.step()
+    model.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        after = float(total())
+    model.train(was_training)
+    return before, after

@@ -88,6 +88,7 @@ class ToyNode:
     refused: list[str] = field(default_factory=list)
     got_global: list[dict[str, np.ndarray]] = field(default_factory=list)
     refutes: list[str] = field(default_factory=list)  # experts its "records" refute
+    agreement: dict[str, float] = field(default_factory=dict)  # its rank agreement with each
     instructions: list[TrainInstruction] = field(default_factory=list)
     trained_from: list[dict[str, np.ndarray]] = field(default_factory=list)  # globals sent
     device_kind: str = "sim"
@@ -109,6 +110,7 @@ class ToyNode:
             expert_version=len(self.received_experts),
             checked_experts=got,
             refuted_experts=[e for e in got if e in self.refutes],
+            expert_agreement={e: self.agreement[e] for e in got if e in self.agreement},
         )
 
     def app(self) -> ClientApp:

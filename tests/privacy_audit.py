@@ -32,6 +32,36 @@ def audit_reply(
         audit_content(message.content, secrets, secret_rows, sharing=sharing)
 
 
+# What a NodeHello may say, field by field: who the node is, its hardware, what it holds,
+# and its verdicts on the experts it was sent (names, one 2-decimal agreement each).
+HELLO_FIELDS = {
+    "name",
+    "key_fingerprint",
+    "profile",
+    "has_model",
+    "expert_version",
+    "checked_experts",
+    "refuted_experts",
+    "expert_agreement",
+    "leaving",
+}
+
+
+def audit_hello(text: str) -> None:
+    """PrivacyViolation unless a hello holds only `HELLO_FIELDS` and its agreements are
+    one number (2 decimals) per checked expert."""
+    hello = json.loads(text)
+    extra = set(hello) - HELLO_FIELDS
+    if extra:
+        raise PrivacyViolation(f"hello has {sorted(extra)}")
+    agreement = hello.get("expert_agreement", {})
+    checked = set(hello.get("checked_experts", []))
+    for name, value in agreement.items():
+        if name not in checked or not isinstance(value, float | int) or round(value, 2) != value:
+            raise PrivacyViolation(f"agreement with {name!r} is not one 2-decimal number")
+    NodeHello.model_validate_json(text)  # extra fields are refused
+
+
 # What one shared schedule may say (schemas.sharing.SharedTrace), and nothing else.
 SHARED_ITEM_FIELDS = {"workload_key", "rank", "trace"}
 
@@ -83,7 +113,7 @@ def audit_content(
             continue
         if key != REC_NODE or set(record) != {"hello"}:
             raise PrivacyViolation(f"config record {key!r} has {sorted(record)}")
-        NodeHello.model_validate_json(str(record["hello"]))  # extra fields are refused
+        audit_hello(str(record["hello"]))
     text = json.dumps(
         {k: str(dict(r)) for k, r in content.config_records.items()}
         | {k: sorted(r) for k, r in content.array_records.items()}

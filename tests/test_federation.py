@@ -408,6 +408,41 @@ def test_server_step_settings_survive_the_run_config_and_reach_the_strategy(
     assert ServerRunConfig.from_run_config({"matched-global": "true"}).matched_global  # old runs
 
 
+def test_the_similarity_fit_is_on_by_default_and_the_option_sets_or_stops_it(
+    tmp_path: Path,
+) -> None:
+    from server.similarity import fit_shared_similarity
+
+    with Registry(tmp_path / "registry.sqlite") as registry:
+        default = make_strategy(ServerRunConfig(), registry, toy_similarity)
+        off = make_strategy(ServerRunConfig(similarity_steps=0), registry, toy_similarity)
+        five = ServerRunConfig.from_run_config(ServerRunConfig(similarity_steps=5).to_run_config())
+        more = make_strategy(five, registry, toy_similarity)
+    assert default.similarity_fit is fit_shared_similarity and default.similarity_steps > 0
+    assert off.similarity_fit is None and off.similarity_steps == 0
+    assert more.similarity_steps == 5
+    assert five.start_options() == ["--similarity-steps", "5"]
+
+
+def test_too_few_agreement_pairs_leave_the_average_as_it_is(tmp_path: Path) -> None:
+    """Two nodes report one agreement each: fewer than 3 pairs, so no fit is run."""
+    calls: list[int] = []
+
+    def never(arrays, profiles, agreements, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        calls.append(len(agreements))
+        return dict(arrays), 0.0, 0.0
+
+    nodes = [ToyNode("a", 1000, agreement={"b": 0.5}), ToyNode("b", 2000, agreement={"a": 0.4})]
+    grid, strategy, registry = make_fleet(tmp_path, nodes, k_experts=1, similarity_fit=never)
+    outcomes = run(grid, strategy, rounds=3)
+    assert calls == [] and all(o.similarity_fit is None for o in outcomes)
+    assert len(registry.expert_agreements()) == 2
+    third = ToyNode("c", 1500, agreement={"a": 0.9, "b": 0.8})
+    grid.add_node(1009, third.app(), {"state-dir": str(tmp_path / "c")})
+    outcomes = run(grid, strategy, rounds=2)
+    assert calls and calls[-1] >= 3 and outcomes[-1].similarity_fit is not None
+
+
 def test_server_run_config_goes_through_flowers_own_run_config_parsing(tmp_path: Path) -> None:
     """The generated app's defaults fused with `flwr run --run-config` overrides, by Flower's
     own functions, give back the same settings: bools stay bools, defaults come from one
@@ -442,3 +477,40 @@ def test_the_loop_holds_the_roster_a_run_continues_with_it(tmp_path: Path) -> No
     assert not hasattr(strategy, "roster")
     run_rounds(grid, strategy, initial_arrays(), num_rounds=1, wait_nodes_s=0)
     assert node.hellos == 2
+
+
+@pytest.mark.parametrize(
+    "agreement, reason",
+    [
+        ('{"good": NaN}', "bad node identity"),
+        ('{"good": 0.123}', "more than 2 decimals"),
+        ('{"good": 2.0}', "less than or equal to 1"),
+        ('{"stranger": 0.5}', "did not check"),
+    ],
+)
+def test_a_malformed_agreement_rejects_that_reply_in_one_line(
+    tmp_path: Path, agreement: str, reason: str
+) -> None:
+    """A node (not ours) that sends a bad agreement: its reply is rejected with the reason,
+    its update and expert are not kept, and the round goes on."""
+    from schemas.messages import REC_NODE
+
+    liar = ToyNode("liar", 2000, value=100.0)
+    toy_app = liar.app()
+
+    def app(message, context):  # noqa: ANN001, ANN202
+        reply = toy_app(message, context)
+        if message.metadata.message_type == "train" and liar.received_experts[-1]:
+            hello = str(reply.content[REC_NODE]["hello"])
+            reply.content[REC_NODE]["hello"] = hello.replace(
+                '"expert_agreement":{}', f'"expert_agreement":{agreement}'
+            )
+        return reply
+
+    good = ToyNode("good", 1000, value=1.0)
+    grid, strategy, registry = make_fleet(tmp_path, [good], k_experts=1)
+    grid.add_node(1001, app, {})
+    first, second = run(grid, strategy, rounds=2)
+    assert liar.key in first.accepted and liar.key in second.rejected
+    assert reason in second.rejected[liar.key] and "\n" not in second.rejected[liar.key]
+    assert second.accepted == [good.key] and registry.expert_agreements() == []

@@ -98,3 +98,59 @@ def test_node_without_data_is_served_zero_shot(tmp_path: Path, fleet_data) -> No
     assert state.experts == sorted(d.name for d in devices[:2])
     assert newcomer.name not in registry.expert_names()
     assert expert_arrays(model, devices[0].name)
+
+
+def test_the_server_fits_the_similarity_on_the_agreements_nodes_report(
+    tmp_path: Path, fleet_data
+) -> None:
+    """Real ClientApps check the experts they are sent and report their rank agreement;
+    the registry keeps it and the server fits the global hardware encoder on it."""
+    from server.similarity import fit_shared_similarity
+    from simoe_model.hardware import hardware_vector as hv
+    from simoe_model.model import SiMoE, load_shared_arrays
+
+    devices, tasks = fleet_data
+    grid, strategy, registry = build(tmp_path, devices, tasks, 3)
+    fits: list[tuple[dict, dict, list]] = []
+
+    def recording_fit(arrays, profiles, agreements, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        fitted, before, after = fit_shared_similarity(arrays, profiles, agreements, **kwargs)
+        fits.append((dict(arrays), fitted, list(agreements)))
+        return fitted, before, after
+
+    strategy.similarity_fit, strategy.similarity_steps = recording_fit, 20
+    outcomes = run_rounds(grid, strategy, initial_shared_arrays(0), num_rounds=2, wait_nodes_s=0)
+    assert outcomes[0].similarity_fit is None  # round 1: no experts sent, nothing checked
+    fit = outcomes[1].similarity_fit
+    assert fit is not None and (fit.pairs, fit.nodes, fit.steps) == (6, 3, 20)
+    assert fit.loss_after < fit.loss_before
+    assert registry.similarity_fits() == {2: fit}
+
+    keys = {NodeState(tmp_path / d.name).fingerprint(): d.name for d in devices[:3]}
+    stored = registry.expert_agreements()
+    assert len(stored) == 6 and all(-1 <= v <= 1 and round(v, 2) == v for *_, v in stored)
+    for checker, owner, value in stored:  # what each node kept is what the server has
+        state = NodeState(tmp_path / keys[checker]).federation_state()
+        assert state.expert_agreement[keys[owner]] == value
+
+    [(averaged, fitted, agreements)] = fits
+    assert agreements == stored
+    _, latest = registry.latest_global()
+    moved = {k for k in averaged if not np.array_equal(averaged[k], latest[k])}
+    assert moved and all(k.startswith("hardware_encoder.mlp.") for k in moved)
+    assert all(np.array_equal(fitted[k], latest[k]) for k in latest)  # what the nodes get next
+
+    def cos_error(arrays: dict) -> float:
+        model = SiMoE()
+        load_shared_arrays(model, arrays)
+        profiles = registry.profiles()
+        return float(
+            np.mean(
+                [
+                    (model.similarity(*(hv(profiles[keys[k]]) for k in (a, b))) - v) ** 2
+                    for a, b, v in stored
+                ]
+            )
+        )
+
+    assert cos_error(latest) < cos_error(averaged)  # cos moved toward the agreements

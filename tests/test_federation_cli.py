@@ -52,6 +52,18 @@ def test_status_nodes_rounds_experts(state_dir: Path) -> None:
     assert table.exit_code == 0 and "done" in table.output
 
 
+def test_rounds_show_what_the_similarity_fit_did(state_dir: Path) -> None:
+    from schemas.messages import SimilarityFitInfo
+
+    fit = SimilarityFitInfo(round=2, pairs=6, nodes=3, steps=10, loss_before=0.41, loss_after=0.12)
+    with Registry(state_dir / "registry.sqlite") as registry:
+        registry.add_similarity_fit(fit)  # as the recorder writes it
+    rounds = invoke("rounds", "--state-dir", str(state_dir))
+    assert rounds[0]["similarity_fit"] is None and rounds[1]["similarity_fit"] == fit.model_dump()
+    table = runner.invoke(app, ["rounds", "--state-dir", str(state_dir)], env={"COLUMNS": "200"})
+    assert table.exit_code == 0 and "6 pairs 0.410->0.120" in table.output
+
+
 def test_similarity_json_and_plot(tmp_path: Path) -> None:
     # the real encoder needs real-size shared arrays: a registry with the initial model
     from federation_helpers import toy_profile

@@ -92,3 +92,24 @@ def test_a_refused_global_model_fails_the_round_and_keeps_the_model(tmp_path: Pa
     state = node.federation_state()
     assert state.refused_payload is not None and state.refused_payload.startswith("train: ")
     assert state.last_round == 0 and state.rounds_trained == 0
+
+
+def test_the_node_reports_its_rank_agreement_with_each_expert_it_checked(
+    tmp_path: Path,
+) -> None:
+    """Checked experts: names, the refuted ones, and one 2-decimal agreement each, in the
+    hello its reply carries (an aggregate over its tasks; its records stay)."""
+    node = node_with(tmp_path, records=True)
+    honest = expert()
+    liar = dict(honest, **{k: -honest[k] for k in ("head.2.weight", "head.2.bias")})
+    received = Received(initial_shared_arrays(0), {"x": honest, "liar": liar})
+    node_round(node, instruction(experts=["x", "liar"]), received)
+    hello = node.hello()
+    assert hello.checked_experts == ["liar", "x"]
+    agreement = hello.expert_agreement
+    assert set(agreement) == {"liar", "x"}
+    assert all(-1 <= v <= 1 and round(v, 2) == v for v in agreement.values())
+    assert agreement["liar"] == pytest.approx(-agreement["x"], abs=0.011)  # reversed ranking
+    assert agreement["x"] != 0 and hello.refuted_experts == (
+        ["x"] if agreement["x"] < 0 else ["liar"]
+    )

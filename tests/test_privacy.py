@@ -10,6 +10,7 @@ feature rows) anywhere in what was sent.
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import numpy as np
@@ -95,3 +96,21 @@ def test_audit_catches_raw_values_in_arrays(federation) -> None:
     reply.content["shared"] = arrays_to_record(shared)
     with pytest.raises(PrivacyViolation, match="raw feature values"):
         audit_reply(reply, secrets, secret_rows)
+
+
+def test_a_node_reports_one_two_decimal_agreement_per_checked_expert(federation) -> None:
+    """Round 2's replies carry each node's rank agreement with the 2 experts it checked;
+    the audit refuses more digits or a value per task (which would describe records)."""
+    grid, secrets, secret_rows = federation
+    last = [m for m in grid.sent_by_nodes if "shared" in m.content][-3:]  # round 2
+    for reply in last:
+        hello = json.loads(str(reply.content["node"]["hello"]))
+        assert len(hello["expert_agreement"]) == 2
+        assert set(hello["expert_agreement"]) == set(hello["checked_experts"])
+    for leak in ({"x": 0.123456}, {"x": [0.1, 0.2]}):
+        leaky = copy.deepcopy(last[0])
+        hello = json.loads(str(leaky.content["node"]["hello"]))
+        hello["checked_experts"], hello["expert_agreement"] = ["x"], leak
+        leaky.content["node"]["hello"] = json.dumps(hello)
+        with pytest.raises(PrivacyViolation, match="2-decimal"):
+            audit_reply(leaky, secrets, secret_rows)

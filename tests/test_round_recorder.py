@@ -31,7 +31,10 @@ class OtherKey(ToyNode):
 def test_a_round_flows_from_the_strategy_through_the_recorder_to_the_registry(
     tmp_path: Path,
 ) -> None:
-    nodes = [ToyNode("a", 1000, weight=1, value=1.0), ToyNode("b", 2000, weight=3, value=5.0)]
+    nodes = [
+        ToyNode("a", 1000, weight=1, value=1.0, agreement={"b": 0.7}),
+        ToyNode("b", 2000, weight=3, value=5.0, agreement={"a": -0.25}),
+    ]
     grid = InProcessGrid()
     for i, node in enumerate(nodes):
         grid.add_node(10 + i, node.app(), {})
@@ -62,6 +65,10 @@ def test_a_round_flows_from_the_strategy_through_the_recorder_to_the_registry(
             nodes[0].key: ["b"],
             nodes[1].key: ["a"],
         }
+        assert {r.name: r.agreement for r in outcome.replies} == {
+            "a": {"b": 0.7},
+            "b": {"a": -0.25},
+        }
 
         # the recorder writes it: the round's row, metrics, traffic, experts, new global
         recorder = RoundRecorder(registry)
@@ -74,6 +81,9 @@ def test_a_round_flows_from_the_strategy_through_the_recorder_to_the_registry(
         assert len(registry.traffic(number)) == 2
         assert {e.name: e.version for e in registry.experts()} == {"a": 2, "b": 2}
         assert {n["name"]: n["rounds"] for n in registry.nodes()} == {"a": 2, "b": 2}
+        assert registry.expert_agreements() == sorted(
+            [(nodes[0].key, nodes[1].key, 0.7), (nodes[1].key, nodes[0].key, -0.25)]
+        )
 
 
 def test_a_name_claimed_twice_in_one_batch_of_hellos_goes_to_the_first(tmp_path: Path) -> None:

@@ -159,6 +159,7 @@ def test_bad_certificates_are_one_line_exit_2(tmp_path: Path, damage: str) -> No
         (["--min-nodes", "0"], "--min-nodes must be at least 1"),
         (["--round-timeout", "0"], "--round-timeout must be more than 0"),
         (["--round-interval", "-1"], "--round-interval must be at least 0"),
+        (["--similarity-steps", "-1"], "--similarity-steps must be at least 0"),
     ],
 )
 def test_bad_aggregation_options_are_one_line_exit_2(
