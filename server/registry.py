@@ -70,7 +70,9 @@ class Registry:
                 self.db = sqlite_utils.Database(sqlite3.connect(uri, uri=True, timeout=30))
             else:
                 create_private(self.path)  # node names, key fingerprints, experts: owner only
-                self.db = sqlite_utils.Database(self.path)
+                # a second process may hold the lock a moment (a monitoring command, a
+                # restart's first open): wait like the readers do instead of dying
+                self.db = sqlite_utils.Database(sqlite3.connect(self.path, timeout=30))
             self._check(read_only)
             if not read_only:
                 self.db.enable_wal()

@@ -32,6 +32,7 @@ from agent.enroll import supernode_command as node_command
 from agent.node_state import NodeState
 from agent.sharing import received_schedules
 from schemas import AgentConfig
+from schemas.errors import BadInputError, RunFailure
 from schemas.protocol import flower_env
 from server.registry import Registry
 from server.superlink import SuperLink, init_certs, submit_run
@@ -80,8 +81,11 @@ def alive(process: psutil.Process) -> bool:
 def rounds_done(registry_path: Path) -> list:
     if not registry_path.exists():
         return []
-    with Registry(registry_path) as registry:
-        return [r for r in registry.rounds() if r.status == "done"]
+    try:  # read-only: the poller must never take the write lock the ServerApp needs
+        with Registry(registry_path, read_only=True) as registry:
+            return [r for r in registry.rounds() if r.status == "done"]
+    except (BadInputError, RunFailure):  # its tables not created yet, or busy: ask again
+        return []
 
 
 @pytest.fixture()
