@@ -83,3 +83,22 @@ def test_train_shared_refuses_an_unknown_alignment() -> None:
 
     with pytest.raises(ValueError, match="unknown alignment"):
         train_shared(SiMoE(SiMoEConfig()), [], alignment="cosine-magic")
+
+
+def test_the_default_alignment_is_the_one_the_validation_rule_chose() -> None:
+    """simoe_model.losses.DEFAULT_ALIGNMENT is what bench/protocol.py's SIMILARITY_RULE chose
+    on the validation split (docs/results/protocol_similarity_validation.json), and
+    train_shared uses it unless told otherwise."""
+    import inspect
+    import json
+    from pathlib import Path
+
+    from simoe_model.losses import DEFAULT_ALIGNMENT
+    from simoe_model.train import train_shared
+
+    report = (
+        Path(__file__).resolve().parents[1] / "docs/results/protocol_similarity_validation.json"
+    )
+    assert json.loads(report.read_text())["chosen"] == DEFAULT_ALIGNMENT
+    default = inspect.signature(train_shared).parameters["alignment"].default
+    assert default == DEFAULT_ALIGNMENT

@@ -12,8 +12,9 @@ over all (target, fleet GPU) pairs and per kernel. Written to
 `docs/results/real_similarity.{md,json}` (`SimilarityReport`; `--render PATH` re-renders
 the Markdown from the JSON). `--alignment NAME` trains the hardware encoder with that loss
 of `simoe_model.losses.ALIGNMENT_LOSSES` (issue 23 item 3; default: the library's default,
-`mse` until then) and writes `real_similarity_<name>.{md,json}` unless it is the default,
-so an earlier run's report is never overwritten by another variant's. Within a kernel the
+chosen on the simulated validation split) and writes `real_similarity_<name>.{md,json}`
+unless it is `mse` (the earlier runs' loss and file), so an earlier run's report is never
+overwritten by another variant's. Within a kernel the
 report also gives the per-target correlation (over the fleet GPUs of one held-out target,
 averaged: what picks a newcomer's experts).
 """
@@ -217,8 +218,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     text = markdown(report)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = "real_similarity"
-    if args.alignment != DEFAULT_ALIGNMENT:
+    stem = "real_similarity"  # the earlier runs' name: mse, the default until issue 23 item 3
+    if args.alignment != "mse":
         stem += "_" + args.alignment.replace("+", "_")
     (args.out / f"{stem}.md").write_text(text)
     # json.dumps as the dict before the model wrote it (NaN stays NaN)
