@@ -36,3 +36,23 @@ def test_an_unknown_alignment_is_one_line_and_exit(capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit) as exit_:
         sim.main(["--alignment", "cosine-magic"])
     assert "unknown --alignment" in str(exit_.value)
+
+
+def test_a_run_against_an_earlier_one_says_which_is_better() -> None:
+    """Per target, the earlier run orders target a's fleet backwards and this one forwards:
+    this run minus that one is +2 per target, with an interval; itself minus itself is 0."""
+    agree = {"x": 0.91, "y": 0.92, "z": 0.93}
+    forward = [_row(t, o, a, a) for t in ("a", "b") for o, a in agree.items()]
+    backward = [_row(t, o, 1.84 - a, a) for t in ("a", "b") for o, a in agree.items()]
+
+    def report(rows: list[sim.SimilarityPair], alignment: str) -> sim.SimilarityReport:
+        return sim.SimilarityReport(
+            command="x", seeds=[0], alignment=alignment, pairs=len(rows),
+            learned_vs_agreement=sim._rho(rows, "learned"), spec_vs_agreement=0.0,
+            per_kernel={}, wall_s=1.0, rows=rows,
+        )  # fmt: skip
+
+    now, before = report(forward, "mse+pairwise"), report(backward, "mse")
+    text = sim.markdown(now, before, "before.json")
+    assert "per target +2.000 [+2.000, +2.000]" in text and "--versus before.json" in text
+    assert "per target +0.000" in sim.markdown(now, now, "now.json")

@@ -10,7 +10,8 @@ rank the same configurations (Spearman of their times on the configurations both
 The report gives the rank correlation of each similarity with the measured agreement,
 over all (target, fleet GPU) pairs and per kernel. Written to
 `docs/results/real_similarity.{md,json}` (`SimilarityReport`; `--render PATH` re-renders
-the Markdown from the JSON). `--alignment NAME` trains the hardware encoder with that loss
+the Markdown from the JSON; `--versus EARLIER.json` adds this run minus an earlier one).
+`--alignment NAME` trains the hardware encoder with that loss
 of `simoe_model.losses.ALIGNMENT_LOSSES` (issue 23 item 3; default: the library's default,
 chosen on the simulated validation split) and writes `real_similarity_<name>.{md,json}`
 unless it is `mse` (the earlier runs' loss and file), so an earlier run's report is never
@@ -35,7 +36,7 @@ from scipy.stats import spearmanr
 from bench.real_gpu.hub import KERNELS, Hub
 from bench.real_gpu.methods import spec_distance
 from bench.real_gpu.report import DOCS
-from bench.reporting import add_render_option, render
+from bench.reporting import add_render_option, read_report, render
 from simoe_model.kernel_model import KernelTraining, train_kernel_model
 from simoe_model.losses import ALIGNMENT_LOSSES, DEFAULT_ALIGNMENT
 
@@ -81,7 +82,11 @@ class SimilarityReport(BaseModel):
     rows: list[SimilarityPair]
 
 
-def markdown(report: SimilarityReport) -> str:
+def markdown(
+    report: SimilarityReport, versus: SimilarityReport | None = None, versus_path: str = ""
+) -> str:
+    pooled_ci = _interval(report.rows, pooled=True)
+    target_ci = _interval(report.rows, pooled=False)
     return "\n".join(
         [
             "# Learned similarity against measured ranking agreement (real GPUs, MEASURED)",
@@ -106,8 +111,76 @@ def markdown(report: SimilarityReport) -> str:
             f"| {_per_target(report.rows, 'learned'):.3f} "
             f"| {_per_target(report.rows, 'spec'):.3f} |",
             "",
+            f"Learned similarity, 95 % bootstrap intervals resampling (kernel, held-out target) "
+            f"({len(_clusters(report.rows))} of them): all pairs "
+            f"[{pooled_ci[0]:+.3f}, {pooled_ci[1]:+.3f}], per target "
+            f"[{target_ci[0]:+.3f}, {target_ci[1]:+.3f}].",
+            "",
+            *(_versus_lines(report, versus, versus_path) if versus is not None else []),
         ]
     )
+
+
+def _clusters(rows: list[SimilarityPair]) -> dict[tuple[str, str], list[SimilarityPair]]:
+    """The independent units on real data: one held-out target GPU of one kernel."""
+    out: dict[tuple[str, str], list[SimilarityPair]] = {}
+    for r in rows:
+        out.setdefault((r.kernel, r.target), []).append(r)
+    return out
+
+
+def _target_rhos(rows: list[SimilarityPair], key: str = "learned") -> dict[tuple[str, str], float]:
+    """Per (kernel, target): the within-target Spearman, averaged over seeds."""
+    out = {}
+    for cluster, of in _clusters(rows).items():
+        by_seed: dict[int, list[SimilarityPair]] = {}
+        for r in of:
+            by_seed.setdefault(r.seed, []).append(r)
+        rhos = [_rho(g, key) for g in by_seed.values() if len(g) >= 3]
+        out[cluster] = float(np.nanmean(rhos)) if rhos else float("nan")
+    return out
+
+
+def _interval(
+    rows: list[SimilarityPair], *, pooled: bool, versus: list[SimilarityPair] | None = None
+) -> tuple[float, float]:
+    """95 % bootstrap interval of the learned similarity's correlation (pooled over pairs, or
+    per target), or of its difference from `versus`'s on the same clusters."""
+    clusters = _clusters(rows)
+    other = _clusters(versus) if versus is not None else {}
+    keys = sorted(clusters) if versus is None else sorted(clusters.keys() & other.keys())
+    mine, theirs = _target_rhos(rows), _target_rhos(versus) if versus is not None else {}
+    rng = np.random.default_rng(0)
+    stats = []
+    for _ in range(2000):
+        drawn = [keys[i] for i in rng.integers(len(keys), size=len(keys))]
+        if pooled:
+            value = _rho([r for k in drawn for r in clusters[k]], "learned")
+            if versus is not None:
+                value -= _rho([r for k in drawn for r in other[k]], "learned")
+        else:
+            value = float(np.nanmean([mine[k] - theirs.get(k, 0.0) for k in drawn]))
+        stats.append(value)
+    lo, hi = np.nanpercentile(stats, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def _versus_lines(report: SimilarityReport, versus: SimilarityReport, path: str) -> list[str]:
+    """The learned similarity against an earlier run's (same kernels, targets and seeds)."""
+    mine, theirs = _target_rhos(report.rows), _target_rhos(versus.rows)
+    shared = sorted(mine.keys() & theirs.keys())
+    per_target = float(np.nanmean([mine[k] - theirs[k] for k in shared]))
+    pooled = report.learned_vs_agreement - versus.learned_vs_agreement
+    p_lo, p_hi = _interval(report.rows, pooled=True, versus=versus.rows)
+    t_lo, t_hi = _interval(report.rows, pooled=False, versus=versus.rows)
+    return [
+        f"Against the run of `{versus.command}` (alignment {versus.alignment}; same kernels, "
+        f"targets and seeds {versus.seeds}), learned similarity, this run minus that one: "
+        f"all pairs {pooled:+.3f} [{p_lo:+.3f}, {p_hi:+.3f}], per target {per_target:+.3f} "
+        f"[{t_lo:+.3f}, {t_hi:+.3f}] (paired bootstrap over the {len(shared)} (kernel, target) "
+        f"clusters; `--versus {path}`).",
+        "",
+    ]
 
 
 def _stored_or(value: float | None, report: SimilarityReport, kernel: str, key: str) -> float:
@@ -175,10 +248,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--alignment", default=DEFAULT_ALIGNMENT, help=f"one of {sorted(ALIGNMENT_LOSSES)}"
     )
+    parser.add_argument(
+        "--versus", type=Path, default=None,
+        help="an earlier run's JSON: the Markdown also gives this run minus that one",
+    )  # fmt: skip
     add_render_option(parser)
     args = parser.parse_args(argv)
+    versus = read_report(args.versus, SimilarityReport) if args.versus else None
     if args.render:
-        render(args.render, SimilarityReport, markdown)
+        render(args.render, SimilarityReport, lambda r: markdown(r, versus, str(args.versus)))
         return
     if args.alignment not in ALIGNMENT_LOSSES:
         sys.exit(
@@ -216,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
         wall_s=time.perf_counter() - started,
         rows=rows,
     )
-    text = markdown(report)
+    text = markdown(report, versus, str(args.versus))
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "real_similarity"  # the earlier runs' name: mse, the default until issue 23 item 3
     if args.alignment != "mse":

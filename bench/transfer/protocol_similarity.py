@@ -85,6 +85,13 @@ class VariantResult(BaseModel):
     nearest_agreement: float  # mean measured agreement of the nearest expert's unit
     cos_spread: float  # mean over units and seeds of (max - min) cos(z) to the training units
     shared_seconds: list[float]
+    # added after the first validation and test runs (None in them): per unit, top-1 at budget
+    # 0 per seed; this variant minus mse's, paired by unit and seed, interval resampling GPU
+    # models; (unit, seed) cases whose nearest training unit differs from mse's
+    top1_by_unit: dict[str, list[float]] | None = None
+    top1_minus_mse: float | None = None
+    top1_minus_mse_interval: tuple[float, float] | None = None
+    nearest_changed: int | None = None
 
 
 class SimilarityReport(BaseModel):
@@ -197,17 +204,20 @@ def with_alignment(base, train: list, seed: int, shared_epochs: int, alignment: 
     return model
 
 
-def top1_budget0(model, targets: list, seed: int) -> float:  # noqa: ANN001
+def top1_budget0(model, targets: list, seed: int) -> tuple[float, dict[str, float]]:  # noqa: ANN001
+    """SiMoE's top-1 at budget 0 on the split's test sets: over all tasks, and per unit."""
     from bench.transfer.offline_transfer import split_device
     from bench.transfer.protocol_methods import features_only, top1_tasks
     from simoe_model.train import predict
 
-    scores = []
+    scores, by_unit = [], {}
     for ds in targets:
         split = split_device(ds, seed)
         hv = ds.hardware_vector
-        scores += top1_tasks(features_only(lambda f, hv=hv: predict(model, f, hv)), split)
-    return float(np.mean(scores))
+        got = top1_tasks(features_only(lambda f, hv=hv: predict(model, f, hv)), split)
+        by_unit[ds.device] = float(np.mean(got))
+        scores += got
+    return float(np.mean(scores)), by_unit
 
 
 # -- statistics --------------------------------------------------------------------------
@@ -336,6 +346,7 @@ def run(
     ]
     hv = {d.device: d.hardware_vector for d in targets}
     top1: dict[str, list[float]] = {v: [] for v in variants}
+    top1_unit: dict[str, dict[str, list[float]]] = {v: {} for v in variants}
     nearest: dict[str, dict[str, list[str]]] = {
         v: {d.device: [] for d in targets} for v in variants
     }
@@ -358,7 +369,10 @@ def run(
                 cos = [r.learned[variant][-1] for r in mine]
                 nearest[variant][ds.device].append(mine[int(np.argmax(cos))].other)
                 spreads[variant].append(max(cos) - min(cos))
-            top1[variant].append(top1_budget0(model, targets, seed))
+            overall, by_unit = top1_budget0(model, targets, seed)
+            top1[variant].append(overall)
+            for unit, value in by_unit.items():
+                top1_unit[variant].setdefault(unit, []).append(value)
             print(
                 f"seed {seed} {variant}: shared {shared_s[variant][-1]:.0f} s, "
                 f"top-1 {top1[variant][-1]:.4f}",
@@ -376,10 +390,25 @@ def run(
     unit_models = [model_of(u) for u in units]
     agree_of = {(r.unit, r.other): r.agreement for r in rows}
     out = []
+
+    def top1_array(variant: str) -> np.ndarray:  # [seeds, units]
+        return np.array([top1_unit[variant][u] for u in units]).T
+
     for variant, corr in results:
+        top1_diff: float | None = None
+        top1_interval: tuple[float, float] | None = None
+        changed: int | None = None
         if "mse" in per_unit_arrays:
             diff, interval = paired_difference(
                 per_unit_arrays[variant], per_unit_arrays["mse"], unit_models
+            )
+            top1_diff, top1_interval = paired_difference(
+                top1_array(variant), top1_array("mse"), unit_models
+            )
+            changed = sum(
+                a != b
+                for u in units
+                for a, b in zip(nearest[variant][u], nearest["mse"][u], strict=True)
             )
         else:
             diff, interval = float("nan"), (float("nan"), float("nan"))
@@ -397,6 +426,10 @@ def run(
                 ),
                 cos_spread=float(np.mean(spreads[variant])),
                 shared_seconds=shared_s[variant],
+                top1_by_unit=top1_unit[variant],
+                top1_minus_mse=top1_diff,
+                top1_minus_mse_interval=top1_interval,
+                nearest_changed=changed,
             )
         )
     twin = float(np.mean([max(a.values()) for a in agreement.values()]))
@@ -485,6 +518,23 @@ def markdown(report: SimilarityReport) -> str:
             f"{', '.join(f'{x:.4f}' for x in v.top1_by_seed)} | "
             f"{', '.join(f'{x:.0f}' for x in v.shared_seconds)} |"
         )
+    if all(v.top1_minus_mse_interval is not None for v in report.variants):
+        cases = len(report.units) * len(report.seeds)
+        lines += [
+            "",
+            "Does the similarity change expert choice and top-1 at budget 0 (against mse; "
+            "paired by unit and seed, interval resampling GPU models)?",
+            "",
+            "| variant | nearest expert differs from mse's | nearest's agreement "
+            "| top-1 at budget 0 minus mse | interval |",
+            "|---|---|---|---|---|",
+        ]
+        for v in report.variants:
+            lo, hi = v.top1_minus_mse_interval  # type: ignore[misc]
+            lines.append(
+                f"| {v.variant} | {v.nearest_changed} of {cases} (unit, seed) | "
+                f"{v.nearest_agreement:.4f} | {v.top1_minus_mse:+.4f} | [{lo:+.4f}, {hi:+.4f}] |"
+            )
     names = [v.variant for v in report.variants]
     models = list(dict.fromkeys(r.gpu_model for r in report.rows))
     lines += [
