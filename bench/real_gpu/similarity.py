@@ -254,6 +254,9 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     add_render_option(parser)
     args = parser.parse_args(argv)
+    for path in (args.render, args.versus):
+        if path is not None and not path.is_file():
+            sys.exit(f"error: no report {path}")
     versus = read_report(args.versus, SimilarityReport) if args.versus else None
     if args.render:
         render(args.render, SimilarityReport, lambda r: markdown(r, versus, str(args.versus)))

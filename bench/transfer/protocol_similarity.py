@@ -592,6 +592,8 @@ def main(argv: list[str] | None = None) -> None:
     add_render_option(parser)
     args = parser.parse_args(argv)
     if args.render:
+        if not args.render.is_file():
+            sys.exit(f"error: no report {args.render}")
         render(args.render, SimilarityReport, markdown)
         return
     try:
