@@ -125,6 +125,24 @@ ONLINE_GATE_RULE = (
     "today's behaviour) stays unless a sharpness beats it by more than 0.001. The test "
     "split is not scored for this choice. Every value's result is reported."
 )
+# Issue 23, item 3: the hardware encoder's alignment objective (simoe_model.losses
+# ALIGNMENT_LOSSES; bench/transfer/protocol_similarity.py). Each variant trains the hardware
+# encoder and gate anew on the same experts and program encoder of a seed.
+SIMILARITY_VARIANTS: tuple[str, ...] = ("mse", "pairwise", "mse+pairwise", "listwise")
+# Written before any run of them (2026-12-01 23:50 UTC):
+SIMILARITY_RULE = (
+    "The default alignment (simoe_model.losses.DEFAULT_ALIGNMENT) is the variant of "
+    "SIMILARITY_VARIANTS with the highest per-unit rank correlation on the VALIDATION split: "
+    "for each validation unit, the Spearman correlation over the training units between "
+    "cos(z) to the unit and the measured rank agreement with it (mean per-task Spearman on "
+    "the candidates both measured), averaged over the validation units and seeds 0-2, "
+    "SiMoE's training budget as chosen in protocol_choices.json. A variant other than 'mse' "
+    "(today's) is chosen only if that mean is higher than mse's by more than 0.02 AND its mean "
+    "validation top-1 of SiMoE at budget 0 is not lower than mse's by more than 0.005; among "
+    "such variants the highest mean, a tie (within 0.005) going to the earlier one in "
+    "SIMILARITY_VARIANTS (the simpler). The test split is then scored once, with the chosen "
+    "variant and mse. Every variant's validation result is reported."
+)
 RULE = (
     "Every hyperparameter, epoch count, threshold and design choice is made on the "
     "validation units; the test units are scored once, by one command, at the end; "
@@ -477,6 +495,8 @@ def markdown() -> str:
         "",
         f"- Federation helps, own-only baseline: {OWN_ONLY_RULE}",
         f"- Federation helps, variant: {FEDERATION_VARIANT_RULE}",
+        f"- Hardware similarity (issue 23 item 3), variants {list(SIMILARITY_VARIANTS)}: "
+        f"{SIMILARITY_RULE}",
     ]
     return "\n".join(lines) + "\n"
 

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from simoe_model.features import pack_rows
+from simoe_model.losses import DEFAULT_ALIGNMENT
 from simoe_model.model import SiMoE, SiMoEConfig, expert_outputs
 from simoe_model.online_gate import order_log_likelihood, reweight, standardize
 from simoe_model.task_data import DeviceDataset, TaskData
@@ -86,6 +87,7 @@ class KernelTraining:
     list_size: int = 64
     hardware_input: str = "hybrid"
     use_similarity_prior: bool = True
+    alignment: str = DEFAULT_ALIGNMENT  # train_shared's alignment loss, by name
 
 
 def _expert_targets(devices: Sequence[KernelDevice]) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -193,6 +195,7 @@ def _train_gate(
             epochs=training.shared_epochs,
             seed=seed,
             list_size=training.list_size,
+            alignment=training.alignment,
         )
 
 

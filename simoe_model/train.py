@@ -29,7 +29,12 @@ import numpy as np
 import torch
 
 from simoe_model.features import pack_rows
-from simoe_model.losses import alignment_loss, rank_agreement, ranking_loss
+from simoe_model.losses import (
+    ALIGNMENT_LOSSES,
+    DEFAULT_ALIGNMENT,
+    rank_agreement,
+    ranking_loss,
+)
 from simoe_model.model import (
     SiMoE,
     expert_arrays,
@@ -314,6 +319,7 @@ def train_shared(
     tasks_per_step: int = 16,
     expert_of: dict[str, str] | None = None,
     refit_hardware: bool = False,
+    alignment: str = DEFAULT_ALIGNMENT,
 ) -> dict[str, float]:
     """Train the hardware encoder and gate (experts and program encoder frozen by default).
 
@@ -321,9 +327,14 @@ def train_shared(
     `leave_one_out` the device's own expert (named as the device, or via
     `expert_of[device]`) is left out, so the gate learns to predict for hardware
     it has no expert for. The alignment loss pulls cos(z_i, z_j) toward how alike
-    devices i and j rank the same candidates. The hardware normalizer is fitted
-    once (when it still holds its initial values) unless `refit_hardware`.
+    devices i and j rank the same candidates; `alignment` names its form in
+    `losses.ALIGNMENT_LOSSES` (MSE on the values, or an order-aware loss). The hardware
+    normalizer is fitted once (when it still holds its initial values) unless
+    `refit_hardware`.
     """
+    if alignment not in ALIGNMENT_LOSSES:
+        raise ValueError(f"unknown alignment {alignment!r}; known: {sorted(ALIGNMENT_LOSSES)}")
+    align_fn = ALIGNMENT_LOSSES[alignment]
     rng = _generator(seed)
     started = time.perf_counter()
     expert_of = expert_of or {}
@@ -400,7 +411,7 @@ def train_shared(
             loss = loss / max(1, len(chosen))
             rank_total += loss.item()
             if align_weight > 0 and len(pairs):
-                align = alignment_loss(z_dev, pairs, agreement)
+                align = align_fn(z_dev, pairs, agreement)
                 align_total += align.item()
                 loss = loss + align_weight * align
             optimizer.zero_grad()

@@ -188,7 +188,11 @@ def test_the_rules_that_pick_variants_are_in_the_protocol_file() -> None:
 
     from bench import protocol
 
-    for rule in (protocol.OWN_ONLY_RULE, protocol.FEDERATION_VARIANT_RULE):
+    for rule in (
+        protocol.OWN_ONLY_RULE,
+        protocol.FEDERATION_VARIANT_RULE,
+        protocol.SIMILARITY_RULE,
+    ):
         assert "validation" in rule
         assert rule in protocol.markdown()
     assert "federation_own_only.json" in protocol.OWN_ONLY_RULE
