@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bench.reporting import read_report
@@ -119,3 +120,27 @@ def test_a_new_online_gate_run_keeps_the_report_it_replaces(tmp_path: Path) -> N
     back = read_report(tmp_path / "gate.json", OnlineGateReport)
     assert back.fleet == "b" * 64 and [r.fleet for r in back.earlier_runs] == ["a" * 64]
     assert "1. `" + first.command + "`: fleet aaaaaaaa" in (tmp_path / "gate.md").read_text()
+
+
+def test_a_report_sets_each_learned_peer_against_schedule_transfer() -> None:
+    """Pooled (and the MLP, nearest expert) minus schedule transfer, clustered by model, as
+    SiMoE's own rows: the trivial baseline every learned method has to beat."""
+    from bench.transfer.protocol_report import paired_interval
+
+    units = ["sim:t4-hot", "sim:t4-cool", "sim:a10-ecc-on"]
+    rng = np.random.default_rng(0)
+
+    def scores() -> dict:
+        return {b: {u: list(rng.random(4)) for u in units} for b in (0, 16, 64)}
+
+    by_method = {m: scores() for m in ("simoe", "pooled", "schedule-transfer")}
+    result = TransferResult(
+        split="test", units=units, seeds=[0], hyperparameters={}, per_task_top1={0: by_method}
+    )
+    text = markdown(result)
+    assert "Each learned peer minus schedule-transfer" in text
+    for b in (0, 16, 64):
+        ours = {u: np.asarray(v) for u, v in by_method["pooled"][b].items()}
+        theirs = {u: np.asarray(v) for u, v in by_method["schedule-transfer"][b].items()}
+        mean, lo, hi = paired_interval(ours, theirs)
+        assert f"| pooled | {b} | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] |" in text

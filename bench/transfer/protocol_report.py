@@ -154,18 +154,20 @@ def markdown(result: TransferResult) -> str:
         "| baseline | budget | difference | 95% interval | interval above 0 |",
         "|---|---|---|---|---|",
     ]
-    for m in methods:
-        if m == "simoe":
-            continue
-        for b in protocol.BUDGETS:
-            ours, theirs = seed_mean(result, "simoe", b), seed_mean(result, m, b)
-            if ours is None or theirs is None:
-                continue
-            mean, lo, hi = paired_interval(ours, theirs)
-            lines.append(
-                f"| {m} | {b} | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] | "
-                f"{'yes' if lo > 0 else 'no'} |"
-            )
+    lines += minus_rows(result, "simoe", [m for m in methods if m != "simoe"])
+    # the other learned peers against the simple alternative too (rule 3: a method that does
+    # not beat the trivial baselines has not shown anything)
+    peers = [m for m in ("pooled", "mlp-finetune", "nearest-expert") if m in methods]
+    if "schedule-transfer" in methods and peers:
+        lines += [
+            "",
+            "Each learned peer minus schedule-transfer (the same bootstrap):",
+            "",
+            "| method | budget | difference | 95% interval | interval above 0 |",
+            "|---|---|---|---|---|",
+        ]
+        for m in peers:
+            lines += minus_rows(result, m, ["schedule-transfer"], label=m)
     lines += per_unit(result)
     if result.fidelity:
         lines += probes_matter(result)
@@ -173,6 +175,25 @@ def markdown(result: TransferResult) -> str:
     lines += grid_table(result.grid_scores)
     lines += earlier_runs(result.earlier_runs)
     return "\n".join(lines) + "\n"
+
+
+def minus_rows(
+    result: TransferResult, ours: str, others: list[str], label: str | None = None
+) -> list[str]:
+    """Table rows: `ours` minus each of `others` per budget, clustered paired interval; the
+    first column is the other method (or `label`)."""
+    rows = []
+    for m in others:
+        for b in protocol.BUDGETS:
+            mine, theirs = seed_mean(result, ours, b), seed_mean(result, m, b)
+            if mine is None or theirs is None:
+                continue
+            mean, lo, hi = paired_interval(mine, theirs)
+            rows.append(
+                f"| {label or m} | {b} | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] | "
+                f"{'yes' if lo > 0 else 'no'} |"
+            )
+    return rows
 
 
 def earlier_runs(runs: list[TransferResult]) -> list[str]:
