@@ -164,9 +164,13 @@ def trained_experts(train: list, hp: dict[str, int], seed: int, cache: Path | No
     from simoe_model.model import SiMoE, SiMoEConfig
     from simoe_model.train import train_experts
 
-    key = hashlib.sha256(
+    digest = hashlib.sha256(
         json.dumps([[d.device for d in train], hp["expert_epochs"], seed]).encode()
-    ).hexdigest()[:16]
+    )
+    for d in train:  # the labels too: another fleet's units of the same names miss the cache
+        for t in d.tasks:
+            digest.update(np.ascontiguousarray(t.latencies, dtype=np.float64).tobytes())
+    key = digest.hexdigest()[:16]
     path = cache / f"experts-{key}.pt" if cache else None
     torch.manual_seed(seed)
     model = SiMoE(SiMoEConfig())
