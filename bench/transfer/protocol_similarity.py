@@ -664,17 +664,17 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [v for v in variants if v not in protocol.SIMILARITY_VARIANTS]
     if unknown or not variants:
         sys.exit(f"error: unknown variants {unknown}; known: {list(protocol.SIMILARITY_VARIANTS)}")
-    if not (args.data / f"{protocol.TRAIN_UNITS[0]}.sqlite").exists():
-        sys.exit(f"error: no protocol fleet dataset in {args.data}: see bench/protocol.py")
-    command = "python -m bench.transfer.protocol_similarity " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
     try:
         budgets = tuple(int(b) for b in args.adapt_budgets.split(",") if b)
     except ValueError:
         sys.exit(f"error: --adapt-budgets wants integers, got {args.adapt_budgets!r}")
     if any(b <= 0 or b > protocol.POOL for b in budgets):
         sys.exit(f"error: --adapt-budgets must lie in 1..{protocol.POOL}")
+    if not (args.data / f"{protocol.TRAIN_UNITS[0]}.sqlite").exists():
+        sys.exit(f"error: no protocol fleet dataset in {args.data}: see bench/protocol.py")
+    command = "python -m bench.transfer.protocol_similarity " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
     labels = protocol.UnitLabels(args.data)
     report = run(args.split, seeds, variants, labels, args.cache, command, budgets)
     stem = args.name or f"protocol_similarity_{args.split}"
