@@ -130,6 +130,13 @@ def test_training_and_selection_never_read_test_labels(
         got = by_budget[16].top1[0.0]
         assert got == result.per_task_top1[0]["simoe"][16][unit]
     assert "| 16 | simoe (gate off" in online_gate_markdown(gate)
+    # the hardware similarity's alignment loss (issue 23 item 3), on validation
+    from bench.transfer import protocol_similarity as ps
+
+    monkeypatch.setattr(ps, "CHOICES", tiny_fleet / "choices.json")
+    similarity = ps.run("validation", [0], ["mse", "mse+pairwise"], labels, None, "tiny")
+    assert {r.unit for r in similarity.rows} == {f"sim:{u}" for u in TINY["VALIDATION_UNITS"]}
+    assert "mse+pairwise" in ps.markdown(similarity)
     assert read, "the instrument saw no label read at all"
     assert not test_devices & set(read), "a training or selection path read test labels"
     assert all(p in ("train", "select") for _, p in labels.reads)

@@ -92,6 +92,10 @@ class VariantResult(BaseModel):
     top1_minus_mse: float | None = None
     top1_minus_mse_interval: tuple[float, float] | None = None
     nearest_changed: int | None = None
+    # with --adapt-budgets (None otherwise): budget -> unit -> SiMoE's top-1 per seed after
+    # adapting on that many measurements as the protocol does (its new expert starts as a copy
+    # of the nearest expert by cos(z), so the similarity picks where the few-shot starts)
+    top1_adapted: dict[int, dict[str, list[float]]] | None = None
 
 
 class SimilarityReport(BaseModel):
@@ -164,9 +168,13 @@ def trained_experts(train: list, hp: dict[str, int], seed: int, cache: Path | No
     from simoe_model.model import SiMoE, SiMoEConfig
     from simoe_model.train import train_experts
 
-    key = hashlib.sha256(
+    digest = hashlib.sha256(
         json.dumps([[d.device for d in train], hp["expert_epochs"], seed]).encode()
-    ).hexdigest()[:16]
+    )
+    for d in train:  # the labels too: another fleet's units of the same names miss the cache
+        for t in d.tasks:
+            digest.update(np.ascontiguousarray(t.latencies, dtype=np.float64).tobytes())
+    key = digest.hexdigest()[:16]
     path = cache / f"experts-{key}.pt" if cache else None
     torch.manual_seed(seed)
     model = SiMoE(SiMoEConfig())
@@ -202,6 +210,26 @@ def with_alignment(base, train: list, seed: int, shared_epochs: int, alignment: 
     )
     train_shared(model, train, epochs=shared_epochs, seed=seed, alignment=alignment)
     return model
+
+
+def top1_adapted(model, targets: list, seed: int, budget: int, epochs: int) -> dict[str, float]:  # noqa: ANN001
+    """Per unit, SiMoE's top-1 after adapting on `budget` measurements (SiMoEFamily.evaluate's
+    mixture: `adapt` on a copy, its expert started from the nearest expert by cos(z))."""
+    import copy
+
+    from bench.transfer.offline_transfer import split_device
+    from bench.transfer.protocol_methods import features_only, top1_tasks
+    from simoe_model.train import adapt, predict
+
+    out = {}
+    for ds in targets:
+        split = split_device(ds, seed)
+        tuned = copy.deepcopy(model)
+        adapt(tuned, split.device, split.budget(budget), epochs=epochs)
+        hv = ds.hardware_vector
+        got = top1_tasks(features_only(lambda f, m=tuned, hv=hv: predict(m, f, hv)), split)
+        out[ds.device] = float(np.mean(got))
+    return out
 
 
 def top1_budget0(model, targets: list, seed: int) -> tuple[float, dict[str, float]]:  # noqa: ANN001
@@ -317,6 +345,7 @@ def run(
     labels: protocol.UnitLabels,
     cache: Path | None,
     command: str,
+    adapt_budgets: tuple[int, ...] = (),
 ) -> SimilarityReport:
     import torch
 
@@ -347,6 +376,7 @@ def run(
     hv = {d.device: d.hardware_vector for d in targets}
     top1: dict[str, list[float]] = {v: [] for v in variants}
     top1_unit: dict[str, dict[str, list[float]]] = {v: {} for v in variants}
+    adapted: dict[str, dict[int, dict[str, list[float]]]] = {v: {} for v in variants}
     nearest: dict[str, dict[str, list[str]]] = {
         v: {d.device: [] for d in targets} for v in variants
     }
@@ -369,6 +399,10 @@ def run(
                 cos = [r.learned[variant][-1] for r in mine]
                 nearest[variant][ds.device].append(mine[int(np.argmax(cos))].other)
                 spreads[variant].append(max(cos) - min(cos))
+            for budget in adapt_budgets:
+                got = top1_adapted(model, targets, seed, budget, hp["adapt_epochs"])
+                for unit, value in got.items():
+                    adapted[variant].setdefault(budget, {}).setdefault(unit, []).append(value)
             overall, by_unit = top1_budget0(model, targets, seed)
             top1[variant].append(overall)
             for unit, value in by_unit.items():
@@ -430,6 +464,7 @@ def run(
                 top1_minus_mse=top1_diff,
                 top1_minus_mse_interval=top1_interval,
                 nearest_changed=changed,
+                top1_adapted=adapted[variant] or None,
             )
         )
     twin = float(np.mean([max(a.values()) for a in agreement.values()]))
@@ -463,6 +498,7 @@ def _goal(value: float) -> str:
 
 
 def markdown(report: SimilarityReport) -> str:
+    model_of_row = {r.unit: r.gpu_model for r in report.rows}
     split = report.split.upper()
     lines = [
         f"# Learned hardware similarity against measured ranking agreement ({split} split, "
@@ -535,6 +571,27 @@ def markdown(report: SimilarityReport) -> str:
                 f"| {v.variant} | {v.nearest_changed} of {cases} (unit, seed) | "
                 f"{v.nearest_agreement:.4f} | {v.top1_minus_mse:+.4f} | [{lo:+.4f}, {hi:+.4f}] |"
             )
+    budgets = sorted({b for v in report.variants for b in (v.top1_adapted or {})})
+    if budgets and "mse" in {v.variant for v in report.variants}:
+        base = next(v for v in report.variants if v.variant == "mse")
+        unit_models = [model_of_row[u] for u in report.units]
+        lines += [
+            "",
+            "SiMoE adapted on N measurements as the protocol does (mean top-1; minus mse "
+            "paired by unit and seed, interval resampling GPU models):",
+            "",
+            "| variant | budget | top-1 | minus mse | interval |",
+            "|---|---|---|---|---|",
+        ]
+        for v in report.variants:
+            for b in budgets:
+                mine = np.array([v.top1_adapted[b][u] for u in report.units]).T  # type: ignore[index]
+                theirs = np.array([base.top1_adapted[b][u] for u in report.units]).T  # type: ignore[index]
+                diff, (lo, hi) = paired_difference(mine, theirs, unit_models)
+                lines.append(
+                    f"| {v.variant} | {b} | {mine.mean():.4f} | {diff:+.4f} | "
+                    f"[{lo:+.4f}, {hi:+.4f}] |"
+                )
     names = [v.variant for v in report.variants]
     models = list(dict.fromkeys(r.gpu_model for r in report.rows))
     lines += [
@@ -589,6 +646,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache", type=Path, default=CACHE, help="trained experts per seed")
     parser.add_argument("--out", type=Path, default=DOCS)
     parser.add_argument("--name", default=None, help="report file stem (default by split)")
+    parser.add_argument(
+        "--adapt-budgets", default="", help="also SiMoE's top-1 after N measurements, e.g. 16"
+    )
     add_render_option(parser)
     args = parser.parse_args(argv)
     if args.render:
@@ -604,12 +664,19 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [v for v in variants if v not in protocol.SIMILARITY_VARIANTS]
     if unknown or not variants:
         sys.exit(f"error: unknown variants {unknown}; known: {list(protocol.SIMILARITY_VARIANTS)}")
+    try:
+        budgets = tuple(int(b) for b in args.adapt_budgets.split(",") if b)
+    except ValueError:
+        sys.exit(f"error: --adapt-budgets wants integers, got {args.adapt_budgets!r}")
+    if any(b <= 0 or b > protocol.POOL for b in budgets):
+        sys.exit(f"error: --adapt-budgets must lie in 1..{protocol.POOL}")
     if not (args.data / f"{protocol.TRAIN_UNITS[0]}.sqlite").exists():
         sys.exit(f"error: no protocol fleet dataset in {args.data}: see bench/protocol.py")
     command = "python -m bench.transfer.protocol_similarity " + " ".join(
         sys.argv[1:] if argv is None else argv
     )
-    report = run(args.split, seeds, variants, protocol.UnitLabels(args.data), args.cache, command)
+    labels = protocol.UnitLabels(args.data)
+    report = run(args.split, seeds, variants, labels, args.cache, command, budgets)
     stem = args.name or f"protocol_similarity_{args.split}"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.json").write_text(json.dumps(report.model_dump(), indent=1) + "\n")
