@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 Report = TypeVar("Report", bound=BaseModel)
 
@@ -61,7 +62,20 @@ def read_report(path: Path, model: type[Report]) -> Report:
 
 
 def render(path: Path, model: type[Report], markdown: Callable[[Report], str]) -> Report:
-    """`--render PATH`: PATH's Markdown (PATH.md) re-rendered from its JSON."""
-    report = read_report(path, model)
+    """`--render PATH`: PATH's Markdown (PATH.md) re-rendered from its JSON.
+
+    A missing, unreadable or malformed report is one line and exit 2, never a traceback.
+    """
+    try:
+        report = read_report(path, model)
+    except OSError as exc:
+        print(f"error: cannot read the report {path} ({exc.strerror or exc})", file=sys.stderr)
+        sys.exit(2)
+    except ValidationError as exc:
+        print(
+            f"error: {path} is not a {model.__name__} report ({exc.errors()[0]['msg']})",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     path.with_suffix(".md").write_text(markdown(report))
     return report

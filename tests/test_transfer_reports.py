@@ -144,3 +144,22 @@ def test_a_report_sets_each_learned_peer_against_schedule_transfer() -> None:
         theirs = {u: np.asarray(v) for u, v in by_method["schedule-transfer"][b].items()}
         mean, lo, hi = paired_interval(ours, theirs)
         assert f"| pooled | {b} | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] |" in text
+
+
+def test_rendering_a_missing_or_malformed_report_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench.reporting import render
+    from bench.transfer.protocol_result import TransferResult
+
+    def markdown(report: TransferResult) -> str:
+        raise AssertionError("never rendered")
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"split": 3}')
+    for path in (tmp_path / "missing.json", bad):
+        with pytest.raises(SystemExit) as exit_:
+            render(path, TransferResult, markdown)
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and "\n" not in err and str(path) in err
