@@ -67,6 +67,9 @@ class BeatsDefaultReport(BaseModel):
     simulated: bool = True
     command: str
     sources: list[str]  # the bench.run reports read (each names its own command)
+    # per source: measurements per search and XGB warm-up (with both at the trials per task,
+    # MetaSchedule's XGB never trains: its "ms-xgb-32" row is then a search without a model)
+    search_settings: list[str] = []
     held_out_networks: list[str]
     outcomes: list[TaskOutcome]
     methods: list[MethodShare]
@@ -163,6 +166,10 @@ def markdown(report: BeatsDefaultReport) -> str:
         "latency / kept latency, geometric mean (1.0 where the default was kept). "
         "Held-out networks were in no training set.",
         "",
+        "Search settings per source: " + "; ".join(report.search_settings) + ". Where the "
+        "measurements per search and the XGB warm-up reach the trials per task, MetaSchedule's "
+        "XGB never trained in the run: its row is MetaSchedule's search without a model.",
+        "",
         "| method | trials/task | tasks beaten | share | interval | speedup, all tasks "
         "| speedup, beaten tasks | " + " | ".join(head) + " |",
         "|---|---|---|---|---|---|---|" + "---|" * len(networks),
@@ -192,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if not args.reports:
         parser.error("give at least one bench.run report.json")
-    outcomes, sources, held = [], [], set()
+    outcomes, sources, search_settings, held = [], [], [], set()
     for path in args.reports:
         try:
             report = BenchReport.model_validate_json(path.read_text())
@@ -202,10 +209,16 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(f"error: {path} has no compile section")
         outcomes.extend(outcomes_of(report))
         sources.append(str(path))
+        settings = report.sections.compile.settings
+        search_settings.append(
+            f"{path.parent.name}: {settings.trials_per_iter} per search, XGB warm-up "
+            f"{settings.xgb_warmup}, small budgets {settings.small_budgets}"
+        )
         held.update(report.sections.compile.settings.held_out_networks)
     result = BeatsDefaultReport(
         command=public_command("report.beats_default", sys.argv[1:] if argv is None else argv),
         sources=sources,
+        search_settings=search_settings,
         held_out_networks=sorted(held),
         outcomes=outcomes,
         methods=summarize(outcomes),
