@@ -22,7 +22,7 @@ import copy
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +32,7 @@ from simoe_model.features import pack_rows
 from simoe_model.losses import (
     ALIGNMENT_LOSSES,
     DEFAULT_ALIGNMENT,
+    AlignmentLoss,
     rank_agreement,
     ranking_loss,
 )
@@ -572,10 +573,6 @@ def predict_expert(model: SiMoE, name: str, features: Sequence[np.ndarray]) -> n
     return model.expert(name)(e).numpy().astype(np.float64)
 
 
-# loss(z [units, z_dim], pairs [P, 2], agreement [P]) -> scalar, as `alignment_loss`
-PairLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
 def fit_similarity(
     model: SiMoE,
     hardware: np.ndarray | torch.Tensor,
@@ -586,7 +583,7 @@ def fit_similarity(
     steps: int = 20,
     lr: float = 1e-2,
     seed: int = 0,
-    loss: PairLoss = alignment_loss,
+    loss: AlignmentLoss = ALIGNMENT_LOSSES[DEFAULT_ALIGNMENT],
 ) -> tuple[float, float]:
     """Fit the hardware encoder so that cos(z_i, z_j) follows measured rank agreement.
 
@@ -595,6 +592,8 @@ def fit_similarity(
     `groups`: who reported each pair (e.g. the checking node): each group weighs the
     same in the loss, so one that reports many pairs cannot dominate. Only the hardware
     encoder's parameters move (its normalizer's statistics and everything else stay).
+    `loss` defaults to the alignment `train_shared` uses (losses.DEFAULT_ALIGNMENT, chosen
+    on validation), so a federation and a central training pull cos(z) the same way.
     Returns (loss before, loss after); (nan, nan) and nothing changed without pairs.
     """
     pairs_t = torch.as_tensor(np.asarray(pairs), dtype=torch.long).reshape(-1, 2)

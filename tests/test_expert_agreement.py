@@ -166,7 +166,9 @@ def test_each_reporter_weighs_the_same_and_no_pairs_change_nothing() -> None:
         target = torch.as_tensor(agreement, dtype=torch.float32).clamp(-1, 1)
         p = torch.as_tensor(pairs)
         expected = (alignment_loss(z, p[:3], target[:3]) + alignment_loss(z, p[3:], target[3:])) / 2
-    before, _ = fit_similarity(model, h, pairs, agreement, groups=groups, steps=1)
+    before, _ = fit_similarity(
+        model, h, pairs, agreement, groups=groups, steps=1, loss=alignment_loss
+    )
     assert before == pytest.approx(float(expected), rel=1e-5)
 
     arrays = shared_arrays(model)
