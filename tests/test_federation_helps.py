@@ -251,3 +251,30 @@ def test_seeds_summary_reports_the_similarity_goal(run) -> None:
     rows = {line.split(" | ")[0]: line for line in table.splitlines() if line.startswith("| ")}
     assert "| 10 steps |" in rows["| new"] and "| off |" in rows["| off"]
     assert "| none (the run predates" in rows["| old"] and "| not recorded |" in rows["| old"]
+
+
+def test_the_variant_rule_prefers_the_smallest_gap_among_gaining_nodes(run) -> None:
+    """FEDERATION_VARIANT_RULE: smallest newcomer gap among variants whose nodes gain; if no
+    variant's nodes gain, the largest node difference; ties to the fewer epochs."""
+    from bench.federation.federation_report import FederationHelpsSeeds, choose_variant
+
+    report, _ = run
+
+    def variant(node_gain: float, gap: float, rounds: int = 2) -> FederationHelpsSeeds:
+        nodes = [
+            r.model_copy(update={"federated_top1": r.own_only_top1 + node_gain})
+            for r in report.nodes
+        ]
+        newcomers = [
+            r.model_copy(update={"central_top1": r.zero_shot_top1 + gap}) for r in report.newcomers
+        ]
+        one = report.model_copy(update={"nodes": nodes, "newcomers": newcomers, "rounds": rounds})
+        return FederationHelpsSeeds(command="c", runs=[one])
+
+    gaining = {"small_gap_loses": variant(-0.01, 0.01), "gains": variant(0.02, 0.05),
+               "gains_smaller_gap": variant(0.01, 0.04)}  # fmt: skip
+    assert choose_variant(gaining) == "gains_smaller_gap"
+    losing = {"a": variant(-0.05, 0.01), "b": variant(-0.02, 0.09), "c": variant(-0.03, 0.0)}
+    assert choose_variant(losing) == "b"
+    tie = {"long": variant(0.01, 0.04, rounds=4), "short": variant(0.01, 0.04, rounds=2)}
+    assert choose_variant(tie) == "short"

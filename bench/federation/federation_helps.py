@@ -83,6 +83,7 @@ from bench.federation.federation_report import (  # noqa: F401 (the report's nam
     FederationHelpsSeeds,
     NewcomerRow,
     NodeRow,
+    choose_variant,
     markdown,
     markdown_seeds,
     offline_figures,
@@ -408,6 +409,20 @@ def main(argv: list[str] | None = None) -> None:
         }
         args.out.mkdir(parents=True, exist_ok=True)
         text = variants_markdown(reports)
+        # the rule chooses among one fleet's validation runs: the last recorded fleet's
+        fleets = [r.runs[0].fleet for r in reports.values() if r.runs[0].fleet]
+        among = {
+            tag: r
+            for tag, r in reports.items()
+            if r.runs[0].fleet == (fleets[-1] if fleets else None)
+            and "validation split" in r.runs[0].data
+        }
+        if among:
+            fleet = fleets[-1][:8] if fleets else "not recorded"
+            text += (
+                f"\nChosen by bench/protocol.py FEDERATION_VARIANT_RULE among the validation "
+                f"rows of fleet {fleet} ({', '.join(among)}): {choose_variant(among)}\n"
+            )
         (args.out / f"federation_helps_variants{'_' + args.tag if args.tag else ''}.md").write_text(
             text
         )

@@ -423,6 +423,22 @@ def markdown_seeds(report: FederationHelpsSeeds) -> str:
     return "\n".join(lines) + "\n"
 
 
+def choose_variant(reports: dict[str, FederationHelpsSeeds]) -> str:
+    """bench/protocol.py FEDERATION_VARIANT_RULE over validation reports (tag -> report): the
+    smallest mean newcomer gap among the variants whose nodes gain on average (federated minus
+    own-only above 0); if none gains, the largest node difference; ties to the fewer training
+    epochs (rounds x epochs per round)."""
+    summaries = {tag: summary(r) for tag, r in reports.items()}
+
+    def epochs(tag: str) -> int:
+        return reports[tag].runs[0].rounds * reports[tag].runs[0].epochs
+
+    gaining = [t for t, s in summaries.items() if s["node_difference"][0] > 0]
+    if gaining:
+        return min(gaining, key=lambda t: (summaries[t]["newcomer_gap"][0], epochs(t)))
+    return min(summaries, key=lambda t: (-summaries[t]["node_difference"][0], epochs(t)))
+
+
 def variants_markdown(reports: dict[str, FederationHelpsSeeds]) -> str:
     """One row per run (variant): its settings, the nodes' difference and the newcomer gap,
     each with its interval: the table a variant is chosen from (on validation)."""
