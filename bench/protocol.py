@@ -175,6 +175,26 @@ FEDERATION_VARIANT_RULE = (
     "training epochs. Every variant's validation result is reported, and the test split is "
     "scored once, with that variant only."
 )
+# The variants validated on fleet da10b0fa (issue 24 item 3, issue 23 item 4), written here
+# (2026-12-02 00:05 UTC) before any of their runs; FEDERATION_VARIANT_RULE picks among those
+# run. Tag -> the options of `python -m bench.federation.federation_helps --protocol
+# validation --seeds 0,1,2 --threads 1` (central epochs = rounds x epochs, as the old fleet's).
+# Smaller than the old fleet's 10 variants: on 2 shared cores a 3-seed variant costs ~10-20 min
+# on this fleet (2.2x the old one's data), so the old winner, the same without the server's
+# similarity fit (its default of 10 steps was set by hand, never validated), and one variant
+# aimed at the newcomer gap (issue 11's diagnosis: too few local optimizer steps per round;
+# local batch 4 doubles them with the same data passes). The fourth is run only if the clock
+# allows it before the test run (decided by time, not by the others' results).
+FEDERATION_VARIANTS_DA10: dict[str, str] = {
+    "da10_r12e1_adam01": "--rounds 12 --epochs 1 --central-epochs 12 --server-optimizer adam "
+    "--server-lr 0.01",  # the old fleet's winner; the server's similarity fit at its default, 10
+    "da10_r12e1_adam01_sim0": "--rounds 12 --epochs 1 --central-epochs 12 --server-optimizer "
+    "adam --server-lr 0.01 --similarity-steps 0",  # the same, the similarity fit off
+    "da10_r12e1_adam01_b4": "--rounds 12 --epochs 1 --central-epochs 12 --server-optimizer adam "
+    "--server-lr 0.01 --local-batch 4",  # twice the local steps per round
+    "da10_r12e2_adam01_prox01": "--rounds 12 --epochs 2 --central-epochs 24 --server-optimizer "
+    "adam --server-lr 0.01 --prox-mu 0.1",  # only if time allows: more local work, held close
+}
 
 Split = Literal["train", "validation", "test"]
 Purpose = Literal["train", "select", "test"]

@@ -164,3 +164,117 @@ def test_seeds_summary_pairs_units_and_judges_the_gap(run) -> None:
     text = markdown_seeds(seeds)
     assert "MISSED" in text and "SIMULATED" in text and "seeds [0, 1]" in text
     assert summary(FederationHelpsSeeds(command="c", runs=[shifted(0, 0.0, 0.01)]))["goal_met"]
+
+
+def test_similarity_steps_option_reaches_the_server_and_the_report(run, fleet) -> None:
+    """--similarity-steps is the deployment's own option: it sets the strategy's fit steps (0:
+    the fit is off) and the report records it."""
+    from server.aggregation import make_strategy
+
+    report, _ = run
+    default = fh.ServerRunConfig.model_fields["similarity_steps"].default
+    assert report.similarity_steps == default > 0  # the fixture runs the default
+    off = fh.FederationHelpsSettings(rounds=2, similarity_steps=0).server_config(seed=0)
+    on = fh.FederationHelpsSettings(rounds=2, similarity_steps=7).server_config(seed=0)
+    assert (off.similarity_steps, on.similarity_steps) == (0, 7)
+    strategy = make_strategy(off, registry=None, similarity=lambda *_: {})
+    assert strategy.similarity_fit is None and strategy.similarity_steps == 0
+    strategy = make_strategy(on, registry=None, similarity=lambda *_: {})
+    assert strategy.similarity_fit is not None and strategy.similarity_steps == 7
+    with pytest.raises(BadInputError, match="--similarity-steps"):
+        fh.FederationHelpsSettings(rounds=2, similarity_steps=-1).server_config(seed=0)
+
+
+def test_newcomer_similarity_is_ranked_against_measured_agreement(run, fleet) -> None:
+    """Per newcomer: the model's cos(z) to each node against the nodes' measured agreement
+    with it (mean per-task Spearman on shared candidates); their Spearman over the nodes."""
+    from bench.federation.federation_baselines import similarity_against_agreement
+    from bench.transfer.protocol_similarity import measured_agreements
+
+    report, _ = run
+    names = list(fleet)
+    [row] = report.newcomers
+    assert set(row.similarity_to_nodes) == set(names[:3])
+    measured = measured_agreements([fleet[names[3]].dataset], [fleet[n].dataset for n in names[:3]])
+    assert list(measured[fleet[names[3]].dataset.device].values()) == pytest.approx(
+        [row.agreement_with_nodes[n] for n in names[:3]]
+    )
+    assert -1 <= row.similarity_rank_correlation <= 1
+
+    class Follows:  # a similarity that orders the nodes as their agreement does, or reversed
+        def __init__(self, sign: float) -> None:
+            self.sign = sign
+
+        def similarity(self, _h_a: np.ndarray, h_b: np.ndarray) -> float:
+            node = next(n for n in names[:3] if fleet[n].dataset.hardware_vector is h_b)
+            return self.sign * row.agreement_with_nodes[node]
+
+    nodes = [fleet[n] for n in names[:3]]
+    follows = similarity_against_agreement(Follows(1.0), fleet[names[3]], nodes)
+    reverse = similarity_against_agreement(Follows(-1.0), fleet[names[3]], nodes)
+    assert follows["similarity_rank_correlation"] == pytest.approx(1.0)
+    assert reverse["similarity_rank_correlation"] == pytest.approx(-1.0)
+    too_few = similarity_against_agreement(Follows(1.0), fleet[names[3]], nodes[:2])
+    assert too_few["similarity_rank_correlation"] is None
+
+
+def test_seeds_summary_reports_the_similarity_goal(run) -> None:
+    """Over seeds: the mean rank correlation over newcomers, its interval and the 0.7 goal;
+    the variants table says which fleet and similarity fit each row ran with."""
+    from bench.federation.federation_report import (
+        FederationHelpsSeeds,
+        markdown_seeds,
+        summary,
+        variants_markdown,
+    )
+
+    report, _ = run
+
+    def with_rho(seed: int, rho: float, steps: int | None) -> fh.FederationHelpsReport:
+        newcomers = [
+            r.model_copy(update={"similarity_rank_correlation": rho}) for r in report.newcomers
+        ]
+        return report.model_copy(
+            update={"seed": seed, "newcomers": newcomers, "similarity_steps": steps}
+        )
+
+    seeds = FederationHelpsSeeds(command="c", runs=[with_rho(0, 0.6, 10), with_rho(1, 0.9, 10)])
+    s = summary(seeds)
+    assert s["similarity_rank_correlation"][0] == pytest.approx(0.75)
+    assert s["similarity_rank_correlation_per_seed"] == pytest.approx([0.6, 0.9])
+    assert "at least 0.7: met" in markdown_seeds(seeds)
+    low = FederationHelpsSeeds(command="c", runs=[with_rho(0, 0.5, 0)])
+    assert "at least 0.7: MISSED" in markdown_seeds(low)
+    old = FederationHelpsSeeds(command="c", runs=[with_rho(0, 0.5, None)])
+    old.runs[0].newcomers[0].similarity_rank_correlation = None
+    table = variants_markdown({"new": seeds, "off": low, "old": old})
+    rows = {line.split(" | ")[0]: line for line in table.splitlines() if line.startswith("| ")}
+    assert "| 10 steps |" in rows["| new"] and "| off |" in rows["| off"]
+    assert "| none (the run predates" in rows["| old"] and "| not recorded |" in rows["| old"]
+
+
+def test_the_variant_rule_prefers_the_smallest_gap_among_gaining_nodes(run) -> None:
+    """FEDERATION_VARIANT_RULE: smallest newcomer gap among variants whose nodes gain; if no
+    variant's nodes gain, the largest node difference; ties to the fewer epochs."""
+    from bench.federation.federation_report import FederationHelpsSeeds, choose_variant
+
+    report, _ = run
+
+    def variant(node_gain: float, gap: float, rounds: int = 2) -> FederationHelpsSeeds:
+        nodes = [
+            r.model_copy(update={"federated_top1": r.own_only_top1 + node_gain})
+            for r in report.nodes
+        ]
+        newcomers = [
+            r.model_copy(update={"central_top1": r.zero_shot_top1 + gap}) for r in report.newcomers
+        ]
+        one = report.model_copy(update={"nodes": nodes, "newcomers": newcomers, "rounds": rounds})
+        return FederationHelpsSeeds(command="c", runs=[one])
+
+    gaining = {"small_gap_loses": variant(-0.01, 0.01), "gains": variant(0.02, 0.05),
+               "gains_smaller_gap": variant(0.01, 0.04)}  # fmt: skip
+    assert choose_variant(gaining) == "gains_smaller_gap"
+    losing = {"a": variant(-0.05, 0.01), "b": variant(-0.02, 0.09), "c": variant(-0.03, 0.0)}
+    assert choose_variant(losing) == "b"
+    tie = {"long": variant(0.01, 0.04, rounds=4), "short": variant(0.01, 0.04, rounds=2)}
+    assert choose_variant(tie) == "short"

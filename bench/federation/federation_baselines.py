@@ -1,6 +1,7 @@
 """The federation's two peers in `federation_helps`: a node alone (its own data only, for the
 budget the protocol's OWN_ONLY_RULE chooses on validation) and one SiMoE trained centrally on
-every node's data; and the score both are compared by (TenSet top-1 of the model's mixture)."""
+every node's data; the score both are compared by (TenSet top-1 of the model's mixture); and
+how the federated similarity of a newcomer to the nodes follows their measured agreement."""
 
 from __future__ import annotations
 
@@ -26,6 +27,37 @@ def top1(model, tasks: Sequence[TaskData], hardware_vector: np.ndarray) -> float
 
     pairs = [(predict(model, t.features, hardware_vector), t.latencies) for t in tasks]
     return task_metrics(pairs)["top1"]
+
+
+def similarity_against_agreement(
+    model, newcomer: FleetGPU, nodes: Sequence[FleetGPU]
+) -> dict[str, object]:  # noqa: ANN001
+    """Issue 23's similarity Must-show for one newcomer: the model's cos(z_newcomer, z_node)
+    over the nodes against the measured agreement of their latencies (mean per-task Spearman
+    on the candidates both have: `bench.transfer.protocol_similarity.measured_agreements`,
+    the quantity the alignment is trained on; labels as the FleetGPUs read them, through
+    `protocol.UnitLabels` under the protocol), and the Spearman between the two over the
+    nodes. Fields of `NewcomerRow`."""
+    from scipy.stats import spearmanr
+
+    from bench.transfer.protocol_similarity import measured_agreements
+
+    by_device = {n.dataset.device: n.name for n in nodes}
+    measured = measured_agreements([newcomer.dataset], [n.dataset for n in nodes])
+    agreement = {by_device[d]: a for d, a in measured[newcomer.dataset.device].items()}
+    hv = newcomer.dataset.hardware_vector
+    cosine = {n.name: model.similarity(hv, n.dataset.hardware_vector) for n in nodes}
+    names = sorted(agreement)
+    rho: float | None = None  # under 3 nodes with shared candidates: nothing to rank
+    if len(names) >= 3:
+        value = spearmanr([cosine[g] for g in names], [agreement[g] for g in names]).statistic
+        # a constant similarity orders nothing: 0, as protocol_similarity counts it
+        rho = float(value) if np.isfinite(value) else 0.0
+    return {
+        "similarity_to_nodes": cosine,
+        "agreement_with_nodes": agreement,
+        "similarity_rank_correlation": rho,
+    }
 
 
 def own_only_model(  # noqa: ANN201

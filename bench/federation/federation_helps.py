@@ -2,7 +2,8 @@
 
     python -m bench.federation.federation_helps --protocol validation|test [--seeds 0,1,2]
         [--rounds R --epochs E --central-epochs R*E] [--server-optimizer adam --server-lr L]
-        [--local-batch B] [--prox-mu M] [--k-experts K] [--matched-global] [--tag T]
+        [--local-batch B] [--prox-mu M] [--k-experts K] [--matched-global]
+        [--similarity-steps N] [--tag T]
     python -m bench.federation.federation_helps --compare OUT/federation_helps_*.json --tag T
     python -m bench.federation.federation_helps --data DIR [DIR2 ...]     # the fleet dataset
     python -m bench.federation.federation_helps --synthetic     # synthetic fleet (development)
@@ -40,6 +41,12 @@ experts) and are scored zero-shot on the test split of bench/transfer/offline_tr
 (same seed, same shuffle: each task's candidates after its first 64), next to the
 offline SiMoE figure for the same GPUs (docs/results/offline_transfer.json).
 
+Each newcomer's similarity (issue 23): the final model's cos(z_newcomer, z_node) over the
+nodes against the measured agreement of their latencies (mean per-task Spearman on the
+candidates both have), and the Spearman between the two; with `--similarity-steps 0` the
+server's fit of the hardware encoder on the nodes' agreements is off (the deployment's
+ServerRunConfig.similarity_steps; default on).
+
 Everything here is SIMULATED: latencies come from the analytical GPU model.
 Writes OUT/federation_helps[_<protocol>][_<tag>].{json,md}: every seed's report and the
 summary over seeds (bench/federation/federation_report.py).
@@ -67,6 +74,7 @@ from bench.federation.federation_baselines import (
     own_only_budget,
     own_only_model,
     select_own_only,
+    similarity_against_agreement,
     top1,
 )
 from bench.federation.federation_report import (  # noqa: F401 (the report's names, as they were here)
@@ -75,6 +83,7 @@ from bench.federation.federation_report import (  # noqa: F401 (the report's nam
     FederationHelpsSeeds,
     NewcomerRow,
     NodeRow,
+    choose_variant,
     markdown,
     markdown_seeds,
     offline_figures,
@@ -117,6 +126,7 @@ OPTIONS = [
     "server_lr",
     "server_optimizer",
     "matched_global",
+    "similarity_steps",
     "threads",
 ]
 
@@ -141,7 +151,10 @@ class FederationHelpsSettings(BaseModel):
     server_lr: float = 1.0  # 1 with sgd: plain FedAvg, the strategy class's default
     server_optimizer: Literal["sgd", "adam"] = "sgd"
     matched_global: bool = False
+    # the server's similarity fit after each average (ServerRunConfig.similarity_steps; 0: off)
+    similarity_steps: int = ServerRunConfig.model_fields["similarity_steps"].default
     own_only_epochs: int | None = None  # None: the federation's rounds x epochs
+    fleet: str | None = None  # the protocol fleet's digest (bench.protocol.fleet_hashes)
     # what the report says about the run
     command: str = ""
     data: str = ""
@@ -258,6 +271,7 @@ def run_federation_helps(
     for gpu in newcomers:
         node = NodeState(federation.newcomer_dir(gpu.name))
         model = node.load_model()
+        similarity = similarity_against_agreement(model, gpu, nodes)
         test = split_device(gpu.dataset, seed).test
         hv = gpu.dataset.hardware_vector
         row = NewcomerRow(
@@ -268,8 +282,12 @@ def run_federation_helps(
             zero_shot_top1_all=top1(model, gpu.dataset.tasks, hv),
             offline_top1=offline.get(gpu.name),
             central_top1=None if central is None else top1(central, test, hv),
+            **similarity,
         )
-        say(f"newcomer {gpu.name}: zero-shot {row.zero_shot_top1:.3f} (experts {row.experts})")
+        say(
+            f"newcomer {gpu.name}: zero-shot {row.zero_shot_top1:.3f} (experts {row.experts}), "
+            f"similarity vs agreement rho {row.similarity_rank_correlation}"
+        )
         newcomer_rows.append(row)
     offline_values = [r.offline_top1 for r in newcomer_rows if r.offline_top1 is not None]
     return FederationHelpsReport(
@@ -352,6 +370,12 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="serve a newcomer the global its delivered experts were trained on",
     )
+    parser.add_argument(
+        "--similarity-steps",
+        type=int,
+        default=ServerRunConfig.model_fields["similarity_steps"].default,
+        help="the server's similarity fit steps after each average (ServerRunConfig; 0: off)",
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--work", type=Path, help="keep the nodes' state dirs here")
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
@@ -385,6 +409,20 @@ def main(argv: list[str] | None = None) -> None:
         }
         args.out.mkdir(parents=True, exist_ok=True)
         text = variants_markdown(reports)
+        # the rule chooses among one fleet's validation runs: the last recorded fleet's
+        fleets = [r.runs[0].fleet for r in reports.values() if r.runs[0].fleet]
+        among = {
+            tag: r
+            for tag, r in reports.items()
+            if r.runs[0].fleet == (fleets[-1] if fleets else None)
+            and "validation split" in r.runs[0].data
+        }
+        if among:
+            fleet = fleets[-1][:8] if fleets else "not recorded"
+            text += (
+                f"\nChosen by bench/protocol.py FEDERATION_VARIANT_RULE among the validation "
+                f"rows of fleet {fleet} ({', '.join(among)}): {choose_variant(among)}\n"
+            )
         (args.out / f"federation_helps_variants{'_' + args.tag if args.tag else ''}.md").write_text(
             text
         )
@@ -407,7 +445,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     node_names = [g for g in args.nodes.split(",") if g]
     newcomer_names = [g for g in args.newcomers.split(",") if g]
-    held_out_tasks = None
+    held_out_tasks, fleet_digest = None, None
     own_only_epochs = None  # outside the protocol: the federation's rounds x epochs
     from bench import protocol
 
@@ -427,7 +465,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.protocol:
         # the own-only budget was chosen on validation (bench/protocol.py OWN_ONLY_RULE)
-        own_only_epochs = own_only_budget(protocol.fleet_hashes()["digest"], OWN_ONLY_CHOICE)
+        fleet_digest = protocol.fleet_hashes()["digest"]
+        own_only_epochs = own_only_budget(fleet_digest, OWN_ONLY_CHOICE)
         nodes, newcomers = protocol_gpus(args.protocol)
         fleet = {g.name: g for g in [*nodes, *newcomers]}
         node_names, newcomer_names = [g.name for g in nodes], [g.name for g in newcomers]
@@ -455,6 +494,7 @@ def main(argv: list[str] | None = None) -> None:
         held_out_tasks=held_out_tasks,
         offline=offline,
         own_only_epochs=own_only_epochs,
+        fleet=fleet_digest,
         command=command,
         data=data,
     )

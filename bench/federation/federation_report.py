@@ -15,6 +15,7 @@ from bench.reporting import load_text
 from bench.transfer.offline_transfer_report import read as read_offline
 
 GOAL_NEWCOMER_GAP = 0.03
+GOAL_SIMILARITY = 0.7  # issue 23: learned similarity against measured agreement, rank corr.
 # SiMoE's zero-shot top-1 per held-out GPU, offline: what the newcomers are compared with
 OFFLINE_REPORT = Path(__file__).resolve().parents[2] / "docs/results/offline_transfer.json"
 
@@ -46,6 +47,11 @@ class NewcomerRow(BaseModel):
     zero_shot_top1_all: float  # on every candidate of every task
     offline_top1: float | None  # bench/transfer/offline_transfer.py's SiMoE zero-shot, same GPU
     central_top1: float | None = None  # SiMoE trained in one process on the nodes' train data
+    # the final model's cos(z_newcomer, z_node) and the measured rank agreement per node, and
+    # the Spearman between them over the nodes (issue 23's goal >= 0.7); None: not measured
+    similarity_to_nodes: dict[str, float] | None = None
+    agreement_with_nodes: dict[str, float] | None = None
+    similarity_rank_correlation: float | None = None
 
 
 class FederationHelpsReport(BaseModel):
@@ -74,6 +80,10 @@ class FederationHelpsReport(BaseModel):
     # the own-only baseline's epochs (one per round) as chosen on validation
     # (bench/federation_own_only.json); None: the federation's rounds x epochs (not chosen)
     own_only_epochs: int | None = None
+    # the server's similarity fit steps after each average; None: a run from before the fit
+    # existed (so none)
+    similarity_steps: int | None = None
+    fleet: str | None = None  # the protocol fleet's digest; None: not recorded
     bytes_per_node_last_round: dict[str, dict[str, int]]
     federation_wall_s: float
     own_only_wall_s: float
@@ -267,7 +277,26 @@ def summary(report: FederationHelpsSeeds) -> dict[str, object]:
             ],
             "goal_met": gap[0] <= GOAL_NEWCOMER_GAP,
         }
+    rho = _seed_means(runs, "newcomers", "similarity_rank_correlation")
+    if rho:  # a mean over newcomers, clustered by GPU model (its difference from 0)
+        out |= {
+            "similarity_rank_correlation": _interval(rho, dict.fromkeys(rho, 0.0)),
+            "similarity_rank_correlation_per_seed": [
+                float(np.mean([r.similarity_rank_correlation for r in run.newcomers]))
+                for run in runs
+            ],
+        }
     return out
+
+
+def _fit_text(report: FederationHelpsReport) -> str:
+    if report.similarity_steps is None:
+        return "none (the run predates the server's similarity fit)"
+    return "off" if report.similarity_steps == 0 else f"{report.similarity_steps} steps"
+
+
+def _fleet_text(report: FederationHelpsReport) -> str:
+    return report.fleet[:8] if report.fleet else "not recorded"
 
 
 def _variant_text(report: FederationHelpsReport) -> str:
@@ -275,7 +304,8 @@ def _variant_text(report: FederationHelpsReport) -> str:
     return (
         f"local batch {report.local_batch} tasks per step, proximal term mu = "
         f"{report.prox_mu:g}, server optimizer {report.server_optimizer} at learning rate "
-        f"{report.server_lr:g}; newcomers get "
+        f"{report.server_lr:g}; server similarity fit after each average: {_fit_text(report)}; "
+        "newcomers get "
         + ("the global their experts were trained on" if report.matched_global else "the latest")
     )
 
@@ -297,10 +327,19 @@ def markdown_seeds(report: FederationHelpsSeeds) -> str:
         "# Federation helps, over seeds (SIMULATED GPUs)",
         "",
         f"Command: `{report.command}`  ",
-        f"Data: {first.data}. All latencies are SIMULATED (analytical GPU model).  ",
+        f"Data: {first.data}, fleet {_fleet_text(first)}. All latencies are SIMULATED "
+        "(analytical GPU model).  ",
         f"Federation: {first.grid}; {len(first.nodes)} nodes, {first.rounds} rounds, "
         f"{first.epochs} epochs per round, k = {first.k_experts} experts sent per node, "
         f"{_variant_text(first)}; seeds {s['seeds']}; held-out tasks: {first.split}.  ",
+        "Own-only: "
+        + (
+            f"{first.own_only_epochs} epochs, its budget chosen on validation "
+            "(bench/federation_own_only.json).  "
+            if first.own_only_epochs is not None
+            else f"the federation's {first.rounds} x {first.epochs} epochs (not chosen on "
+            "validation).  "
+        ),
         f"Central reference: {first.central_epochs} epochs (= rounds x epochs per round: the "
         "same training effort).  ",
         f"Runs: {loads}; {first.threads} torch thread(s).",
@@ -326,6 +365,22 @@ def markdown_seeds(report: FederationHelpsSeeds) -> str:
             f"Goal: newcomer gap at most {GOAL_NEWCOMER_GAP}: {verdict} (mean gap "
             f"{s['newcomer_gap'][0]:+.3f}, interval up to {s['newcomer_gap'][2]:+.3f}).",
         ]
+    if "similarity_rank_correlation" in s:
+        rho = s["similarity_rank_correlation"]
+        verdict = "met" if rho[0] >= GOAL_SIMILARITY else "MISSED"
+        lines += [
+            "",
+            "| what | mean [95 %] | per seed |",
+            "|---|---|---|",
+            f"| newcomers: the final model's cos(z_newcomer, z_node) against the measured "
+            f"agreement (mean per-task Spearman of their latencies on the candidates both "
+            f"have), Spearman over the {len(first.nodes)} nodes | {_ci(rho)} | "
+            f"{', '.join(f'{v:+.3f}' for v in s['similarity_rank_correlation_per_seed'])} |",
+            "",
+            f"Goal (issue 23): learned similarity follows measured agreement, rank correlation "
+            f"at least {GOAL_SIMILARITY}: {verdict} (mean {rho[0]:+.3f}, interval from "
+            f"{rho[1]:+.3f}).",
+        ]
     lines += ["", "## Nodes (seed means)", "", "| node | own-only | federated | difference |"]
     lines.append("|---|---|---|---|")
     own = _seed_means(runs, "nodes", "own_only_top1")
@@ -336,26 +391,52 @@ def markdown_seeds(report: FederationHelpsSeeds) -> str:
     central = _seed_means(runs, "newcomers", "central_top1")
     if zero:
         lines += ["", "## Newcomers (seed means)", ""]
-        lines += ["| newcomer | experts sent (seed 0) | zero-shot | central | gap |"]
-        lines.append("|---|---|---|---|---|")
+        rho_by = _seed_means(runs, "newcomers", "similarity_rank_correlation")
+        lines += [
+            "| newcomer | experts sent (seed 0) | zero-shot | central | gap "
+            "| similarity vs agreement (Spearman) |"
+        ]
+        lines.append("|---|---|---|---|---|---|")
         for row in first.newcomers:
             c = central.get(row.gpu)
             gap = "n/a" if c is None else f"{c - zero[row.gpu]:+.3f}"
+            rho_text = f"{rho_by[row.gpu]:+.3f}" if row.gpu in rho_by else "n/a"
             lines.append(
                 f"| {row.gpu} | {', '.join(row.experts)} | {zero[row.gpu]:.3f} | {_num(c)} "
-                f"| {gap} |"
+                f"| {gap} | {rho_text} |"
             )
     if report.earlier_runs:
         lines += ["", "## Earlier runs of this report (replaced, kept in its JSON)", ""]
-        lines += ["| command | seeds | nodes: federated - own-only | newcomer gap |"]
-        lines.append("|---|---|---|---|")
+        lines += [
+            "| command | fleet | own-only epochs | similarity fit | seeds "
+            "| nodes: federated - own-only | newcomer gap |"
+        ]
+        lines.append("|---|---|---|---|---|---|---|")
         for earlier in report.earlier_runs:
-            e = summary(earlier)
+            e, first_e = summary(earlier), earlier.runs[0]
             gap = _ci(e["newcomer_gap"]) if "newcomer_gap" in e else "n/a"
+            own = first_e.own_only_epochs or f"{first_e.rounds} x {first_e.epochs} (not chosen)"
             lines.append(
-                f"| `{earlier.command}` | {e['seeds']} | {_ci(e['node_difference'])} | {gap} |"
+                f"| `{earlier.command}` | {_fleet_text(first_e)} | {own} | {_fit_text(first_e)} "
+                f"| {e['seeds']} | {_ci(e['node_difference'])} | {gap} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def choose_variant(reports: dict[str, FederationHelpsSeeds]) -> str:
+    """bench/protocol.py FEDERATION_VARIANT_RULE over validation reports (tag -> report): the
+    smallest mean newcomer gap among the variants whose nodes gain on average (federated minus
+    own-only above 0); if none gains, the largest node difference; ties to the fewer training
+    epochs (rounds x epochs per round)."""
+    summaries = {tag: summary(r) for tag, r in reports.items()}
+
+    def epochs(tag: str) -> int:
+        return reports[tag].runs[0].rounds * reports[tag].runs[0].epochs
+
+    gaining = [t for t, s in summaries.items() if s["node_difference"][0] > 0]
+    if gaining:
+        return min(gaining, key=lambda t: (summaries[t]["newcomer_gap"][0], epochs(t)))
+    return min(summaries, key=lambda t: (-summaries[t]["node_difference"][0], epochs(t)))
 
 
 def variants_markdown(reports: dict[str, FederationHelpsSeeds]) -> str:
@@ -371,10 +452,18 @@ def variants_markdown(reports: dict[str, FederationHelpsSeeds]) -> str:
         "Intervals: 95 % paired bootstrap over units of their seed means, clustered by GPU "
         "model.",
         "",
-        "| tag | split | rounds x epochs | local batch | prox mu | server | newcomers get | "
-        "nodes: federated - own-only | better | newcomer gap (central - federated) | "
-        "gap per seed | wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "Fleet: the protocol fleet's digest where the report recorded it; reports that did not "
+        "(all from before fleet da10b0fa) ran on the fleet of their time. Similarity fit: the "
+        "server's fit of the hardware encoder on the nodes' rank agreements after each average "
+        "(none: the run predates it). Own-only: its epochs as chosen on validation, or the "
+        "federation's rounds x epochs where none was chosen. Similarity vs agreement: per "
+        "newcomer, the Spearman of the final model's cos(z) to each node against their measured "
+        "agreement, mean over newcomers (goal >= 0.7).",
+        "",
+        "| tag | fleet | split | rounds x epochs | local batch | prox mu | server | similarity "
+        "fit | newcomers get | own-only epochs | nodes: federated - own-only | better | "
+        "newcomer gap (central - federated) | gap per seed | similarity vs agreement | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for tag, report in reports.items():
         first, s = report.runs[0], summary(report)
@@ -382,11 +471,14 @@ def variants_markdown(reports: dict[str, FederationHelpsSeeds]) -> str:
         per_seed = ", ".join(f"{v:+.3f}" for v in s.get("newcomer_gap_per_seed", []))
         split = "test" if "test split" in first.data else "validation"
         matched = "experts' global" if first.matched_global else "latest"
+        rho = _ci(s["similarity_rank_correlation"]) if "similarity_rank_correlation" in s else "n/a"
+        own = first.own_only_epochs or f"{first.rounds * first.epochs} (not chosen)"
         lines.append(
-            f"| {tag} | {split} | {first.rounds} x {first.epochs} | {first.local_batch} | "
-            f"{first.prox_mu:g} | {first.server_optimizer} {first.server_lr:g} | {matched} | "
+            f"| {tag} | {_fleet_text(first)} | {split} | {first.rounds} x {first.epochs} | "
+            f"{first.local_batch} | {first.prox_mu:g} | {first.server_optimizer} "
+            f"{first.server_lr:g} | {_fit_text(first)} | {matched} | {own} | "
             f"{_ci(s['node_difference'])} | {s['nodes_better']}/{s['nodes']} | {gap} | "
-            f"{per_seed} | {sum(r.total_wall_s for r in report.runs):.0f} |"
+            f"{per_seed} | {rho} | {sum(r.total_wall_s for r in report.runs):.0f} |"
         )
     return "\n".join(lines) + "\n"
 
