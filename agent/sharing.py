@@ -142,3 +142,39 @@ def seed_traces(
             found.append(sch.trace)
         seeds.append(found)
     return seeds, skipped
+
+
+def measured_shared(node: NodeState) -> tuple[int, int, int]:
+    """How the offered schedules fared on this node: (offered, measured, measured among
+    the offered), over the workloads it was offered and measured on its device. A measured
+    candidate is an offered one when the two traces schedule the workload into the same
+    module (structural hash): the trace a search measures is a replay, not the same text."""
+    import tvm
+    import tvm_ffi
+
+    def scheduled(mod: Any, trace: Any) -> int | None:
+        sch = tvm.s_tir.Schedule(mod)
+        try:
+            Trace.apply_json_to_schedule(trace, sch)
+        except Exception:  # noqa: BLE001 - a trace of another target: not comparable
+            return None
+        return int(tvm_ffi.structural_hash(sch.mod))
+
+    from tvm.s_tir.schedule import Trace
+
+    offered = received_schedules(node)
+    if not offered or not node.store_path.exists():
+        return sum(len(t) for t in offered.values()), 0, 0
+    device = node.config().device
+    measured = hits = 0
+    with node.open_store() as store:
+        for key, texts in offered.items():
+            row = store.workload(key)
+            records = store.records(workload_key=key, device=device)
+            if row is None or not records:
+                continue
+            mod = tvm.ir.load_json(row["mod_json"])
+            shared = {scheduled(mod, json.loads(text)) for text in texts} - {None}
+            measured += len(records)
+            hits += sum(scheduled(mod, r.trace) in shared for r in records)
+    return sum(len(t) for t in offered.values()), measured, hits

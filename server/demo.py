@@ -187,6 +187,12 @@ class Demo:
                 f"the simulated GPUs' daemons run at nice {self.plan.sim_nice}: the CPU node's "
                 "real builds and measurements get this machine's cores first"
             )
+        sharing = self.plan.enroll_sharing_options()
+        self.ui.event(
+            f"schedule sharing: on, every node and the newcomer enroll with {' '.join(sharing)}"
+            if sharing
+            else "schedule sharing: off (opt-in; --share-schedules turns it on)"
+        )
         with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
             for future in [pool.submit(self.bring_up, node) for node in self.nodes]:
                 future.result()
@@ -201,6 +207,7 @@ class Demo:
                 "--device", node.device,
                 "--no-download",  # the daemon's SuperNode gets the model in its first round
                 "--state-dir", str(node.state_dir),
+                *self.plan.enroll_sharing_options(),
             ],
             node.name,
             timeout=900,
@@ -334,6 +341,7 @@ class Demo:
                 "--timeout", "600",
                 "--port", str(free_port()),
                 "--state-dir", str(state_dir),
+                *self.plan.enroll_sharing_options(),
             ],
             name,
             timeout=900,
@@ -428,6 +436,8 @@ def newcomer_tunes(
             network_latency_s=network_latency(result),
             failed_tasks=failed_tasks(result),
             simulated=bool(result["simulated"]),
+            shared_schedules=int(result.get("shared_schedules") or 0),
+            shared_skipped=int(result.get("shared_skipped") or 0),
         )
         ui.event(f"{label}: {row.latency_text()}")
         rows.append(row)

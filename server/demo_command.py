@@ -46,6 +46,14 @@ def demo(
         DEFAULTS.epochs, "--epochs", help="local epochs per round (the deployment's default)"
     ),
     seed: int = typer.Option(0, "--seed", help="seed of the newcomer's three searches"),
+    share_schedules: bool = typer.Option(
+        False,
+        "--share-schedules/--no-share-schedules",
+        help="every node and the newcomer enroll with schedule sharing on (opt-in)",
+    ),
+    share_top_k: int | None = typer.Option(
+        None, "--share-top-k", help="schedules each node shares per workload (1-8)"
+    ),
     as_json: Json = False,
     verbose: Verbose = False,
 ) -> None:
@@ -67,6 +75,8 @@ def demo(
         full_budget=full_budget,
         epochs=epochs,
         seed=seed,
+        share_schedules=share_schedules,
+        share_top_k=share_top_k,
     )
     report = run_demo_with_progress(out.resolve(), plan, console, err_console, quiet=as_json)
     if as_json:

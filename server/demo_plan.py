@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schemas import BadInputError
+from schemas.sharing import MAX_TOP_K
 from server.run_config import CLI_OPTIONS, DEFAULTS, ServerRunConfig
 
 
@@ -37,6 +38,12 @@ class DemoPlan:
     seed: int = 0  # of the newcomer's three searches
     budget: int = 8
     full_budget: int = 32
+    # Opt-in schedule sharing, as a deployment that turned it on runs: every node (the
+    # fleet and the newcomer) enrolls with `--share-schedules`; off by default, as in the
+    # product. `share_top_k`: schedules each node shares per workload (None: the agent's
+    # default).
+    share_schedules: bool = False
+    share_top_k: int | None = None
     # The server runs on the deployment's defaults (server.run_config.DEFAULTS: FedAdam,
     # its local epochs, its k); `server_overrides` lists the demo's only departures.
     epochs: int = DEFAULTS.epochs
@@ -74,6 +81,13 @@ class DemoPlan:
             lines.append(f"{option} {_plain(value)} (default {_plain(default)}{reason})")
         return lines
 
+    def enroll_sharing_options(self) -> list[str]:
+        """What every `simoe-agent enroll` of the demo adds for schedule sharing."""
+        if not self.share_schedules:
+            return []
+        top_k = [] if self.share_top_k is None else ["--share-top-k", str(self.share_top_k)]
+        return ["--share-schedules", *top_k]
+
     def largest_tasks(self, device: str) -> int | None:
         """How many of `network`'s largest tasks the node on `device` tunes (None: all)."""
         if device == "cpu" and self.cpu_largest_tasks is not None:
@@ -98,6 +112,10 @@ class DemoPlan:
                 raise BadInputError(f"{option} must be at least 1, got {tasks}")
         if not 0 <= self.sim_nice <= 19:
             raise BadInputError(f"sim_nice must be in 0..19, got {self.sim_nice}")
+        if self.share_top_k is not None and not self.share_schedules:
+            raise BadInputError("--share-top-k needs --share-schedules")
+        if self.share_top_k is not None and not 1 <= self.share_top_k <= MAX_TOP_K:
+            raise BadInputError(f"--share-top-k must be in 1..{MAX_TOP_K}, got {self.share_top_k}")
         if not 0 < self.flops_share <= 1:
             raise BadInputError(f"--flops-share must be in (0, 1], got {self.flops_share}")
         if self.full_budget <= self.budget:

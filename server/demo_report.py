@@ -23,6 +23,10 @@ class DemoRow(BaseModel):
     network_latency_s: float | None
     failed_tasks: list[str] = []  # tuned tasks without one successful candidate (no latency)
     simulated: bool
+    # schedule sharing (opt-in): offered schedules that joined the candidates ranked before
+    # the first measurement, and those that did not apply to this target's tasks
+    shared_schedules: int = 0
+    shared_skipped: int = 0
 
     def latency_text(self) -> str:
         """The latency, or which tasks had no successful candidate (why there is none)."""
@@ -93,6 +97,22 @@ def failed_tasks(result: dict[str, Any]) -> list[str]:
     return [str(t["task_name"]) for t in result["tasks"] if t.get("best_latency_s") is None]
 
 
+def sharing_text(report: DemoReport) -> str:
+    """Whether the demo ran with schedule sharing, and what the newcomer's tunes got."""
+    if not report.plan.get("share_schedules"):
+        return "schedule sharing: off (every node enrolled without --share-schedules)"
+    top_k = report.plan.get("share_top_k")
+    used = "; ".join(
+        f"{r.method}: {r.shared_schedules} shared schedules ranked with its candidates"
+        + (f", {r.shared_skipped} did not apply" if r.shared_skipped else "")
+        for r in report.rows
+    )
+    return (
+        "schedule sharing: on (every node and the newcomer enrolled with --share-schedules"
+        f"{'' if top_k is None else f' --share-top-k {top_k}'}); {used}"
+    )
+
+
 def _tasks_note(report: DemoReport) -> str:
     if not report.tuned_tasks or report.flops_share is None:
         return ""
@@ -130,6 +150,7 @@ def print_report(report: DemoReport, console: Any) -> None:
     for r in report.rows:
         if r.network_latency_s is None:
             console.print(f"{r.method}: {r.latency_text()}")
+    console.print(sharing_text(report))
     simoe, same, larger = (r.network_latency_s for r in report.rows)
     if simoe and same and larger:
         verdict = "beats" if simoe < same else "does NOT beat"

@@ -28,6 +28,8 @@ runner = CliRunner()
         (["--gpus", "", "--no-cpu"], "fleet is empty"),
         (["--fleet-largest-tasks", "-1"], "--fleet-largest-tasks"),
         (["--cpu-largest-tasks", "-2"], "--cpu-largest-tasks"),
+        (["--share-top-k", "3"], "needs --share-schedules"),
+        (["--share-schedules", "--share-top-k", "9"], "--share-top-k must be in 1..8"),
     ],
 )
 def test_bad_plans_are_refused_before_anything_starts(
@@ -58,6 +60,66 @@ def test_plan_defaults_are_a_valid_demo() -> None:
     plan.check()
     # the CPU node (real builds and runs) tunes fewer tasks than the simulated GPUs
     assert plan.largest_tasks("cpu") == 1 and plan.largest_tasks("sim:k80") == 2
+
+
+def _enroll_commands(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, plan: DemoPlan
+) -> dict[str, list[str]]:
+    """The `simoe-agent enroll` command lines the demo runs for a fleet node and for the
+    newcomer (the agent calls recorded, no process started)."""
+    import server.demo as demo_module
+
+    calls: list[list[str]] = []
+
+    def agent(self: demo_module.Demo, args: list[str], node: str, **kw: object) -> dict:
+        calls.append(args)
+        return {"key_fingerprint": "0" * 16, "registration": "registered", "global_version": 1}
+
+    class NoProcess:
+        def __init__(self, *args: object, **kw: object) -> None:
+            pass
+
+    class SilentUI:
+        def event(self, text: str) -> None:
+            pass
+
+        status = show = event
+
+    monkeypatch.setattr(demo_module.Demo, "agent", agent)
+    monkeypatch.setattr(demo_module, "Background", NoProcess)
+    demo = demo_module.Demo(tmp_path, plan, SilentUI())
+    demo.bring_up_fleet()
+    fleet = [c for c in calls if c[0] == "enroll"]
+    calls.clear()
+    demo.newcomer()
+    newcomer = [c for c in calls if c[0] == "enroll"]
+    assert len(fleet) == 1 and len(newcomer) == 1
+    return {"fleet": fleet[0], "newcomer": newcomer[0]}
+
+
+def test_the_demo_enrolls_every_node_and_the_newcomer_with_sharing_only_when_asked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    off = _enroll_commands(monkeypatch, tmp_path / "off", DemoPlan(gpus=["t4"], cpu=False))
+    assert not any("--share" in arg for cmd in off.values() for arg in cmd)  # opt-in
+    on = DemoPlan(gpus=["t4"], cpu=False, share_schedules=True, share_top_k=2)
+    for command in _enroll_commands(monkeypatch, tmp_path / "on", on).values():
+        assert command[-3:] == ["--share-schedules", "--share-top-k", "2"]
+
+
+def test_the_demo_option_turns_sharing_on_in_its_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    import server.demo as demo_module
+
+    plans: list[DemoPlan] = []
+
+    def run(out: Path, plan: DemoPlan, *args: object, **kw: object) -> None:
+        plans.append(plan)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(demo_module, "run_demo_with_progress", run)
+    runner.invoke(app, ["demo", "--share-schedules", "--share-top-k", "4"])
+    runner.invoke(app, ["demo"])
+    assert [(p.share_schedules, p.share_top_k) for p in plans] == [(True, 4), (False, None)]
 
 
 def test_network_latency_is_the_weighted_sum() -> None:

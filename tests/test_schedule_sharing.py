@@ -366,6 +366,37 @@ def test_shared_traces_are_ranked_with_the_search_before_the_first_measurement(
     assert (measured[0] == seed) is (prefer and share)
 
 
+def test_the_offered_schedules_a_node_measured_are_counted(
+    tmp_path: Path, fleet_best: tuple[str, str]
+) -> None:
+    """What the demo's newcomer bench reports: of the candidates measured for an offered
+    workload, those that are offered ones (the same scheduled module), here 1 of 2."""
+    from agent.cost_models import COST_MODELS
+    from agent.devices import get_device
+    from agent.sharing import measured_shared
+    from agent.store import Store
+    from agent.tuner import tune_workload
+    from agent.workloads import parse_workload
+
+    key, seed = fleet_best
+    node = NodeState(tmp_path)
+    node.save_config(node.config().model_copy(update={"share_schedules": True, "device": "sim:t4"}))
+    offer = OfferedTrace(workload_key=key, trace=seed, source="similar-1", rank=1)
+    keep_offer(node, ScheduleOffer(round=1, schedules=[offer]))
+    assert measured_shared(node) == (1, 0, 0)  # nothing measured yet
+    COST_MODELS["test-prefer-shared"] = lambda device, node: _ranking(True, seed)
+    try:
+        with Store(node.store_path) as store:
+            tune_workload(
+                parse_workload("matmul:64,64,64"), get_device("sim:t4"), store, trials=2,
+                cost_model="test-prefer-shared", population=16, baseline=False,
+                shared=node_shared_seeds(node),
+            )  # fmt: skip
+    finally:
+        COST_MODELS.pop("test-prefer-shared")
+    assert measured_shared(node) == (1, 2, 1)
+
+
 # -- the command line -----------------------------------------------------------------------
 
 

@@ -47,6 +47,11 @@ class SeedRun(BaseModel):
     model_used: str  # what the SiMoE tune says it searched with
     cpu_s: float  # the three tunes' processes (user + system)
     wall_s: float
+    # schedule sharing (opt-in): schedules the newcomer was offered, its SiMoE tune's
+    # measured candidates, and how many of those were offered ones (None: sharing off)
+    shared_offered: int | None = None
+    shared_tried: int | None = None  # measured candidates of the offered workloads
+    shared_measured: int | None = None
 
 
 class NewcomerReport(BaseModel):
@@ -102,9 +107,17 @@ def run_seed(plan: DemoPlan, newcomer_dir: Path, device: str, work: Path) -> See
         plan, state, device, seed_dir / "baselines", run_tune, _Quiet()
     )
     used = (results[0].get("model_used") or {}).get("label", "?")
+    cpu_s, wall_s = _children_cpu_s() - cpu, time.perf_counter() - started
+    offered = tried = measured = None
+    if plan.share_schedules:  # the offer came with the copied state (federation/)
+        from agent.node_state import NodeState
+        from agent.sharing import measured_shared
+
+        offered, tried, measured = measured_shared(NodeState(state))
+        print(f"  sharing: offered {offered}; {measured} of {tried} measured were offered ones")
     return SeedRun(
-        seed=plan.seed, rows=rows, model_used=used,
-        cpu_s=_children_cpu_s() - cpu, wall_s=time.perf_counter() - started,
+        seed=plan.seed, rows=rows, model_used=used, cpu_s=cpu_s, wall_s=wall_s,
+        shared_offered=offered, shared_tried=tried, shared_measured=measured,
     )  # fmt: skip
 
 
@@ -193,6 +206,14 @@ def markdown(report: NewcomerReport) -> str:
                 f"- MetaSchedule at the {label} / SiMoE zero-shot: geometric mean {mean:.3f} "
                 f"(95% bootstrap interval over seeds {low:.3f} to {high:.3f}); SiMoE faster in "
                 f"{wins} of {len(values)} seeds (>1: SiMoE faster)"
+            )
+    for run in report.runs:
+        if run.shared_offered is not None:
+            lines.append(
+                f"- seed {run.seed}, schedule sharing: {run.shared_offered} schedules offered "
+                f"to the newcomer, {run.rows[0].shared_schedules} ranked with SiMoE's first "
+                f"batch, {run.shared_measured} of the {run.shared_tried} candidates it measured "
+                "were offered ones"
             )
     models = sorted({r.model_used for r in report.runs})
     lines += ["", f"SiMoE searched with: {'; '.join(models)}", ""]
