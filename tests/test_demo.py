@@ -13,7 +13,7 @@ from schemas import RunFailure
 from schemas.messages import RoundInfo
 from server.cli import app
 from server.demo import DemoPlan, daemon_job_ended, fleet_ready
-from server.demo_report import DemoRow, failed_tasks, network_latency
+from server.demo_report import DemoReport, DemoRow, failed_tasks, network_latency
 from server.processes import Background, cli
 
 runner = CliRunner()
@@ -209,6 +209,24 @@ def test_the_newcomer_bench_refuses_a_directory_that_is_no_demo(args: list[str])
 
     with pytest.raises(BadInputError, match="--data"):
         main(args)
+
+
+def test_the_shared_ranking_bench_needs_a_demo_whose_newcomer_was_offered_schedules(
+    tmp_path: Path,
+) -> None:
+    from bench.federation.demo_shared_ranking import main
+    from schemas import BadInputError
+
+    with pytest.raises(BadInputError, match="--data"):
+        main(["--data", str(tmp_path)])
+    report = DemoReport(
+        out_dir=str(tmp_path), server_dir="", nodes=[], network="bert_layer", fleet_trials=16,
+        new_gpu="a10", experts_delivered=[], rounds=1, federation_wall_s=1.0, rows=[],
+        total_wall_s=1.0, cpu_s=1.0, load_average=(0.0, 0.0), report="", plot=None,
+    )  # fmt: skip
+    (tmp_path / "demo.json").write_text(report.model_dump_json())
+    with pytest.raises(BadInputError, match="no offered schedules"):  # a demo without sharing
+        main(["--data", str(tmp_path)])
 
 
 def test_the_demo_runs_on_the_deployments_defaults_but_for_its_named_overrides() -> None:
