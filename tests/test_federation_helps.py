@@ -297,3 +297,27 @@ def test_node_diagnosis_scores_each_node_four_ways(fleet, tmp_path: Path) -> Non
         equal = fh.top1(fh.own_only_model(gpu, train, 2, 1, 0), held, gpu.dataset.hardware_vector)
         assert got["own_only_equal"] == pytest.approx(equal)
         assert 0 < got["own_expert"] <= 1
+
+
+def test_node_diagnosis_summary_pairs_nodes_over_seeds(tmp_path: Path) -> None:
+    from bench.federation.federation_node_diagnose import summary
+
+    for seed, gain in [(0, 0.1), (1, 0.3)]:
+        nodes = {
+            name: {
+                "mixture": 0.5 + gain,
+                "own_expert": 0.5,
+                "own_only_chosen": 0.9,
+                "own_only_equal": 0.5,
+            }  # fmt: skip
+            for name in ("a100-sxm4-400w", "4090-ref")
+        }
+        (tmp_path / f"federation_node_diagnose_s{seed}.json").write_text(
+            json.dumps({"seed": seed, "nodes": nodes})
+        )
+    lines = summary(tmp_path)
+    assert "seeds [0, 1], 2 nodes" in lines[0] and "mixture 0.700" in lines[0]
+    assert lines[1].startswith("mixture - own_only_equal: +0.200 [+0.200, +0.200], better on 2")
+    assert lines[2].startswith("mixture - own_only_chosen: -0.200")
+    with pytest.raises(BadInputError, match="no federation_node_diagnose"):
+        summary(tmp_path / "empty")

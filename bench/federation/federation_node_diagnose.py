@@ -2,6 +2,7 @@
 
     python -m bench.federation.federation_node_diagnose [--seed 0] [--similarity-steps 0]
         [--own-only-epochs 24] [--out runs/federation_node_diagnose]
+    python -m bench.federation.federation_node_diagnose --summary --out DIR   # over its seeds
 
 VALIDATION fleet's nodes (the protocol's training units; no newcomers), one federation as
 bench/federation/federation_helps.py runs the old winner (12 rounds x 1 epoch, FedAdam 0.01),
@@ -55,13 +56,44 @@ def node_diagnosis(
     return out
 
 
+def summary(out: Path) -> list[str]:
+    """Over the seeds' files in `out`: each measure's mean over nodes of their seed means, and
+    the mixture minus each own-only with a 95 % paired bootstrap clustered by GPU model."""
+    from bench.transfer.protocol_report import paired_interval
+
+    runs = [json.loads(p.read_text()) for p in sorted(out.glob("federation_node_diagnose_s*.json"))]
+    if not runs:
+        raise fh.BadInputError(f"no federation_node_diagnose_s*.json in {out}")
+    keys = ["mixture", "own_expert", "own_only_chosen", "own_only_equal"]
+    nodes = list(runs[0]["nodes"])
+    unit = {k: {u: float(np.mean([r["nodes"][u][k] for r in runs])) for u in nodes} for k in keys}
+    lines = [f"seeds {[r['seed'] for r in runs]}, {len(nodes)} nodes (SIMULATED): "
+             + ", ".join(f"{k} {np.mean(list(unit[k].values())):.3f}" for k in keys)]  # fmt: skip
+    for other in ("own_only_equal", "own_only_chosen"):
+        mean, low, high = paired_interval(
+            {u: [v] for u, v in unit["mixture"].items()}, {u: [v] for u, v in unit[other].items()}
+        )
+        better = sum(unit["mixture"][u] > unit[other][u] for u in nodes)
+        lines.append(
+            f"mixture - {other}: {mean:+.3f} [{low:+.3f}, {high:+.3f}], better on "
+            f"{better} of {len(nodes)}"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--similarity-steps", type=int, default=0)
     parser.add_argument("--own-only-epochs", type=int, default=24)
     parser.add_argument("--out", type=Path, default=Path("runs/federation_node_diagnose"))
+    parser.add_argument(
+        "--summary", action="store_true", help="summarise OUT's seeds; runs nothing"
+    )
     args = parser.parse_args(argv)
+    if args.summary:
+        print("\n".join(summary(args.out)))
+        return
     import torch
 
     from bench import protocol
