@@ -278,3 +278,46 @@ def test_the_variant_rule_prefers_the_smallest_gap_among_gaining_nodes(run) -> N
     assert choose_variant(losing) == "b"
     tie = {"long": variant(0.01, 0.04, rounds=4), "short": variant(0.01, 0.04, rounds=2)}
     assert choose_variant(tie) == "short"
+
+
+def test_node_diagnosis_scores_each_node_four_ways(fleet, tmp_path: Path) -> None:
+    """federation_node_diagnose: the mixture is what federation_helps scores, own-only at the
+    chosen budget is its baseline, and the equal-effort own-only is the federation's epochs."""
+    from bench.federation.federation_node_diagnose import node_diagnosis
+
+    gpus = list(fleet.values())[:3]
+    settings = fh.FederationHelpsSettings(rounds=2, epochs=1, k_experts=1, own_only_epochs=3)
+    rows = node_diagnosis(gpus, settings, 0, tmp_path)
+    report = fh.run_federation_helps(gpus, [], tmp_path / "again", settings, seed=0)
+    for gpu, row in zip(gpus, report.nodes, strict=True):
+        got = rows[gpu.name]
+        assert got["mixture"] == pytest.approx(row.federated_top1)
+        assert got["own_only_chosen"] == pytest.approx(row.own_only_top1)
+        train, held = fh.split_tasks(gpu, 1 / 3, 0, False)
+        equal = fh.top1(fh.own_only_model(gpu, train, 2, 1, 0), held, gpu.dataset.hardware_vector)
+        assert got["own_only_equal"] == pytest.approx(equal)
+        assert 0 < got["own_expert"] <= 1
+
+
+def test_node_diagnosis_summary_pairs_nodes_over_seeds(tmp_path: Path) -> None:
+    from bench.federation.federation_node_diagnose import summary
+
+    for seed, gain in [(0, 0.1), (1, 0.3)]:
+        nodes = {
+            name: {
+                "mixture": 0.5 + gain,
+                "own_expert": 0.5,
+                "own_only_chosen": 0.9,
+                "own_only_equal": 0.5,
+            }  # fmt: skip
+            for name in ("a100-sxm4-400w", "4090-ref")
+        }
+        (tmp_path / f"federation_node_diagnose_s{seed}.json").write_text(
+            json.dumps({"seed": seed, "nodes": nodes})
+        )
+    lines = summary(tmp_path)
+    assert "seeds [0, 1], 2 nodes" in lines[0] and "mixture 0.700" in lines[0]
+    assert lines[1].startswith("mixture - own_only_equal: +0.200 [+0.200, +0.200], better on 2")
+    assert lines[2].startswith("mixture - own_only_chosen: -0.200")
+    with pytest.raises(BadInputError, match="no federation_node_diagnose"):
+        summary(tmp_path / "empty")
