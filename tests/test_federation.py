@@ -408,7 +408,7 @@ def test_server_step_settings_survive_the_run_config_and_reach_the_strategy(
     assert ServerRunConfig.from_run_config({"matched-global": "true"}).matched_global  # old runs
 
 
-def test_the_similarity_fit_is_on_by_default_and_the_option_sets_or_stops_it(
+def test_the_similarity_fit_is_off_by_default_and_the_option_turns_it_on(
     tmp_path: Path,
 ) -> None:
     from server.similarity import fit_shared_similarity
@@ -418,9 +418,9 @@ def test_the_similarity_fit_is_on_by_default_and_the_option_sets_or_stops_it(
         off = make_strategy(ServerRunConfig(similarity_steps=0), registry, toy_similarity)
         five = ServerRunConfig.from_run_config(ServerRunConfig(similarity_steps=5).to_run_config())
         more = make_strategy(five, registry, toy_similarity)
-    assert default.similarity_fit is fit_shared_similarity and default.similarity_steps > 0
+    assert default.similarity_fit is None and default.similarity_steps == 0  # validation
     assert off.similarity_fit is None and off.similarity_steps == 0
-    assert more.similarity_steps == 5
+    assert more.similarity_fit is fit_shared_similarity and more.similarity_steps == 5
     assert five.start_options() == ["--similarity-steps", "5"]
 
 

@@ -34,6 +34,7 @@ def run(fleet, tmp_path_factory: pytest.TempPathFactory) -> tuple[fh.FederationH
         held_out_fraction=1 / 3,
         offline={names[3]: 0.5},
         central_epochs=1,
+        similarity_steps=10,  # the server's fit on (off by default), so its path runs too
         command="python -m bench.federation.federation_helps --synthetic",
         data="synthetic",
     )
@@ -172,8 +173,8 @@ def test_similarity_steps_option_reaches_the_server_and_the_report(run, fleet) -
     from server.aggregation import make_strategy
 
     report, _ = run
-    default = fh.ServerRunConfig.model_fields["similarity_steps"].default
-    assert report.similarity_steps == default > 0  # the fixture runs the default
+    assert fh.FederationHelpsSettings().similarity_steps == 0  # the deployment's default: off
+    assert report.similarity_steps == 10  # the fixture turns it on
     off = fh.FederationHelpsSettings(rounds=2, similarity_steps=0).server_config(seed=0)
     on = fh.FederationHelpsSettings(rounds=2, similarity_steps=7).server_config(seed=0)
     assert (off.similarity_steps, on.similarity_steps) == (0, 7)

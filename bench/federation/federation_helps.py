@@ -43,9 +43,9 @@ offline SiMoE figure for the same GPUs (docs/results/offline_transfer.json).
 
 Each newcomer's similarity (issue 23): the final model's cos(z_newcomer, z_node) over the
 nodes against the measured agreement of their latencies (mean per-task Spearman on the
-candidates both have), and the Spearman between the two; with `--similarity-steps 0` the
-server's fit of the hardware encoder on the nodes' agreements is off (the deployment's
-ServerRunConfig.similarity_steps; default on).
+candidates both have), and the Spearman between the two; `--similarity-steps N` turns on
+the server's fit of the hardware encoder on the nodes' agreements, N steps per round (the
+deployment's ServerRunConfig.similarity_steps; default 0, off).
 
 Everything here is SIMULATED: latencies come from the analytical GPU model.
 Writes OUT/federation_helps[_<protocol>][_<tag>].{json,md}: every seed's report and the
