@@ -7,8 +7,8 @@ workload key and the trace JSON of its `share_top_k` fastest records (rank order
 no latencies), and the keys of the workloads it is about to tune (`ask_for`: `tune` and
 `submit` add them). The server's answer (`ScheduleOffer`: the most similar units' traces)
 is kept in the federation directory; the tuner seeds each task's search with the traces
-offered for its workload key (`seed_traces`), where SiMoE ranks them with its own
-candidates before the first measurement.
+offered for its workload key (`seed_traces`): they are measured before or with its own
+candidates (agent.tune_harness.seeded).
 """
 
 from __future__ import annotations

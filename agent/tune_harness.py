@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import tempfile
 import time
 from collections.abc import Sequence
@@ -73,9 +74,22 @@ def evolutionary(
 
 def seeded(strategy: Any, seeds: Sequence[Any]) -> Any:
     """`strategy` with `seeds` (traces of known-good schedules, e.g. the most similar units'
-    shared ones) ranked by the cost model together with its first batch (`SeededSearch`);
-    the strategy itself when there are none."""
+    shared ones, in the order offered) put into its first batch (`SeededSearch`); the
+    strategy itself when there are none."""
     return SeededSearch(strategy, list(seeds)) if seeds else strategy
+
+
+# Share of the first batch kept for the seeds, taken in offer order. Why not rank them by the
+# cost model: the search's own candidates were chosen to maximise that model's score, so a
+# trace it did not generate ranks below them (the demo's newcomer measured 0-1 of 8 offered,
+# Spearman(score, speed) -0.106); the sharing units measured these, the model only guessed.
+SHARED_RESERVE = 0.5
+
+
+def shared_reserve(applicable: int, batch: int) -> int:
+    """How many of the first batch's `batch` slots go to seeds in offer order:
+    min(`applicable`, ceil(`batch` x SHARED_RESERVE))."""
+    return min(applicable, math.ceil(batch * SHARED_RESERVE))
 
 
 @functools.cache
@@ -87,11 +101,14 @@ def _seeded_search_class() -> type:
 
     @derived_object
     class _SeededSearch(DelegatingSearch):
-        """MetaSchedule's search with seed traces ranked into its first batch.
+        """MetaSchedule's search with seed traces put into its first batch.
 
-        The first batch the inner search proposes and the seeds (applied to the task) are
-        ranked together by the cost model; the best of them, as many as the batch, are
-        measured first. Ties keep the seeds first. Later batches are the inner search's."""
+        Of the first batch's slots, `shared_reserve` (min(applicable seeds,
+        ceil(batch x SHARED_RESERVE))) go to the seeds in the order given (the offer's: the
+        most similar unit's best first); the rest are the best of the remaining seeds and the
+        inner search's batch by the cost model (ties keep the seeds first; no cost model: in
+        that order). A seed that does not apply is left out; one the search proposed too is
+        measured once (in the seed's place). Later batches are the inner search's."""
 
         def __init__(self, inner: Any, seeds: list[Any]) -> None:
             super().__init__(inner)
@@ -112,7 +129,7 @@ def _seeded_search_class() -> type:
             import tvm_ffi
 
             args = ms.arg_info.ArgInfo.from_prim_func(self.context.mod["main"])
-            seen = {tvm_ffi.structural_hash(c.sch.mod) for c in batch}
+            seen: set[int] = set()
             seeds = []
             for trace in self.seeds:
                 sch = tvm.s_tir.Schedule(self.context.mod)
@@ -121,15 +138,20 @@ def _seeded_search_class() -> type:
                 except Exception:  # noqa: BLE001 - a seed that does not apply: left out
                     continue
                 key = tvm_ffi.structural_hash(sch.mod)
-                if key not in seen:  # one the search proposed too is measured once
+                if key not in seen:
                     seen.add(key)
                     seeds.append(ms.MeasureCandidate(sch, args))
-            pool = [*seeds, *batch]
-            if self.cost_model is None or not seeds:
-                return pool[: len(batch)]
+            # one the search proposed too is measured once, as the seed (its reserved place)
+            own = [c for c in batch if tvm_ffi.structural_hash(c.sch.mod) not in seen]
+            size = len(batch)
+            reserved = seeds[: shared_reserve(len(seeds), size)]
+            pool = [*seeds[len(reserved) :], *own]
+            rest = size - len(reserved)
+            if self.cost_model is None or not seeds or rest <= 0:
+                return [*reserved, *pool[: max(rest, 0)]]
             scores = np.asarray(self.cost_model.predict(self.context, pool), dtype=np.float64)
             order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), kind="stable")
-            return [pool[i] for i in order[: len(batch)]]
+            return [*reserved, *(pool[i] for i in order[:rest])]
 
         def clone(self) -> Any:
             return _SeededSearch(self.inner.clone(), self.seeds)
@@ -138,8 +160,8 @@ def _seeded_search_class() -> type:
 
 
 def SeededSearch(inner: Any, seeds: list[Any]) -> Any:  # noqa: N802 - a class, made lazily
-    """A search strategy: `inner` with `seeds` ranked into its first batch (TVM is imported
-    only when one is made)."""
+    """A search strategy: `inner` with `seeds` put into its first batch, part reserved in
+    their order, the rest ranked (TVM is imported only when one is made)."""
     return _seeded_search_class()(inner, seeds)
 
 

@@ -157,7 +157,8 @@ def _run_search(
     `warm_start_seeds`). `shared`: the most similar units' schedules the federation offered
     (schedule sharing, opt-in): per task, they join the candidates the cost model ranks
     before the first measurement, in fast mode (seeds of its model-only search, as
-    `warm_start`) and in MetaSchedule's evolutionary search (ranked into its first batch);
+    `warm_start`) and in MetaSchedule's evolutionary search (half its first batch in offer
+    order, `SHARED_RESERVE`; the rest ranked with its own candidates);
     `shared.used` and `shared.skipped` count them.
     """
     import tvm

@@ -8,9 +8,10 @@ the tuner ranks what it received.
 - an opted-in node gets the most similar units' traces for the workloads it asked about,
   labelled by similarity rank only; a malformed share is rejected in one line and the
   round goes on;
-- the tuner ranks the received traces with its own search's candidates before the first
-  measurement: at budget 1 the shared trace is measured when the cost model ranks it
-  first, and not when it ranks it last; a trace that does not apply is counted, skipped.
+- the tuner puts the received traces into its first batch: half of it (SHARED_RESERVE) in
+  offer order, even when the cost model ranks them below all its own candidates, the rest
+  ranked by the model (fast mode: the model ranks them all, so at budget 1 the shared
+  trace is measured when it ranks first); a trace that does not apply is counted, skipped.
 """
 
 from __future__ import annotations
@@ -335,11 +336,11 @@ def _ranking(prefer: bool, seed: str) -> object:
 def test_shared_traces_are_ranked_with_the_search_before_the_first_measurement(
     tmp_path: Path, fleet_best: tuple[str, str], prefer: bool, share: bool, rounds: int
 ) -> None:
-    """Budget 1: the shared trace is the one measured when the cost model ranks it first,
-    and not when it ranks it last (it joins the ranking, it is not forced in), nor without
-    sharing (the search does not find it by itself: the control); a trace that does not
-    apply to this task is skipped and counted. The same in fast mode (`rounds` chained
-    model-only searches: the shared traces seed them)."""
+    """Budget 1: the shared trace is the one measured, however the cost model ranks it (the
+    batch of 1 is all reserve), and not without sharing (the search does not find it by
+    itself: the control); a trace that does not apply to this task is skipped and counted.
+    In fast mode (`rounds` chained model-only searches: the shared traces seed them) it is
+    measured when the model ranks it first."""
     from agent.cost_models import COST_MODELS
     from agent.devices import get_device
     from agent.search_start import SharedSeeds
@@ -363,7 +364,87 @@ def test_shared_traces_are_ranked_with_the_search_before_the_first_measurement(
         COST_MODELS.pop(name)
     assert (result.shared_schedules, result.shared_skipped) == ((1, 1) if share else (0, 0))
     assert len(measured) == 1
-    assert (measured[0] == seed) is (prefer and share)
+    assert (measured[0] == seed) is (share and (prefer or rounds == 0))
+
+
+@pytest.fixture(scope="module")
+def fleet_traces(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str]]:
+    """Four schedules of the same tiny matmul measured on a simulated T4, fastest first
+    (the offer order of a unit's top 4)."""
+    from agent.devices import get_device
+    from agent.store import Store, canonical_json
+    from agent.tuner import tune_workload
+    from agent.workloads import parse_workload
+
+    path = tmp_path_factory.mktemp("donors") / "store.sqlite"
+    with Store(path) as store:
+        result = tune_workload(
+            parse_workload("matmul:64,64,64"), get_device("sim:t4"), store, trials=8,
+            cost_model="random", population=16, baseline=False, seed=3,
+        )  # fmt: skip
+        key = result.tasks[0].workload_key
+        traces = [canonical_json(r.trace) for r in store.fastest_records(key, "sim:t4", 4)]
+    assert len(set(traces)) == 4
+    return key, traces
+
+
+def _seeds_last(seeds: list[str]) -> object:
+    """A cost model that scores every candidate whose trace is one of `seeds` below all
+    the search's own."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
+
+    from agent.ms_database import trace_json
+
+    @derived_object
+    class _SeedsLast(ms.cost_model.PyCostModel):
+        def load(self, path: str) -> None:
+            pass
+
+        def save(self, path: str) -> None:
+            pass
+
+        def update(self, context: object, candidates: object, results: object) -> None:
+            pass
+
+        def predict(self, context: object, candidates: list) -> np.ndarray:
+            return np.asarray([-1.0 if trace_json(c.sch.trace) in seeds else 0.0
+                               for c in candidates])  # fmt: skip
+
+    return _SeedsLast()
+
+
+def test_half_the_first_batch_is_the_offered_traces_in_offer_order(
+    tmp_path: Path, fleet_traces: tuple[str, list[str]]
+) -> None:
+    """Budget 4 (one batch of 4), 4 offered traces the cost model scores below all the
+    search's own: the first ceil(4 x 0.5) = 2 offered are measured first, in offer order,
+    and the other 2 are not (the rest of the batch is the model's best)."""
+    from agent.cost_models import COST_MODELS
+    from agent.devices import get_device
+    from agent.search_start import SharedSeeds
+    from agent.store import Store, canonical_json
+    from agent.tune_harness import SHARED_RESERVE, shared_reserve
+    from agent.tuner import tune_workload
+    from agent.workloads import parse_workload
+
+    assert SHARED_RESERVE == 0.5 and shared_reserve(4, 4) == 2 and shared_reserve(1, 8) == 1
+    key, offered = fleet_traces
+    COST_MODELS["test-seeds-last"] = lambda device, node: _seeds_last(offered)
+    try:
+        with Store(tmp_path / "store.sqlite") as store:
+            result = tune_workload(
+                parse_workload("matmul:64,64,64"), get_device("sim:t4"), store, trials=4,
+                cost_model="test-seeds-last", population=16, baseline=False, seed=11,
+                shared=SharedSeeds({key: offered}),
+            )  # fmt: skip
+            measured = [canonical_json(r.trace) for r in store.records(device="sim:t4")]
+    finally:
+        COST_MODELS.pop("test-seeds-last")
+    assert result.shared_schedules == 4
+    assert len(measured) == 4
+    assert measured[:2] == offered[:2]
+    assert not set(offered[2:]) & set(measured)
 
 
 def test_the_offered_schedules_a_node_measured_are_counted(

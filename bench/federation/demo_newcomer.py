@@ -211,7 +211,7 @@ def markdown(report: NewcomerReport) -> str:
         if run.shared_offered is not None:
             lines.append(
                 f"- seed {run.seed}, schedule sharing: {run.shared_offered} schedules offered "
-                f"to the newcomer, {run.rows[0].shared_schedules} ranked with SiMoE's first "
+                f"to the newcomer, {run.rows[0].shared_schedules} joined SiMoE's first "
                 f"batch, {run.shared_measured} of the {run.shared_tried} candidates it measured "
                 "were offered ones"
             )
