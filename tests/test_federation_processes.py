@@ -171,7 +171,10 @@ def test_federation_with_real_processes(tmp_path: Path, processes: list) -> None
     assert result.registration == "registered" and not result.key_created
     # it got the sharing unit's traces with its first model (the only unit that shares)
     assert received_schedules(NodeState(late)) == {"4242": [fake_trace(8), fake_trace(4)]}
-    assert result.model_path and len(result.experts) == 2
+    # k = 2 are sent; the late node, with records of its own, tests them on its records as
+    # a real node does and leaves out one they refute (how good the experts are depends on
+    # how many rounds ran before it came: 1 kept under a loaded machine, 2 on a quiet one)
+    assert result.model_path and 1 <= len(result.experts) <= 2
     assert set(NodeState(late).load_model().expert_names) >= set(result.experts)
     # enroll returned once the server held its reply: its round counts it, not as failed
     served = NodeState(late).federation_state().last_round
