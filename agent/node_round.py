@@ -23,7 +23,6 @@ The ClientApp (`agent.client_app`) decodes the message, calls this and encodes t
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,8 +34,6 @@ from agent.payload import PayloadRefused, adopt_experts, adopt_global, check_pro
 from schemas import TrainInstruction
 from schemas.messages import WEIGHT_METRIC
 from schemas.protocol import Arrays
-
-log = logging.getLogger("simoe.agent")
 
 
 @dataclass
@@ -79,7 +76,7 @@ def node_round(
     global model is refused. `started`: when the round began (perf_counter), for the
     `train-seconds` metric."""
     from agent.store_datasets import node_dataset
-    from simoe_model.expert_check import screen_experts
+    from simoe_model.expert_check import remove_refuted_experts
     from simoe_model.model import remove_expert
     from simoe_model.train import local_round
 
@@ -107,15 +104,7 @@ def node_round(
     metrics: dict[str, float] = {WEIGHT_METRIC: 0.0, "num-tasks": float(len(dataset.tasks))}
     state.checked_experts, state.refuted_experts, state.expert_agreement = [], [], {}
     if delivered and dataset.tasks and check_experts:
-        dropped, agreement = screen_experts(model, delivered, dataset.tasks)
-        for expert in dropped:
-            remove_expert(model, expert)
-            log.warning(
-                "expert %s left out: it ranks this node's measurements backwards "
-                "(rank correlation %.2f)",
-                expert,
-                agreement[expert],
-            )
+        dropped, agreement = remove_refuted_experts(model, delivered, dataset.tasks)
         state.checked_experts, state.refuted_experts = sorted(delivered), dropped
         # an aggregate over all its tasks, 2 decimals: what the reply may say of its records
         state.expert_agreement = {

@@ -57,9 +57,12 @@ def screen_experts(
     return drop, agreement
 
 
-def drop_refuted_experts(model: SiMoE, delivered: list[str], dataset: DeviceDataset) -> list[str]:
-    """Remove from `model` the delivered experts that rank `dataset` backwards; their names."""
-    drop, agreement = screen_experts(model, delivered, dataset.tasks)
+def remove_refuted_experts(
+    model: SiMoE, delivered: Iterable[str], tasks: Sequence[TaskData]
+) -> tuple[list[str], dict[str, float]]:
+    """Remove from `model` the delivered experts that rank `tasks` backwards, with a warning;
+    (their names, each checked expert's agreement), as `screen_experts`."""
+    drop, agreement = screen_experts(model, delivered, tasks)
     for name in drop:
         remove_expert(model, name)
         log.warning(
@@ -68,4 +71,9 @@ def drop_refuted_experts(model: SiMoE, delivered: list[str], dataset: DeviceData
             name,
             agreement[name],
         )
-    return drop
+    return drop, agreement
+
+
+def drop_refuted_experts(model: SiMoE, delivered: list[str], dataset: DeviceDataset) -> list[str]:
+    """Remove from `model` the delivered experts that rank `dataset` backwards; their names."""
+    return remove_refuted_experts(model, delivered, dataset.tasks)[0]
