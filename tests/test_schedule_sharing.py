@@ -285,9 +285,11 @@ def test_the_tuner_uses_received_schedules_only_when_sharing_is_on(tmp_path: Pat
     assert seeds is not None and seeds.traces == {KEY_A: [fake_trace(2)]}
 
 
-@pytest.fixture(scope="module")
-def fleet_best(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    """A similar unit's best schedule of a tiny matmul on a simulated T4 (its key, trace)."""
+def _donor_best(
+    tmp_path_factory: pytest.TempPathFactory, trials: int, seed: int, top: int
+) -> tuple[str, list[str]]:
+    """A similar unit's `top` fastest schedules of a tiny matmul tuned on a simulated T4
+    (its key; traces fastest first: the offer order of that unit's top `top`)."""
     from agent.devices import get_device
     from agent.store import Store, canonical_json
     from agent.tuner import tune_workload
@@ -296,23 +298,29 @@ def fleet_best(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     path = tmp_path_factory.mktemp("donor") / "store.sqlite"
     with Store(path) as store:
         result = tune_workload(
-            parse_workload("matmul:64,64,64"), get_device("sim:t4"), store, trials=2,
-            cost_model="random", population=16, baseline=False, seed=7,
+            parse_workload("matmul:64,64,64"), get_device("sim:t4"), store, trials=trials,
+            cost_model="random", population=16, baseline=False, seed=seed,
         )  # fmt: skip
         key = result.tasks[0].workload_key
-        [best] = store.fastest_records(key, "sim:t4", 1)
-    return key, canonical_json(best.trace)
+        return key, [canonical_json(r.trace) for r in store.fastest_records(key, "sim:t4", top)]
 
 
-def _ranking(prefer: bool, seed: str) -> object:
-    """A cost model that ranks the candidate whose trace is `seed` first (or last)."""
+@pytest.fixture(scope="module")
+def fleet_best(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """A similar unit's best schedule of a tiny matmul on a simulated T4 (its key, trace)."""
+    key, [best] = _donor_best(tmp_path_factory, trials=2, seed=7, top=1)
+    return key, best
+
+
+def _trace_scorer(score: object) -> object:
+    """A cost model that scores each candidate by `score(its trace as JSON)`."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir import meta_schedule as ms
 
     from agent.ms_database import trace_json
 
     @derived_object
-    class _Ranking(ms.cost_model.PyCostModel):
+    class _TraceScorer(ms.cost_model.PyCostModel):
         def load(self, path: str) -> None:
             pass
 
@@ -323,10 +331,14 @@ def _ranking(prefer: bool, seed: str) -> object:
             pass
 
         def predict(self, context: object, candidates: list) -> np.ndarray:
-            hit = [trace_json(c.sch.trace) == seed for c in candidates]
-            return np.asarray([(1.0 if h else 0.0) * (1 if prefer else -1) for h in hit])
+            return np.asarray([score(trace_json(c.sch.trace)) for c in candidates], dtype=float)
 
-    return _Ranking()
+    return _TraceScorer()
+
+
+def _ranking(prefer: bool, seed: str) -> object:
+    """A cost model that ranks the candidate whose trace is `seed` first (or last)."""
+    return _trace_scorer(lambda trace: (1.0 if trace == seed else 0.0) * (1 if prefer else -1))
 
 
 @pytest.mark.parametrize(
@@ -371,19 +383,7 @@ def test_shared_traces_are_ranked_with_the_search_before_the_first_measurement(
 def fleet_traces(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str]]:
     """Four schedules of the same tiny matmul measured on a simulated T4, fastest first
     (the offer order of a unit's top 4)."""
-    from agent.devices import get_device
-    from agent.store import Store, canonical_json
-    from agent.tuner import tune_workload
-    from agent.workloads import parse_workload
-
-    path = tmp_path_factory.mktemp("donors") / "store.sqlite"
-    with Store(path) as store:
-        result = tune_workload(
-            parse_workload("matmul:64,64,64"), get_device("sim:t4"), store, trials=8,
-            cost_model="random", population=16, baseline=False, seed=3,
-        )  # fmt: skip
-        key = result.tasks[0].workload_key
-        traces = [canonical_json(r.trace) for r in store.fastest_records(key, "sim:t4", 4)]
+    key, traces = _donor_best(tmp_path_factory, trials=8, seed=3, top=4)
     assert len(set(traces)) == 4
     return key, traces
 
@@ -391,27 +391,7 @@ def fleet_traces(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[st
 def _seeds_last(seeds: list[str]) -> object:
     """A cost model that scores every candidate whose trace is one of `seeds` below all
     the search's own."""
-    from tvm.ir.utils import derived_object
-    from tvm.s_tir import meta_schedule as ms
-
-    from agent.ms_database import trace_json
-
-    @derived_object
-    class _SeedsLast(ms.cost_model.PyCostModel):
-        def load(self, path: str) -> None:
-            pass
-
-        def save(self, path: str) -> None:
-            pass
-
-        def update(self, context: object, candidates: object, results: object) -> None:
-            pass
-
-        def predict(self, context: object, candidates: list) -> np.ndarray:
-            return np.asarray([-1.0 if trace_json(c.sch.trace) in seeds else 0.0
-                               for c in candidates])  # fmt: skip
-
-    return _SeedsLast()
+    return _trace_scorer(lambda trace: -1.0 if trace in seeds else 0.0)
 
 
 def test_half_the_first_batch_is_the_offered_traces_in_offer_order(
