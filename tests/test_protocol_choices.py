@@ -64,3 +64,27 @@ def test_choices_of_another_fleet_or_scale_are_not_kept(tmp_path: Path) -> None:
     pt.save_choices(choices, "fleet-new", [0], None, {"simoe": {}}, {})  # None: all, as 0
     pt.save_choices(choices, "fleet-new", [0], 0, {"pooled": {}}, {})
     assert set(json.loads(choices.read_text())["chosen"]) == {"simoe", "pooled"}
+
+
+def test_a_run_names_the_recorded_fleet_only_when_every_unit_it_read_is_that_fleets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The digest of a subset of units names no fleet: a report says the recorded fleet's
+    digest when each unit read matches it, and marks anything else as unrecorded."""
+    hashes = tmp_path / "protocol_fleet_hash.json"
+    recorded = {"a": "ha", "b": "hb", "c": "hc"}
+    hashes.write_text(json.dumps({"build": {"digest": "FLEET", "units": recorded}}))
+    monkeypatch.setattr(protocol, "HASHES", hashes)
+    read = {"a": "ha", "b": "hb"}
+    monkeypatch.setattr(
+        protocol, "fleet_hashes", lambda _d, names: {"digest": "SUBSET", "units": read}
+    )
+    assert pt.fleet_check(tmp_path, ["a", "b"]) == {
+        "fleet": "FLEET",
+        "units_equal_to_recorded_fleet": "2/2",
+    }
+    read["b"] = "changed"
+    assert pt.fleet_check(tmp_path, ["a", "b"]) == {
+        "fleet": "unrecorded:SUBSET",
+        "units_equal_to_recorded_fleet": "1/2",
+    }

@@ -507,8 +507,8 @@ def markdown(report: SimilarityReport) -> str:
         f"Command: `{report.command}`; seeds {report.seeds}; {len(report.units)} held-out "
         f"units x {len(report.training_units)} training units = "
         f"{len(report.rows)} pairs; SiMoE trained as the protocol trains it "
-        f"({report.hyperparameters}); digest of the units read {report.fleet[:8]}, "
-        f"{report.units_equal_to_recorded_fleet} of them equal, task by task, to the recorded "
+        f"({report.hyperparameters}); fleet {report.fleet[:8]}: "
+        f"{report.units_equal_to_recorded_fleet} units read equal, task by task, to the recorded "
         "fleet (docs/results/protocol_fleet_hash.json); "
         f"{report.wall_s:.0f} s wall. Simulated GPUs: no measurement of a real GPU.",
         "",

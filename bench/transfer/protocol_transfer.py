@@ -148,13 +148,18 @@ def select_sharpness(
 
 
 def fleet_check(data_dir: Path, names: list[str]) -> dict[str, str]:
-    """The digest of the units this run read, and whether each unit's per-task hashes equal
-    those recorded for the protocol's fleet (docs/results/protocol_fleet_hash.json)."""
+    """Which fleet this run read: the recorded fleet's digest
+    (docs/results/protocol_fleet_hash.json) when each unit read has that fleet's per-task
+    hashes, otherwise "unrecorded:" and the digest of the units read; and how many matched.
+    (The digest of a subset of units names no fleet, so it is never reported as one.)"""
     built = protocol.fleet_hashes(data_dir, names)
     report = json.loads(protocol.HASHES.read_text()) if protocol.HASHES.exists() else {}
     recorded = report.get("build", {}).get("units", {})
     same = [u for u in names if recorded.get(u) == built["units"][u]]
-    return {"fleet": built["digest"], "units_equal_to_recorded_fleet": f"{len(same)}/{len(names)}"}
+    fleet = (
+        report["build"]["digest"] if len(same) == len(names) else f"unrecorded:{built['digest']}"
+    )
+    return {"fleet": fleet, "units_equal_to_recorded_fleet": f"{len(same)}/{len(names)}"}
 
 
 def load_split(split: str, labels: protocol.UnitLabels) -> tuple[list, list]:
