@@ -125,6 +125,9 @@ ONLINE_GATE_RULE = (
     "today's behaviour) stays unless a sharpness beats it by more than 0.001. The test "
     "split is not scored for this choice. Every value's result is reported."
 )
+# Erratum (2026-12-02): "the 8 validation units" was the split's size when the rule was
+# written; the fleet rebuilt since has 11 (VALIDATION_UNITS), and the selection read all 11
+# (docs/results/protocol_online_gate_validation.json). The rule's text stays as written.
 # Issue 23, item 3: the hardware encoder's alignment objective (simoe_model.losses
 # ALIGNMENT_LOSSES; bench/transfer/protocol_similarity.py). Each variant trains the hardware
 # encoder and gate anew on the same experts and program encoder of a seed.
