@@ -553,7 +553,11 @@ def markdown() -> str:
         f"{SIMILARITY_RULE}",
         f"- Schedule sharing (issue 23, Must-show 1), share_weight {list(SHARE_WEIGHTS)} x "
         f"share_sharpness {list(SHARE_SHARPNESS)}, budgets {list(SHARING_BUDGETS)}, "
-        f"{SHARE_TOP} shared per unit and task: {SHARING_RULE}",
+        f"{SHARE_TOP} shared per unit and task: {SHARING_RULE} Results: "
+        "[validation](protocol_sharing_validation.md) (`python -m "
+        "bench.transfer.protocol_sharing --split validation --seeds 0,1,2 --threads 1`), "
+        "[test](protocol_sharing_test.md) (`python -m bench.transfer.protocol_sharing --split "
+        "test --seeds 0,1,2 --threads 1`), SIMULATED units.",
     ]
     return "\n".join(lines) + "\n"
 

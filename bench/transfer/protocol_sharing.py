@@ -305,8 +305,9 @@ def markdown(report: SharingReport) -> str:
         f"Command: `{report.command}`  ",
         f"Split shown: **{report.split}** ({len(report.units)} units: "
         f"{', '.join(u.removeprefix('sim:') for u in report.units)}); seeds {report.seeds}; "
-        f"fleet {report.fleet[:8]} ({report.units_equal_to_recorded_fleet} units equal to the "
-        "recorded fleet); protocol bench/protocol.py. SiMoE's training budget "
+        f"digest of the units read {report.fleet[:8]} ({report.units_equal_to_recorded_fleet} "
+        "equal, task by task, to the recorded fleet's: docs/results/protocol_fleet_hash.json); "
+        "protocol bench/protocol.py. SiMoE's training budget "
         f"`{json.dumps(report.simoe_hyperparameters)}`, schedule transfer k = {report.transfer_k} "
         f"(bench/protocol_choices.json); each training unit shares its {report.share_top} best "
         "candidates per task.  ",
