@@ -349,7 +349,7 @@ def markdown(report: SharingReport) -> str:
                 continue
             mean, lo, hi = paired_interval(a, c)
             lines.append(
-                f"| {ours} - {theirs} | {b} | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] | "
+                f"| {ours} - {theirs} | {b} | {mean:+.3f} | [{lo:+.4f}, {hi:+.4f}] | "
                 f"{'yes' if lo > 0 else 'no'} |"
             )
     lines += coverage_lines(report, sharing)
