@@ -47,6 +47,9 @@ from simoe_model.train import adapt, predict
 
 CHOICE = Path(__file__).resolve().parents[1] / "protocol_sharing.json"
 SHARING = "simoe-sharing"
+# a diagnostic, not a protocol method: the gate-weighted shares alone, without SiMoE's scores
+# (ties in the test set's shuffled order), so a report shows what SiMoE adds inside sharing
+VOTE = "shares-vote"
 
 # task name -> a unit's shared candidate ids, best first
 Shares = dict[str, list[str]]
@@ -150,6 +153,8 @@ def score_seed(
             for test, shared, prior in zip(split.test, shared_all, priors, strict=True):
                 mix = predict(model, test.features, hv)
                 put("simoe", b, unit, top_k_score(mix, test.latencies, 1))
+                vote = sharing_scores(np.zeros(len(mix)), shared, prior, 1.0)
+                put(VOTE, b, unit, top_k_score(vote, test.latencies, 1))
                 is_shared = shared.sum(1) > 0
                 picks.setdefault("simoe", {}).setdefault(b, []).append(
                     float(is_shared[int(np.argmax(mix))])
@@ -297,6 +302,8 @@ def markdown(report: SharingReport) -> str:
     sharing = shown_sharing(report)
     budgets = report.budgets
     methods = ["simoe", sharing, "schedule-transfer"]
+    has_vote = any(VOTE in by_method for by_method in report.per_task_top1.values())
+    methods += [VOTE] if has_vote else []
     chosen = report.chosen
     lines = [
         f"# SiMoE with schedule sharing against schedule transfer, {report.split} split "
@@ -342,6 +349,7 @@ def markdown(report: SharingReport) -> str:
         (sharing, "schedule-transfer"),
         (sharing, "simoe"),
         ("simoe", "schedule-transfer"),
+        *([(sharing, VOTE)] if has_vote else []),
     ):
         for b in budgets:
             a, c = seed_mean(report, ours, b), seed_mean(report, theirs, b)
@@ -437,6 +445,9 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=protocol.DATA_DIR)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    parser.add_argument(
+        "--tag", default="", help="suffix of the report files; with it no choice is written"
+    )
     add_render_option(parser)
     args = parser.parse_args()
     if args.render:
@@ -495,8 +506,10 @@ def main() -> None:
     report = report.model_copy(
         update={"grid_means": means, "chosen": picked, "chosen_source": source, **facts}
     )
-    report = write(report, args.out, f"protocol_sharing_{args.split}")
-    if args.split == "validation":
+    report = write(
+        report, args.out, f"protocol_sharing_{args.split}" + (f"_{args.tag}" if args.tag else "")
+    )
+    if args.split == "validation" and not args.tag:
         keep = {
             "split": "validation",
             "fleet": fleet,
