@@ -146,6 +146,40 @@ SIMILARITY_RULE = (
     "SIMILARITY_VARIANTS (the simpler). The test split is then scored once, with the chosen "
     "variant and mse. Every variant's validation result is reported."
 )
+# Issue 23, Must-show 1: SiMoE with opt-in schedule sharing against best-schedule transfer
+# (bench/transfer/protocol_sharing.py). `simoe-sharing` is `simoe` at the same budget (the same
+# model, adapted on the same measurements) whose per-task standardized score of a target's test
+# candidate gains share_weight x sum_j w_j / (1 + rank_j / 4), j over the training units' experts:
+# rank_j the candidate's rank among the SHARE_TOP best that training unit j measured for the task
+# (its shares; absent: 0), w_j the gate's prior weight of expert j on the target (over the
+# training experts), at budget > 0 multiplied by the measured evidence
+# (simoe_model.online_gate.measured_evidence) at share_sharpness (0: the prior alone) and
+# normalized again. As the real-GPU variant (simoe_model.kernel_model.RankedSearch,
+# bench/real_gpu/protocol.py SHARE_GRID and SHARE_TOP). Budget 4 is added for this comparison;
+# 64 is kept (cheap) and reported but not used for the choice.
+SHARING_BUDGETS: tuple[int, ...] = (0, 4, 16, 64)
+SHARING_SELECT_BUDGETS: tuple[int, ...] = (0, 4, 16)
+SHARE_TOP = 16  # best candidates per task a training unit shares (the real-GPU variant's)
+SHARE_WEIGHTS: tuple[float, ...] = (0.5, 1.0, 3.0, 10.0)  # the real-GPU SHARE_GRID plus 0.5, 10
+SHARE_SHARPNESS: tuple[float, ...] = (0.0, 2.0, 8.0)  # measured evidence on w_j at budget > 0
+# Schedule transfer's k is the one chosen on validation in bench/protocol_choices.json (k = 3
+# on fleet da10b0fa, one k for all budgets, chosen over budgets 0/16/64); budget 4 uses that
+# same k: it was chosen once for every budget, not per budget.
+# Written before any run of it (2026-12-02 02:46 UTC):
+SHARING_RULE = (
+    "simoe-sharing's (share_weight, share_sharpness) is the point of SHARE_WEIGHTS x "
+    "SHARE_SHARPNESS with the highest mean top-1 of simoe-sharing on the VALIDATION split: "
+    "seeds 0-2, budgets 0, 4 and 16 (SHARING_SELECT_BUDGETS; 64 is reported, not used), all "
+    "11 validation units and all their tasks, every (seed, budget, unit, task) weighing "
+    "equally; SiMoE's training budget as chosen in protocol_choices.json. The points are "
+    "visited share_weight ascending, then share_sharpness ascending; a later point replaces "
+    "the current choice only if its mean is higher by more than 0.001 (so ties go to the "
+    "smaller weight, then to the smaller sharpness). share_weight 0 (sharing off) is not a "
+    "candidate: it is `simoe`, scored beside it. The test split is then scored once, by one "
+    "command, with the chosen point only, beside simoe and schedule-transfer (k from "
+    "protocol_choices.json) at SHARING_BUDGETS, seeds 0-2. Every grid point's validation "
+    "result is reported."
+)
 RULE = (
     "Every hyperparameter, epoch count, threshold and design choice is made on the "
     "validation units; the test units are scored once, by one command, at the end; "
@@ -520,6 +554,13 @@ def markdown() -> str:
         f"- Federation helps, variant: {FEDERATION_VARIANT_RULE}",
         f"- Hardware similarity (issue 23 item 3), variants {list(SIMILARITY_VARIANTS)}: "
         f"{SIMILARITY_RULE}",
+        f"- Schedule sharing (issue 23, Must-show 1), share_weight {list(SHARE_WEIGHTS)} x "
+        f"share_sharpness {list(SHARE_SHARPNESS)}, budgets {list(SHARING_BUDGETS)}, "
+        f"{SHARE_TOP} shared per unit and task: {SHARING_RULE} Results: "
+        "[validation](protocol_sharing_validation.md) (`python -m "
+        "bench.transfer.protocol_sharing --split validation --seeds 0,1,2 --threads 1`), "
+        "[test](protocol_sharing_test.md) (`python -m bench.transfer.protocol_sharing --split "
+        "test --seeds 0,1,2 --threads 1`), SIMULATED units.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -137,6 +137,19 @@ def test_training_and_selection_never_read_test_labels(
     similarity = ps.run("validation", [0], ["mse", "mse+pairwise"], labels, None, "tiny")
     assert {r.unit for r in similarity.rows} == {f"sim:{u}" for u in TINY["VALIDATION_UNITS"]}
     assert "mse+pairwise" in ps.markdown(similarity)
+    # schedule sharing (issue 23 Must-show 1), on validation: its simoe is `simoe` exactly, its
+    # schedule transfer the protocol's, and its shares come from training units only
+    from bench.transfer import protocol_sharing as psh
+
+    sharing = psh.run("validation", [0], labels, [(1.0, 0.0), (1.0, 8.0)])
+    for unit in sharing.units:
+        for b in (0, 16):
+            for method in ("simoe", "schedule-transfer"):
+                got = sharing.per_task_top1[0][method][b][unit]
+                assert got == result.per_task_top1[0][method][b][unit]
+    assert {psh.point_label(1.0, 8.0), "simoe"} <= set(sharing.per_task_top1[0])
+    shown = psh.markdown(sharing.model_copy(update={"chosen": (1.0, 0.0)}))
+    assert "| simoe-sharing[w=1,s=0] - schedule-transfer | 4 |" in shown
     assert read, "the instrument saw no label read at all"
     assert not test_devices & set(read), "a training or selection path read test labels"
     assert all(p in ("train", "select") for _, p in labels.reads)
