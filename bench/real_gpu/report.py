@@ -69,7 +69,9 @@ PAIRS = (
     ("simoe", "simoe-no-online"),
     ("simoe-sharing", "simoe"),
     ("simoe-sharing", "transfer-spec-1"),
+    ("simoe-sharing", "transfer-spec-3"),
     ("simoe-sharing", "transfer-learned-1"),
+    ("simoe-sharing", "transfer-learned-3"),
     ("simoe-sharing", "oracle-source"),
 )
 
