@@ -312,7 +312,7 @@ def markdown(report: SharingReport) -> str:
         f"Command: `{report.command}`  ",
         f"Split shown: **{report.split}** ({len(report.units)} units: "
         f"{', '.join(u.removeprefix('sim:') for u in report.units)}); seeds {report.seeds}; "
-        f"digest of the units read {report.fleet[:8]} ({report.units_equal_to_recorded_fleet} "
+        f"fleet {report.fleet[:8]} ({report.units_equal_to_recorded_fleet} units read "
         "equal, task by task, to the recorded fleet's: docs/results/protocol_fleet_hash.json); "
         "protocol bench/protocol.py. SiMoE's training budget "
         f"`{json.dumps(report.simoe_hyperparameters)}`, schedule transfer k = {report.transfer_k} "
