@@ -300,6 +300,25 @@ def test_node_diagnosis_scores_each_node_four_ways(fleet, tmp_path: Path) -> Non
         assert 0 < got["own_expert"] <= 1
 
 
+def test_node_diagnosis_personal_fine_tune_is_what_the_deployment_does(
+    fleet, tmp_path: Path
+) -> None:
+    """--personal E in the diagnosis scores the same model as the deployment's option
+    (personal_epochs: the node's ClientApp fine-tunes in the last round); the head-only
+    fine-tune is scored beside it."""
+    from bench.federation.federation_node_diagnose import node_diagnosis
+
+    gpus = list(fleet.values())[:3]
+    settings = fh.FederationHelpsSettings(rounds=2, epochs=1, k_experts=1, own_only_epochs=3)
+    rows = node_diagnosis(gpus, settings, 0, tmp_path, personal=(2,))
+    asked = settings.model_copy(update={"personal_epochs": 2})
+    report = fh.run_federation_helps(gpus, [], tmp_path / "again", asked, seed=0)
+    for gpu, row in zip(gpus, report.nodes, strict=True):
+        assert rows[gpu.name]["personal_2"] == pytest.approx(row.federated_top1)
+        assert rows[gpu.name]["mixture"] == pytest.approx(row.federated_global_top1)
+        assert 0 < rows[gpu.name]["personal_head_2"] <= 1
+
+
 def test_node_diagnosis_summary_pairs_nodes_over_seeds(tmp_path: Path) -> None:
     from bench.federation.federation_node_diagnose import summary
 
