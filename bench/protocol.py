@@ -218,6 +218,8 @@ FEDERATION_VARIANTS_DA10: dict[str, str] = {
 # 24 rounds x 1 epoch (about twice a variant's ~15 min on 2 shared cores) and a capped
 # own-expert gate weight (that expert is the weak part: routing away from it cannot lift the
 # node above own-only).
+# Erratum (03:46 UTC, the text above unchanged): it was committed at 02:54:06 UTC (f3ebbbc),
+# not 02:55; the first run started at 02:54:14.
 FEDERATION_VARIANTS_DA10_R2: dict[str, str] = {
     "da10r2_sim0_pers24": "--rounds 12 --epochs 1 --central-epochs 12 --server-optimizer adam "
     "--server-lr 0.01 --similarity-steps 0 --personal-epochs 24",
