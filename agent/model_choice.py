@@ -33,6 +33,7 @@ def describe(path: Path, source: str) -> ModelUsed:
     label = metadata.get("label")
     if not label:
         label = {
+            "personal": "this node's personal fine-tune of its federation model",
             "federation": "this node's federation model",
             "imported": "an imported model",
             "starter": "the starter model",
@@ -42,8 +43,10 @@ def describe(path: Path, source: str) -> ModelUsed:
 
 
 def choose_model(node: NodeState) -> ModelUsed:
-    """The model `--cost-model simoe` uses on this node: federation, imported, starter."""
+    """The model `--cost-model simoe` uses on this node: personal (its fine-tune of the
+    federation's), federation, imported, starter."""
     for source, path in (
+        ("personal", node.personal_model_path),
         ("federation", node.model_path),
         ("imported", node.imported_model_path),
         ("starter", starter_model_path()),

@@ -13,7 +13,10 @@ decoded (`Received`: the global shared arrays and the delivered experts). It
    each checked expert's rank agreement (2 decimals) for its reply: the server fits the
    hardware similarity on those numbers;
 4. trains its round (`simoe_model.train.local_round`, FedRep) when it has records and
-   the instruction says so;
+   the instruction says so; with `personal_epochs`, then fine-tunes a personal copy of the
+   program encoder and its own expert on its records (`simoe_model.train.personalise`),
+   kept as `personal.pt` for tuning and never sent (a trained round without it removes
+   the personal model, now older than the global it holds);
 5. keeps the model and the federation state (versions, rounds trained, the experts it
    holds, its verdicts, metrics).
 
@@ -78,7 +81,7 @@ def node_round(
     from agent.store_datasets import node_dataset
     from simoe_model.expert_check import remove_refuted_experts
     from simoe_model.model import remove_expert
-    from simoe_model.train import local_round
+    from simoe_model.train import local_round, personalise
 
     started = time.perf_counter() if started is None else started
     name = node.name()
@@ -129,6 +132,16 @@ def node_round(
         metrics[WEIGHT_METRIC] = float(dataset.num_candidates)
         state.rounds_trained += 1
         shared_update, own_expert = result.shared_update, result.expert
+        personal, state.personal_epochs, state.personal_seconds = None, 0, 0.0
+        if instruction.personal_epochs > 0:
+            cpu = time.process_time()
+            personal = personalise(
+                model, name, dataset, epochs=instruction.personal_epochs,
+                seed=instruction.seed, local_batch=instruction.local_batch,
+            )  # fmt: skip
+            state.personal_epochs = instruction.personal_epochs
+            state.personal_seconds = time.process_time() - cpu
+        node.save_personal_model(personal)
     node.save_model(model)
     metrics = {k: v for k, v in metrics.items() if np.isfinite(v)}
     metrics["train-seconds"] = time.perf_counter() - started

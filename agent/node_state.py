@@ -172,6 +172,11 @@ class NodeState:
         return self.federation_dir / "model.pt"
 
     @property
+    def personal_model_path(self) -> Path:
+        """The node's personal fine-tune of its federated model (never sent)."""
+        return self.federation_dir / "personal.pt"
+
+    @property
     def imported_model_path(self) -> Path:
         """A model imported with `simoe-agent model import` (used without a federation)."""
         return self.dir / "models" / "imported.pt"
@@ -328,6 +333,22 @@ class NodeState:
         from simoe_model.model import save_model
 
         save_model(model, self.model_path)
+
+    def load_personal_model(self) -> SiMoE | None:
+        """The node's personal model, None when it holds none."""
+        from simoe_model.model import load_model
+
+        path = self.personal_model_path
+        return load_model(path) if path.exists() else None
+
+    def save_personal_model(self, model: SiMoE | None) -> None:
+        """Keep `model` as the node's personal model; None removes the one it holds."""
+        from simoe_model.model import save_model
+
+        if model is None:
+            self.personal_model_path.unlink(missing_ok=True)
+        else:
+            save_model(model, self.personal_model_path)
 
     def hello(self, *, leaving: bool = False) -> NodeHello:
         """Who this node is, with its verdicts on the experts it was last sent."""

@@ -158,6 +158,14 @@ class TrainInstruction(BaseModel):
     seed: int = 0
     local_batch: int = Field(default=8, ge=1, description="tasks per optimizer step, locally")
     prox_mu: float = Field(default=0.0, ge=0, description="FedProx term on the shared encoder")
+    personal_epochs: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="after the round, fine-tune a personal copy of the program encoder and "
+        "the own expert on the node's records for this many epochs (0: none); the node tunes "
+        "with it and never sends it",
+    )
     train: bool = Field(default=True, description="False: only deliver the model")
     protocol: int = Field(default=PROTOCOL_VERSION, description="the payload's layout version")
 
@@ -251,6 +259,12 @@ class NodeFederationState(BaseModel):
         default=None, description="the last server payload this node refused, and why"
     )
     last_metrics: dict[str, float] = Field(default_factory=dict)
+    personal_epochs: int = Field(
+        default=0, ge=0, description="epochs of the personal model it holds (0: none), local"
+    )
+    personal_seconds: float = Field(
+        default=0.0, ge=0, description="CPU seconds its personal fine-tune took, local"
+    )
     receipt_round: int = Field(
         default=0, description="the last round whose reply the server confirmed it holds"
     )

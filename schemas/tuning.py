@@ -67,7 +67,7 @@ class ModelUsed(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    source: Literal["federation", "imported", "starter", "untrained", "metaschedule"]
+    source: Literal["personal", "federation", "imported", "starter", "untrained", "metaschedule"]
     path: str | None = Field(description="the model file; None for MetaSchedule's own models")
     label: str = Field(description="what it is, e.g. what the starter model was trained on")
     metadata: dict[str, Any] = Field(default_factory=dict, description="saved with the model")

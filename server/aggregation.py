@@ -47,6 +47,7 @@ def make_strategy(
         "seed": config.seed,
         "local_batch": config.local_batch,
         "prox_mu": config.prox_mu,
+        "personal_epochs": config.personal_epochs,
         "similarity_steps": config.similarity_steps,
     }
     if config.similarity_steps > 0:

@@ -26,6 +26,9 @@ class RoundInputs:
     public_keys: Mapping[int, bytes] = field(default_factory=dict)
     # who the nodes of the run are: the loop's, handed in each round; the strategy reads it
     roster: Roster = field(default_factory=Roster)
+    # the run's last round, after which the nodes tune with what they hold (every round of a
+    # run that keeps running): when the strategy asks for their personal fine-tune
+    final: bool = True
 
 
 @dataclass

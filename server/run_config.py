@@ -60,6 +60,13 @@ class ServerRunConfig(BaseModel):
     )
     local_batch: int = Field(default=8, ge=1, description="tasks per local training step")
     prox_mu: float = Field(default=0.0, ge=0, description="FedProx's mu (0: off)")
+    personal_epochs: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="epochs each node fine-tunes a personal, never-sent copy of the encoder "
+        "and its own expert, in the run's last round (every round when it keeps running; 0: off)",
+    )
     aggregation: Aggregation = "fedavg"
     clip: float = Field(default=0.0, ge=0, description="max L2 norm of an update's change; 0 off")
     trim: float = Field(default=0.2, ge=0, lt=0.5, description="trimmed: cut at each end")

@@ -76,8 +76,12 @@ def run_rounds(
     on_round: Callable[[RoundOutcome], None] | None = None,
     min_interval_s: float = 0.0,
     idle_probe_s: float = 0.0,
+    ends_run: bool = True,
 ) -> list[RoundOutcome]:
     """Run `num_rounds` rounds (0: until `stop` is set); returns what each round did.
+
+    `ends_run`: the run ends with these rounds (False: a later call continues it), so the
+    last of them is the run's final round (`RoundInputs.final`; every round when running on).
 
     `idle_probe_s` > 0: after a round with nothing new (`server.idle.News`) the next waits
     for news (a newcomer, an operator's request) or this long at the most, instead of
@@ -127,7 +131,8 @@ def run_rounds(
                     break
                 continue
             number = recorder.start_round(grid.run.run_id if _has_run(grid) else 0, len(known))
-            inputs = RoundInputs(number, arrays, node_ids, public_keys, roster)
+            final = num_rounds == 0 or (ends_run and done == num_rounds - 1)
+            inputs = RoundInputs(number, arrays, node_ids, public_keys, roster, final=final)
             plan = strategy.configure_train(inputs)
             replies = list(grid.send_and_receive(plan.messages, timeout=timeout))
             news.after_round(replies, joined=bool(unknown))

@@ -150,6 +150,7 @@ class SiMoEStrategy:
         seed: int = 0,
         local_batch: int = 8,
         prox_mu: float = 0.0,
+        personal_epochs: int = 0,
         server_lr: float = 1.0,
         server_optimizer: str = "sgd",
         matched_global: bool = False,
@@ -178,6 +179,8 @@ class SiMoEStrategy:
         # how each node trains its round (TrainInstruction): tasks per step, FedProx's mu
         self.local_batch = local_batch
         self.prox_mu = prox_mu
+        # each node's personal fine-tune, asked in a run's final round only: its cost is local
+        self.personal_epochs = personal_epochs
         if not server_lr > 0:
             raise ValueError(f"server_lr must be positive, got {server_lr}")
         self.server_lr = server_lr
@@ -394,6 +397,7 @@ class SiMoEStrategy:
                 seed=self.seed + server_round,
                 local_batch=self.local_batch,
                 prox_mu=self.prox_mu,
+                personal_epochs=self.personal_epochs if inputs.final else 0,
             )
             content = RecordDict({REC_SHARED: arrays})
             content[REC_CONFIG] = ConfigRecord({"instruction": instruction.model_dump_json()})

@@ -497,6 +497,18 @@ def local_round(
     return LocalRound(shared_update, expert_arrays(model, name), metrics)
 
 
+def personalise(
+    model: SiMoE, name: str, dataset: DeviceDataset, *, epochs: int, seed: int, local_batch: int = 8
+) -> SiMoE:
+    """A personal copy of `model` for the node `name` (FedAvg + local fine-tuning, as FedPer
+    and Ditto personalise): its program encoder and own expert trained together on its own
+    records for `epochs`, as its own-only model would be, but from the federation's weights.
+    `model` is left as it is: the node keeps sending the averaged parts."""
+    personal = copy.deepcopy(model)
+    train_expert(personal, name, dataset, epochs=epochs, seed=seed, tasks_per_step=local_batch)
+    return personal
+
+
 def nearest_expert(model: SiMoE, hardware_vector: np.ndarray, exclude: Iterable[str] = ()) -> str:
     """The expert whose hardware is most similar to `hardware_vector` in z-space."""
     skip = set(exclude)

@@ -392,9 +392,10 @@ def test_server_step_settings_survive_the_run_config_and_reach_the_strategy(
 ) -> None:
     config = ServerRunConfig(
         aggregation="median", server_optimizer="adam", server_lr=0.01, matched_global=True,
-        k_experts=5, epochs=3, min_nodes=2,
+        k_experts=5, epochs=3, min_nodes=2, personal_epochs=4,
     )  # fmt: skip
     run_config = config.to_run_config()
+    assert run_config["personal-epochs"] == 4
     assert run_config["matched-global"] is True  # Flower's own bool, not the string "true"
     again = ServerRunConfig.from_run_config(run_config)
     assert again == config and "FedAdam" in again.describe()
@@ -403,6 +404,7 @@ def test_server_step_settings_survive_the_run_config_and_reach_the_strategy(
     assert strategy.aggregation == "median" and strategy.matched_global
     assert strategy.server_adam is not None and strategy.server_adam.lr == 0.01
     assert (strategy.k_experts, strategy.epochs, strategy.min_available_nodes) == (5, 3, 2)
+    assert strategy.personal_epochs == 4 and ServerRunConfig().personal_epochs == 0  # off
     deployed = ServerRunConfig.from_run_config({})  # the defaults come from one place
     assert deployed == ServerRunConfig() and deployed.server_optimizer == "adam"
     assert ServerRunConfig.from_run_config({"matched-global": "true"}).matched_global  # old runs

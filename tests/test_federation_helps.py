@@ -300,6 +300,25 @@ def test_node_diagnosis_scores_each_node_four_ways(fleet, tmp_path: Path) -> Non
         assert 0 < got["own_expert"] <= 1
 
 
+def test_node_diagnosis_personal_fine_tune_is_what_the_deployment_does(
+    fleet, tmp_path: Path
+) -> None:
+    """--personal E in the diagnosis scores the same model as the deployment's option
+    (personal_epochs: the node's ClientApp fine-tunes in the last round); the head-only
+    fine-tune is scored beside it."""
+    from bench.federation.federation_node_diagnose import node_diagnosis
+
+    gpus = list(fleet.values())[:3]
+    settings = fh.FederationHelpsSettings(rounds=2, epochs=1, k_experts=1, own_only_epochs=3)
+    rows = node_diagnosis(gpus, settings, 0, tmp_path, personal=(2,))
+    asked = settings.model_copy(update={"personal_epochs": 2})
+    report = fh.run_federation_helps(gpus, [], tmp_path / "again", asked, seed=0)
+    for gpu, row in zip(gpus, report.nodes, strict=True):
+        assert rows[gpu.name]["personal_2"] == pytest.approx(row.federated_top1)
+        assert rows[gpu.name]["mixture"] == pytest.approx(row.federated_global_top1)
+        assert 0 < rows[gpu.name]["personal_head_2"] <= 1
+
+
 def test_node_diagnosis_summary_pairs_nodes_over_seeds(tmp_path: Path) -> None:
     from bench.federation.federation_node_diagnose import summary
 
@@ -322,3 +341,34 @@ def test_node_diagnosis_summary_pairs_nodes_over_seeds(tmp_path: Path) -> None:
     assert lines[2].startswith("mixture - own_only_chosen: -0.200")
     with pytest.raises(BadInputError, match="no federation_node_diagnose"):
         summary(tmp_path / "empty")
+
+
+def test_personal_epochs_score_what_the_node_tunes_with(run, fleet, tmp_path: Path) -> None:
+    """--personal-epochs is the deployment's option: the server asks for the fine-tune, the
+    node keeps personal.pt, and the node is scored with it (the averaged model's score and
+    both CPU costs beside it); the variant rule counts its epochs."""
+    from bench.federation.federation_report import FederationHelpsSeeds, choose_variant
+
+    names = list(fleet)
+    settings = fh.FederationHelpsSettings(
+        rounds=2, epochs=1, k_experts=2, personal_epochs=2, central_epochs=0
+    )
+    assert settings.server_config(seed=0).personal_epochs == 2
+    report = fh.run_federation_helps([fleet[n] for n in names[:3]], [], tmp_path, settings)
+    assert report.personal_epochs == 2
+    for row in report.nodes:
+        node = NodeState(tmp_path / "nodes" / row.gpu)
+        personal = node.load_personal_model()
+        assert personal is not None and node.federation_state().personal_epochs == 2
+        _, held = fh.split_tasks(fleet[row.gpu], 1 / 3, 0, same_split=False)
+        hv = fleet[row.gpu].dataset.hardware_vector
+        assert row.federated_top1 == fh.top1(personal, held, hv)
+        assert row.federated_global_top1 == fh.top1(node.load_model(), held, hv)
+        assert row.personal_cpu_s is not None and row.personal_cpu_s > 0
+        assert row.own_only_cpu_s is not None and row.own_only_cpu_s > 0
+    report = report.model_copy(update={"newcomers": run[0].newcomers})  # a gap to compare
+    plain = report.model_copy(update={"personal_epochs": 0, "rounds": 3})
+    tie = {"personal": FederationHelpsSeeds(command="c", runs=[report]),
+           "plain": FederationHelpsSeeds(command="c", runs=[plain])}  # fmt: skip
+    assert choose_variant(tie) == "plain"  # 3 x 1 epochs against 2 x 1 + 2 personal
+    assert "personal fine-tune" in fh.markdown_seeds(tie["personal"])

@@ -113,3 +113,33 @@ def test_the_node_reports_its_rank_agreement_with_each_expert_it_checked(
     assert agreement["x"] != 0 and hello.refuted_experts == (
         ["x"] if agreement["x"] < 0 else ["liar"]
     )
+
+
+def test_a_personal_fine_tune_is_kept_apart_and_the_reply_stays_the_averaged_parts(
+    tmp_path: Path,
+) -> None:
+    """`personal_epochs`: the node fine-tunes a copy of encoder and own expert into
+    personal.pt (what it tunes with); model.pt and the reply keep the global shared parts;
+    a later trained round without it removes the now-stale personal model."""
+    from agent.model_choice import choose_model
+
+    node = node_with(tmp_path, records=True)
+    shared = initial_shared_arrays(0)
+    bank = Received(shared, {"x": expert()})  # with a bank: model.pt keeps the global parts
+    result = node_round(
+        node, instruction(experts=["x"], personal_epochs=3), bank, check_experts=False
+    )
+    personal = node.load_personal_model()
+    assert personal is not None and choose_model(node).source == "personal"
+    state = node.federation_state()
+    assert state.personal_epochs == 3 and state.personal_seconds > 0
+    for key, value in shared_arrays(node.load_model()).items():  # the node's global parts
+        np.testing.assert_array_equal(value, shared[key])
+    mine = shared_arrays(personal)
+    assert any(not np.allclose(mine[k], shared[k]) for k in shared)  # its encoder moved
+    assert result.own_expert is not None and result.shared_update is not None
+    assert not any(
+        np.allclose(mine[k], result.shared_update[k]) for k in shared if "store_mlp" in k
+    )  # what it sends is not its personal encoder
+    node_round(node, instruction(experts=["x"]), bank, check_experts=False)
+    assert node.load_personal_model() is None and choose_model(node).source == "federation"

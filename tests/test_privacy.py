@@ -16,11 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 from federation_helpers import seed_node
-from flwr.app import ConfigRecord
+from flwr.app import ConfigRecord, Context, Message
 from privacy_audit import PrivacyViolation, audit_content, audit_reply, node_secrets
 
 from agent.audit import read_audit
 from agent.client_app import app as client_app
+from agent.model_choice import choose_model
+from agent.node_state import NodeState
+from schemas import TrainInstruction
+from schemas.messages import MSG_TRAIN, REC_CONFIG
 from schemas.protocol import arrays_to_record, payload_bytes
 from server.inprocess import InProcessGrid
 from server.registry import Registry
@@ -29,19 +33,32 @@ from server.similarity import initial_shared_arrays, model_similarity
 from server.strategy import SiMoEStrategy
 from simoe_model.synthetic import make_devices, make_tasks
 
+# (round, personal epochs) of every train instruction the nodes received
+INSTRUCTIONS: list[tuple[int, int]] = []
+
+
+def recording_app(message: Message, context: Context) -> Message:
+    """The real ClientApp, noting each train instruction's personal fine-tune first."""
+    if message.metadata.message_type == MSG_TRAIN:
+        config = message.content.config_records[REC_CONFIG]
+        sent = TrainInstruction.model_validate_json(str(config["instruction"]))
+        INSTRUCTIONS.append((sent.server_round, sent.personal_epochs))
+    return client_app(message, context)
+
 
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory: pytest.TempPathFactory) -> tuple[InProcessGrid, set, list]:
-    """Three nodes with synthetic measurements, two rounds; every reply recorded."""
+    """Three nodes with synthetic measurements, two rounds; every reply recorded. The nodes
+    personalise in the last round (a personal model that must never leave them)."""
     tmp_path = tmp_path_factory.mktemp("privacy")
     devices, tasks = make_devices(3, seed=5), make_tasks(2, 10, seed=9)
     registry = Registry(tmp_path / "registry.sqlite")
-    strategy = SiMoEStrategy(registry, model_similarity, k_experts=2, epochs=1)
+    strategy = SiMoEStrategy(registry, model_similarity, k_experts=2, epochs=1, personal_epochs=2)
     grid = InProcessGrid()
     for i, device in enumerate(devices):
         seed_node(tmp_path / device.name, device.name, device, tasks)
         (tmp_path / device.name / "audit").mkdir()  # each node keeps a copy of what it sends
-        grid.add_node(10 + i, client_app, {"state-dir": str(tmp_path / device.name)})
+        grid.add_node(10 + i, recording_app, {"state-dir": str(tmp_path / device.name)})
     run_rounds(grid, strategy, initial_shared_arrays(0), num_rounds=2, wait_nodes_s=0)
     return grid, *node_secrets(tasks)
 
@@ -114,3 +131,28 @@ def test_a_node_reports_one_two_decimal_agreement_per_checked_expert(federation)
         leaky.content["node"]["hello"] = json.dumps(hello)
         with pytest.raises(PrivacyViolation, match="2-decimal"):
             audit_reply(leaky, secrets, secret_rows)
+
+
+def test_the_personal_model_is_asked_in_the_last_round_and_never_leaves_the_node(
+    federation,
+) -> None:
+    """Personalisation (ServerRunConfig.personal_epochs): only the run's last round asks for
+    it; each node keeps personal.pt (its own fine-tuned encoder), and no reply carries it."""
+    grid, _, _ = federation
+    assert sorted(set(INSTRUCTIONS)) == [(1, 0), (2, 2)]
+    sent = [
+        v.numpy()
+        for m in grid.sent_by_nodes
+        for key in ("shared", "own_expert")
+        if key in m.content
+        for v in m.content[key].values()
+    ]
+    for node in grid.nodes.values():
+        state = NodeState(Path(node.context.node_config["state-dir"]))
+        personal = state.load_personal_model()
+        assert personal is not None and state.federation_state().personal_epochs == 2
+        assert choose_model(state).source == "personal"
+        mine = [p.detach().numpy() for p in personal.program_encoder.parameters()]
+        assert not any(
+            a.shape == b.shape and np.allclose(a, b) for a in mine for b in sent
+        )  # the fine-tuned encoder is in no reply

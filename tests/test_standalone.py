@@ -62,7 +62,7 @@ def test_model_import_validates_and_keeps_the_last_good_model(
     assert code == 0 and json.loads(out)["source"] == "imported"
 
 
-def test_the_federation_model_comes_first_then_imported_then_starter(
+def test_the_personal_model_comes_first_then_federation_imported_starter(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     starter = _model_file(tmp_path / "starter.pt", label="starter for the test")
@@ -74,6 +74,8 @@ def test_the_federation_model_comes_first_then_imported_then_starter(
     assert choose_model(NodeState(state)).source == "imported"
     _model_file(NodeState(state).model_path)
     assert choose_model(NodeState(state)).source == "federation"
+    _model_file(NodeState(state).personal_model_path)  # its fine-tune of the federation's
+    assert choose_model(NodeState(state)).source == "personal"
     monkeypatch.setattr(model_choice, "starter_model_path", lambda: tmp_path / "none.pt")
     assert choose_model(NodeState(tmp_path / "empty")).source == "untrained"
 

@@ -3,7 +3,7 @@
     python -m bench.federation.federation_helps --protocol validation|test [--seeds 0,1,2]
         [--rounds R --epochs E --central-epochs R*E] [--server-optimizer adam --server-lr L]
         [--local-batch B] [--prox-mu M] [--k-experts K] [--matched-global]
-        [--similarity-steps N] [--tag T]
+        [--similarity-steps N] [--personal-epochs E] [--tag T]
     python -m bench.federation.federation_helps --compare OUT/federation_helps_*.json --tag T
     python -m bench.federation.federation_helps --data DIR [DIR2 ...]     # the fleet dataset
     python -m bench.federation.federation_helps --synthetic     # synthetic fleet (development)
@@ -29,7 +29,11 @@ workloads); `--same-split` holds out the same tasks everywhere (no node has seen
 After the rounds, on each node's held-out tasks (all candidates), the top-1 score
 (TenSet definition, simoe_model.metrics) of:
 - federated: the node's model.pt as the ClientApp left it (global shared parts, the
-  experts the server sent, its own expert): what the node tunes with;
+  experts the server sent, its own expert): what the node tunes with; with
+  `--personal-epochs E` (the deployment's ServerRunConfig.personal_epochs) the node's
+  personal.pt instead: in the last round its ClientApp fine-tuned a never-sent copy of the
+  program encoder and its own expert on its own records for E epochs (the averaged model's
+  score and the fine-tune's CPU seconds are kept beside it);
 - own-only: the same architecture trained on the node's own train tasks alone (one
   `train_expert` per round, as its ClientApp), no federation; under the protocol for the
   budget chosen on validation (`--select-own-only`, bench/protocol.py OWN_ONLY_RULE, kept in
@@ -127,6 +131,7 @@ OPTIONS = [
     "server_optimizer",
     "matched_global",
     "similarity_steps",
+    "personal_epochs",
     "threads",
 ]
 
@@ -153,6 +158,8 @@ class FederationHelpsSettings(BaseModel):
     matched_global: bool = False
     # the server's similarity fit after each average (ServerRunConfig.similarity_steps; 0: off)
     similarity_steps: int = ServerRunConfig.model_fields["similarity_steps"].default
+    # each node's personal fine-tune in the last round (ServerRunConfig.personal_epochs; 0: off)
+    personal_epochs: int = 0
     own_only_epochs: int | None = None  # None: the federation's rounds x epochs
     fleet: str | None = None  # the protocol fleet's digest (bench.protocol.fleet_hashes)
     # what the report says about the run
@@ -241,22 +248,34 @@ def run_federation_helps(
     for gpu in nodes:
         train, held = splits[gpu.name]
         node = NodeState(federation.member_dir(gpu.name))
-        federated = top1(node.load_model(), held, gpu.dataset.hardware_vector)
+        averaged = top1(node.load_model(), held, gpu.dataset.hardware_vector)
+        personal = node.load_personal_model()
+        federated = (
+            averaged if personal is None else top1(personal, held, gpu.dataset.hardware_vector)
+        )
+        if settings.personal_epochs and personal is None:
+            raise RuntimeError(f"{gpu.name}: asked for a personal model, it holds none")
+        cpu = time.process_time()
         alone = (
             own_only_model(gpu, train, rounds, epochs, seed, settings.local_batch)
             if settings.own_only_epochs is None  # the federation's rounds x epochs
             else own_only_model(gpu, train, settings.own_only_epochs, 1, seed, settings.local_batch)
         )
+        own_cpu = time.process_time() - cpu
         own = top1(alone, held, gpu.dataset.hardware_vector)
+        state = node.federation_state()
         row = NodeRow(
             gpu=gpu.name,
             train_tasks=len(train),
             held_out_tasks=len(held),
             train_candidates=sum(len(t) for t in train),
             held_out_candidates=sum(len(t) for t in held),
-            experts=node.federation_state().experts,
+            experts=state.experts,
             own_only_top1=own,
             federated_top1=federated,
+            federated_global_top1=None if personal is None else averaged,
+            personal_cpu_s=None if personal is None else state.personal_seconds,
+            own_only_cpu_s=own_cpu,
         )
         say(f"{gpu.name}: own-only {own:.3f}, federated {federated:.3f} ({row.difference:+.3f})")
         node_rows.append(row)
@@ -375,6 +394,13 @@ def main(argv: list[str] | None = None) -> None:
         type=int,
         default=ServerRunConfig.model_fields["similarity_steps"].default,
         help="the server's similarity fit steps after each average (ServerRunConfig; 0: off)",
+    )
+    parser.add_argument(
+        "--personal-epochs",
+        type=int,
+        default=0,
+        help="each node's personal fine-tune of encoder and own expert in the last round "
+        "(ServerRunConfig; 0: off)",
     )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--work", type=Path, help="keep the nodes' state dirs here")

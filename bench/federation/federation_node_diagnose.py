@@ -1,7 +1,7 @@
 """Why federated nodes trail their own-only models: each node's held-out top-1 four ways.
 
     python -m bench.federation.federation_node_diagnose [--seed 0] [--similarity-steps 0]
-        [--own-only-epochs 24] [--out runs/federation_node_diagnose]
+        [--own-only-epochs 24] [--personal 12,24] [--out runs/federation_node_diagnose]
     python -m bench.federation.federation_node_diagnose --summary --out DIR   # over its seeds
 
 VALIDATION fleet's nodes (the protocol's training units; no newcomers), one federation as
@@ -10,7 +10,11 @@ then per node on the protocol's held-out tasks:
 - `mixture`: the node's federated model (what federation_helps scores);
 - `own_expert`: its own expert alone inside that model (global encoder, no gate);
 - `own_only_chosen`: own-only at the budget chosen on validation (`--own-only-epochs`);
-- `own_only_equal`: own-only at the federation's rounds x epochs (the same effort).
+- `own_only_equal`: own-only at the federation's rounds x epochs (the same effort);
+- with `--personal E,...`, for each E: `personal_E`, the mixture after the node fine-tunes
+  its program encoder and own expert together on its train tasks for E epochs
+  (`simoe_model.train.personalise`, FedAvg + local fine-tuning), and `personal_head_E`, the
+  same with the encoder frozen (only its own expert trained: FedPer's head).
 
 Everything is SIMULATED. Writes OUT/federation_node_diagnose_s<seed>.json and prints means.
 """
@@ -29,12 +33,20 @@ from bench.federation import federation_helps as fh
 
 
 def node_diagnosis(
-    nodes: Sequence[fh.FleetGPU], settings: fh.FederationHelpsSettings, seed: int, work: Path
+    nodes: Sequence[fh.FleetGPU],
+    settings: fh.FederationHelpsSettings,
+    seed: int,
+    work: Path,
+    personal: Sequence[int] = (),
 ) -> dict[str, dict[str, float]]:
-    """Per node: mixture, own expert alone, own-only at the chosen and at the equal budget."""
+    """Per node: mixture, own expert alone, own-only at the chosen and at the equal budget,
+    and the personal fine-tunes of `personal` epochs."""
+    import copy
+
     from agent.node_state import NodeState
     from simoe_model.metrics import task_metrics
-    from simoe_model.train import predict_expert
+    from simoe_model.task_data import DeviceDataset
+    from simoe_model.train import personalise, predict_expert, train_expert
 
     report = fh.run_federation_helps(nodes, [], work, settings, seed=seed)
     out = {}
@@ -53,6 +65,17 @@ def node_diagnosis(
             "own_only_chosen": row.own_only_top1,
             "own_only_equal": fh.top1(equal, held, gpu.dataset.hardware_vector),
         }
+        hv = gpu.dataset.hardware_vector
+        data = DeviceDataset(gpu.device, hv, train)
+        for epochs in personal:  # the seed of the federation's last round, as the node's
+            both = personalise(model, gpu.name, data, epochs=epochs, seed=seed + settings.rounds)
+            out[gpu.name][f"personal_{epochs}"] = fh.top1(both, held, hv)
+            head = copy.deepcopy(model)
+            train_expert(
+                head, gpu.name, data, epochs=epochs, seed=seed + settings.rounds,
+                train_encoder=False,
+            )  # fmt: skip
+            out[gpu.name][f"personal_head_{epochs}"] = fh.top1(head, held, hv)
     return out
 
 
@@ -86,6 +109,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--similarity-steps", type=int, default=0)
     parser.add_argument("--own-only-epochs", type=int, default=24)
+    parser.add_argument(
+        "--personal", default="", help="comma-separated personal fine-tune epochs to score"
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/federation_node_diagnose"))
     parser.add_argument(
         "--summary", action="store_true", help="summarise OUT's seeds; runs nothing"
@@ -107,7 +133,8 @@ def main(argv: list[str] | None = None) -> None:
         similarity_steps=args.similarity_steps,
     )  # fmt: skip
     with tempfile.TemporaryDirectory() as work:
-        rows = node_diagnosis(nodes, settings, args.seed, Path(work))
+        personal = [int(v) for v in args.personal.split(",") if v.strip()]
+        rows = node_diagnosis(nodes, settings, args.seed, Path(work), personal)
     means = {k: float(np.mean([r[k] for r in rows.values()])) for k in next(iter(rows.values()))}
     args.out.mkdir(parents=True, exist_ok=True)
     fleet = protocol.fleet_hashes()["digest"]

@@ -30,7 +30,12 @@ class NodeRow(BaseModel):
     held_out_candidates: int
     experts: list[str]  # what the server sent it in the last round
     own_only_top1: float
-    federated_top1: float
+    federated_top1: float  # what the node tunes with: its personal model where it holds one
+    # with a personal fine-tune: the averaged model's score (before it), and the local CPU s
+    # of the fine-tune (in its ClientApp) and of the own-only model (None: not recorded)
+    federated_global_top1: float | None = None
+    personal_cpu_s: float | None = None
+    own_only_cpu_s: float | None = None
 
     @property
     def difference(self) -> float:
@@ -84,6 +89,9 @@ class FederationHelpsReport(BaseModel):
     # existed (so none)
     similarity_steps: int | None = None
     fleet: str | None = None  # the protocol fleet's digest; None: not recorded
+    # epochs of each node's personal fine-tune in the last round (0: none; then federated is
+    # the averaged model)
+    personal_epochs: int = 0
     bytes_per_node_last_round: dict[str, dict[str, int]]
     federation_wall_s: float
     own_only_wall_s: float
@@ -315,6 +323,38 @@ def _ci(values: tuple[float, float, float]) -> str:
     return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
+def _personal_lines(runs: list[FederationHelpsReport]) -> list[str]:
+    """With a personal fine-tune: what it costs each node beside own-only, and what the
+    averaged model alone scores."""
+    first = runs[0]
+    if not first.personal_epochs:
+        return []
+    rows = [r for run in runs for r in run.nodes]
+    glob = [r.federated_global_top1 for r in rows if r.federated_global_top1 is not None]
+    pers = [r.personal_cpu_s for r in rows if r.personal_cpu_s is not None]
+    own = [r.own_only_cpu_s for r in rows if r.own_only_cpu_s is not None]
+    cpu = (
+        f"CPU s per node, mean over nodes and seeds: personal fine-tune {np.mean(pers):.2f} "
+        f"(in its ClientApp), own-only {np.mean(own):.2f} (from scratch)"
+        if pers and own
+        else "CPU s not recorded"
+    )
+    return [
+        "",
+        f"Personalised (FedAvg + local fine-tuning): in the run's last round each node "
+        f"fine-tunes a personal, never-sent copy of the program encoder and its own expert "
+        f"on its own train tasks for {first.personal_epochs} epochs, on top of its "
+        f"{first.rounds} x {first.epochs} federated epochs (own-only: "
+        f"{first.own_only_epochs or first.rounds * first.epochs} epochs); `federated` below is "
+        f"that personal model, what the node tunes with. {cpu}. The averaged model alone "
+        + (
+            f"(before the fine-tune) scores {np.mean(glob):.3f} on the same tasks."
+            if glob
+            else "was not scored."
+        ),
+    ]
+
+
 def markdown_seeds(report: FederationHelpsSeeds) -> str:
     runs, s = report.runs, summary(report)
     first = runs[0]
@@ -343,6 +383,7 @@ def markdown_seeds(report: FederationHelpsSeeds) -> str:
         f"Central reference: {first.central_epochs} epochs (= rounds x epochs per round: the "
         "same training effort).  ",
         f"Runs: {loads}; {first.threads} torch thread(s).",
+        *_personal_lines(runs),
         "",
         "Each unit's value is its mean over the seeds; intervals: 95 % paired bootstrap "
         "clustered by GPU model (models resampled, each with all its units; 4,000 resamples).",
@@ -427,11 +468,12 @@ def choose_variant(reports: dict[str, FederationHelpsSeeds]) -> str:
     """bench/protocol.py FEDERATION_VARIANT_RULE over validation reports (tag -> report): the
     smallest mean newcomer gap among the variants whose nodes gain on average (federated minus
     own-only above 0); if none gains, the largest node difference; ties to the fewer training
-    epochs (rounds x epochs per round)."""
+    epochs (rounds x epochs per round, plus a personal fine-tune's)."""
     summaries = {tag: summary(r) for tag, r in reports.items()}
 
-    def epochs(tag: str) -> int:
-        return reports[tag].runs[0].rounds * reports[tag].runs[0].epochs
+    def epochs(tag: str) -> int:  # a personal fine-tune's epochs count as training epochs
+        first = reports[tag].runs[0]
+        return first.rounds * first.epochs + first.personal_epochs
 
     gaining = [t for t, s in summaries.items() if s["node_difference"][0] > 0]
     if gaining:
@@ -461,9 +503,10 @@ def variants_markdown(reports: dict[str, FederationHelpsSeeds]) -> str:
         "agreement, mean over newcomers (goal >= 0.7).",
         "",
         "| tag | fleet | split | rounds x epochs | local batch | prox mu | server | similarity "
-        "fit | newcomers get | own-only epochs | nodes: federated - own-only | better | "
-        "newcomer gap (central - federated) | gap per seed | similarity vs agreement | wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "fit | newcomers get | personal epochs | own-only epochs | nodes: federated - own-only "
+        "| better | newcomer gap (central - federated) | gap per seed | similarity vs agreement "
+        "| wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for tag, report in reports.items():
         first, s = report.runs[0], summary(report)
@@ -476,7 +519,8 @@ def variants_markdown(reports: dict[str, FederationHelpsSeeds]) -> str:
         lines.append(
             f"| {tag} | {_fleet_text(first)} | {split} | {first.rounds} x {first.epochs} | "
             f"{first.local_batch} | {first.prox_mu:g} | {first.server_optimizer} "
-            f"{first.server_lr:g} | {_fit_text(first)} | {matched} | {own} | "
+            f"{first.server_lr:g} | {_fit_text(first)} | {matched} | {first.personal_epochs} | "
+            f"{own} | "
             f"{_ci(s['node_difference'])} | {s['nodes_better']}/{s['nodes']} | {gap} | "
             f"{per_seed} | {rho} | {sum(r.total_wall_s for r in report.runs):.0f} |"
         )

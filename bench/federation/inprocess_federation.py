@@ -80,6 +80,7 @@ class InProcessFederation:
             wait_nodes_s=0,
             on_round=on_round,
             roster=roster,
+            ends_run=False,  # the newcomers' round below is the run's last
         )
         for index, gpu in enumerate(newcomers):  # enrolled: key and profile, no measurements
             state_dir = self.newcomer_dir(gpu.name)
