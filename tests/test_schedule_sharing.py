@@ -17,6 +17,7 @@ the tuner ranks what it received.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -425,6 +426,67 @@ def test_half_the_first_batch_is_the_offered_traces_in_offer_order(
     assert len(measured) == 4
     assert measured[:2] == offered[:2]
     assert not set(offered[2:]) & set(measured)
+
+
+@pytest.mark.parametrize("reserve", [0.25, 1.0])
+def test_the_reserve_is_the_product_paths_to_set(
+    tmp_path: Path, fleet_traces: tuple[str, list[str]], reserve: float
+) -> None:
+    """The same tune as above with `tune_workload(shared_reserve=...)`: at 0.25 only the
+    first offered trace is measured (ceil(4 x 0.25) = 1), at 1.0 all four, in offer order."""
+    from agent.cost_models import COST_MODELS
+    from agent.devices import get_device
+    from agent.search_start import SharedSeeds
+    from agent.store import Store, canonical_json
+    from agent.tuner import tune_workload
+    from agent.workloads import parse_workload
+
+    key, offered = fleet_traces
+    kept = math.ceil(4 * reserve)
+    COST_MODELS["test-seeds-last"] = lambda device, node: _seeds_last(offered)
+    try:
+        with Store(tmp_path / "store.sqlite") as store:
+            tune_workload(
+                parse_workload("matmul:64,64,64"), get_device("sim:t4"), store, trials=4,
+                cost_model="test-seeds-last", population=16, baseline=False, seed=11,
+                shared=SharedSeeds({key: offered}), shared_reserve=reserve,
+            )  # fmt: skip
+            measured = [canonical_json(r.trace) for r in store.records(device="sim:t4")]
+    finally:
+        COST_MODELS.pop("test-seeds-last")
+    assert len(measured) == 4
+    assert measured[:kept] == offered[:kept]
+    assert not set(offered[kept:]) & set(measured)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan")])
+def test_a_reserve_outside_0_1_is_refused(tmp_path: Path, bad: float) -> None:
+    from agent.devices import get_device
+    from agent.search_start import SharedSeeds
+    from agent.store import Store
+    from agent.tuner import tune_workload
+    from agent.workloads import parse_workload
+    from schemas import BadInputError
+
+    with Store(tmp_path / "store.sqlite") as store:
+        with pytest.raises(BadInputError, match=r"\[0, 1\]"):
+            tune_workload(
+                parse_workload("matmul:64,64,64"), get_device("sim:t4"), store, trials=4,
+                shared=SharedSeeds({}), shared_reserve=bad,
+            )  # fmt: skip
+        assert not store.count_records()  # refused before anything was measured
+
+
+@pytest.mark.parametrize("bad", ["1.5", "-1", "half", "0.5,0.5"])
+def test_the_sharing_bench_refuses_a_bad_reserve_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, bad: str
+) -> None:
+    from cli_helpers import one_line_error, run_main
+
+    from bench.federation.sharing_onoff import main
+
+    result = run_main(main, "sharing_onoff", ["--reserve", bad], monkeypatch, capsys)
+    assert "--reserve" in one_line_error("sharing_onoff", *result)
 
 
 def test_the_offered_schedules_a_node_measured_are_counted(
