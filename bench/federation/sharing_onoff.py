@@ -126,14 +126,18 @@ def run(args: argparse.Namespace, save: Any = None) -> dict[str, Any]:
         registry.put_share(node.fingerprint(), share, round_=1)
         print(f"donor {unit}: shared {len(share.schedules)} traces", flush=True)
     rows: list[dict[str, Any]] = []
-    for unit in args.units:
+    offers: dict[str, tuple[Any, Any, list[str]]] = {}
+    for i, unit in enumerate(args.units):
         device = get_device(protocol.device_of(unit))
         newcomer = _node(root, f"new-{unit}", device.name, share=True)
         newcomer.profile(device)
-        registry.upsert_node(newcomer.hello(), 1000 + len(rows))
+        registry.upsert_node(newcomer.hello(), 1000 + i)
         offer = strategy.schedule_offer(newcomer.fingerprint(), arrays, [], 1)
-        sources = sorted({o.source for o in offer.schedules})
-        for workload in args.workloads:
+        offers[unit] = (device, offer, sorted({o.source for o in offer.schedules}))
+    # workloads outermost: a run cut short by the clock has whole workloads, every unit and seed
+    for workload in args.workloads:
+        for unit, (device, offer, sources) in offers.items():
+            newcomer = _node(root, f"new-{unit}", device.name, share=True)
             for budget in args.budgets:
                 for seed in args.seeds:
                     row: dict[str, Any] = {
