@@ -255,13 +255,21 @@ def markdown(result: dict[str, Any], command: str) -> str:
     choice = result.get("choice")
     if choice:
         lines += ["", f"Reserve rule (bench.protocol.SHARED_RESERVE_RULE): {choice}"]
-    for reserve, seen in (result.get("explained") or {}).items():
+    explained = result.get("explained") or {}
+    if explained:
+        command = next(iter(explained.values()))["command"]
         lines += [
             "",
-            f"Read back at reserve {reserve} (`{seen['command']}`): of the {seen['measured']} "
-            f"candidates measured with sharing on, {seen['measured_shared']} were shared "
-            f"traces; the best of a case was a shared trace in {seen['best_was_shared']} of "
-            f"{seen['cases']} cases.",
+            f"Read back from the run's stores (`{command}`), sharing on:",
+            "",
+            "| reserve | cases | candidates measured | of them shared traces | cases whose best "
+            "was a shared trace |",
+            "|---|---|---|---|---|",
+            *(
+                f"| {reserve} | {seen['cases']} | {seen['measured']} | "
+                f"{seen['measured_shared']} | {seen['best_was_shared']} |"
+                for reserve, seen in explained.items()
+            ),
         ]
     spread = result.get("spread")
     if spread:
