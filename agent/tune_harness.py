@@ -83,7 +83,10 @@ def seeded(strategy: Any, seeds: Sequence[Any], reserve: float | None = None) ->
 # cost model: the search's own candidates were chosen to maximise that model's score, so a
 # trace it did not generate ranks below them (the demo's newcomer measured 0-1 of 8 offered,
 # Spearman(score, speed) -0.106); the sharing units measured these, the model only guessed.
-SHARED_RESERVE = 0.5
+# Why 0.25: chosen on validation units by bench.protocol.SHARED_RESERVE_RULE over 0.25/0.5/1.0
+# (docs/results/sharing_onoff.md: pooled geomean off/on 1.114 at 0.25, 1.076 at 0.5, 0.815
+# at 1.0; intervals overlap, and no interval excludes 1 for 0.25 or 0.5).
+SHARED_RESERVE = 0.25
 
 
 def check_reserve(reserve: float) -> float:

@@ -160,8 +160,8 @@ def _run_search(
     `warm_start_seeds`). `shared`: the most similar units' schedules the federation offered
     (schedule sharing, opt-in): per task, they join the candidates the cost model ranks
     before the first measurement, in fast mode (seeds of its model-only search, as
-    `warm_start`) and in MetaSchedule's evolutionary search (half its first batch in offer
-    order, `shared_reserve` of it, default `SHARED_RESERVE`; the rest ranked with its own
+    `warm_start`) and in MetaSchedule's evolutionary search (`shared_reserve` of its first
+    batch in offer order, default `SHARED_RESERVE`; the rest ranked with its own
     candidates); `shared.used` and `shared.skipped` count them.
     """
     check_reserve(shared_reserve)

@@ -284,16 +284,19 @@ def markdown(result: dict[str, Any], command: str) -> str:
     return "\n".join(lines + [""])
 
 
+# The rule's "current 0.5" (SHARED_RESERVE when the rule was written), fixed here so that a
+# report read back after the choice still applies the same rule.
+RULE_INCUMBENT = 0.5
+
+
 def choose(summary: dict[str, dict[str, Any]]) -> str | None:
     """bench.protocol.SHARED_RESERVE_RULE applied to `summary` (by reserve, then budget);
     None when the run lacks the current reserve or a pooled ("all") figure."""
-    from agent.tune_harness import SHARED_RESERVE
-
-    current = str(SHARED_RESERVE)
+    current = str(RULE_INCUMBENT)
     pooled = {r: s["all"]["geomean_off_over_on"] for r, s in summary.items() if "all" in s}
     if current not in pooled or len(pooled) < 2:
         return None
-    best = max(pooled, key=lambda r: (pooled[r], -abs(float(r) - SHARED_RESERVE)))
+    best = max(pooled, key=lambda r: (pooled[r], -abs(float(r) - RULE_INCUMBENT)))
     if best != current and pooled[best] > pooled[current] + protocol.SHARED_RESERVE_MARGIN:
         return (
             f"reserve {best} (pooled geomean off/on {pooled[best]:.3f}) beats the current "
