@@ -72,24 +72,35 @@ def evolutionary(
     )
 
 
-def seeded(strategy: Any, seeds: Sequence[Any]) -> Any:
+def seeded(strategy: Any, seeds: Sequence[Any], reserve: float | None = None) -> Any:
     """`strategy` with `seeds` (traces of known-good schedules, e.g. the most similar units'
-    shared ones, in the order offered) put into its first batch (`SeededSearch`); the
-    strategy itself when there are none."""
-    return SeededSearch(strategy, list(seeds)) if seeds else strategy
+    shared ones, in the order offered) put into its first batch (`SeededSearch`, `reserve`
+    of it in offer order); the strategy itself when there are none."""
+    return SeededSearch(strategy, list(seeds), reserve) if seeds else strategy
 
 
 # Share of the first batch kept for the seeds, taken in offer order. Why not rank them by the
 # cost model: the search's own candidates were chosen to maximise that model's score, so a
 # trace it did not generate ranks below them (the demo's newcomer measured 0-1 of 8 offered,
 # Spearman(score, speed) -0.106); the sharing units measured these, the model only guessed.
-SHARED_RESERVE = 0.5
+# Why 0.25: chosen on validation units by bench.protocol.SHARED_RESERVE_RULE over 0.25/0.5/1.0
+# (docs/results/sharing_onoff.md: pooled geomean off/on 1.114 at 0.25, 1.076 at 0.5, 0.815
+# at 1.0; intervals overlap, and no interval excludes 1 for 0.25 or 0.5).
+SHARED_RESERVE = 0.25
 
 
-def shared_reserve(applicable: int, batch: int) -> int:
+def check_reserve(reserve: float) -> float:
+    """`reserve` if it is a share of a batch (in [0, 1]); BadInputError otherwise."""
+    if not 0.0 <= reserve <= 1.0:  # also catches NaN
+        raise BadInputError(f"the shared reserve must be in [0, 1], got {reserve}")
+    return reserve
+
+
+def shared_reserve(applicable: int, batch: int, reserve: float | None = None) -> int:
     """How many of the first batch's `batch` slots go to seeds in offer order:
-    min(`applicable`, ceil(`batch` x SHARED_RESERVE))."""
-    return min(applicable, math.ceil(batch * SHARED_RESERVE))
+    min(`applicable`, ceil(`batch` x `reserve`)), `reserve` SHARED_RESERVE unless given."""
+    share = SHARED_RESERVE if reserve is None else check_reserve(reserve)
+    return min(applicable, math.ceil(batch * share))
 
 
 @functools.cache
@@ -104,15 +115,17 @@ def _seeded_search_class() -> type:
         """MetaSchedule's search with seed traces put into its first batch.
 
         Of the first batch's slots, `shared_reserve` (min(applicable seeds,
-        ceil(batch x SHARED_RESERVE))) go to the seeds in the order given (the offer's: the
-        most similar unit's best first); the rest are the best of the remaining seeds and the
-        inner search's batch by the cost model (ties keep the seeds first; no cost model: in
-        that order). A seed that does not apply is left out; one the search proposed too is
-        measured once (in the seed's place). Later batches are the inner search's."""
+        ceil(batch x reserve)), reserve SHARED_RESERVE unless given) go to the seeds in the
+        order given (the offer's: the most similar unit's best first); the rest are the best
+        of the remaining seeds and the inner search's batch by the cost model (ties keep the
+        seeds first; no cost model: in that order). A seed that does not apply is left out;
+        one the search proposed too is measured once (in the seed's place). Later batches are
+        the inner search's."""
 
-        def __init__(self, inner: Any, seeds: list[Any]) -> None:
+        def __init__(self, inner: Any, seeds: list[Any], reserve: float | None = None) -> None:
             super().__init__(inner)
             self.seeds = seeds
+            self.reserve = reserve
             self.first = True
 
         def pre_tuning(self, *args: Any, **kwargs: Any) -> None:
@@ -144,7 +157,7 @@ def _seeded_search_class() -> type:
             # one the search proposed too is measured once, as the seed (its reserved place)
             own = [c for c in batch if tvm_ffi.structural_hash(c.sch.mod) not in seen]
             size = len(batch)
-            reserved = seeds[: shared_reserve(len(seeds), size)]
+            reserved = seeds[: shared_reserve(len(seeds), size, self.reserve)]
             pool = [*seeds[len(reserved) :], *own]
             rest = size - len(reserved)
             if self.cost_model is None or not seeds or rest <= 0:
@@ -154,15 +167,16 @@ def _seeded_search_class() -> type:
             return [*reserved, *(pool[i] for i in order[:rest])]
 
         def clone(self) -> Any:
-            return _SeededSearch(self.inner.clone(), self.seeds)
+            return _SeededSearch(self.inner.clone(), self.seeds, self.reserve)
 
     return _SeededSearch
 
 
-def SeededSearch(inner: Any, seeds: list[Any]) -> Any:  # noqa: N802 - a class, made lazily
-    """A search strategy: `inner` with `seeds` put into its first batch, part reserved in
-    their order, the rest ranked (TVM is imported only when one is made)."""
-    return _seeded_search_class()(inner, seeds)
+def SeededSearch(inner: Any, seeds: list[Any], reserve: float | None = None) -> Any:  # noqa: N802 - a class, made lazily
+    """A search strategy: `inner` with `seeds` put into its first batch, `reserve` of it
+    (default SHARED_RESERVE) in their order, the rest ranked (TVM is imported only when one
+    is made)."""
+    return _seeded_search_class()(inner, seeds, reserve)
 
 
 # Fast mode with the online gate: the device measures the model's picks in batches of this

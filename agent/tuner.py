@@ -26,7 +26,9 @@ from agent.progress import ProgressCallback
 from agent.search_start import SharedSeeds, observe_stored, warm_start_seeds
 from agent.task_selection import TaskChoice, select_tasks
 from agent.tune_harness import (
+    SHARED_RESERVE,
     TuneTask,
+    check_reserve,
     evolutionary,
     model_picks,
     run_tasks,
@@ -146,6 +148,7 @@ def _run_search(
     model_rounds: int = 0,
     warm_start: Path | None = None,
     shared: SharedSeeds | None = None,
+    shared_reserve: float = SHARED_RESERVE,
 ) -> tuple[ms.database.Database, list[int], float, float | None, ModelUsed]:
     """Run MetaSchedule over `tasks`.
 
@@ -157,10 +160,11 @@ def _run_search(
     `warm_start_seeds`). `shared`: the most similar units' schedules the federation offered
     (schedule sharing, opt-in): per task, they join the candidates the cost model ranks
     before the first measurement, in fast mode (seeds of its model-only search, as
-    `warm_start`) and in MetaSchedule's evolutionary search (half its first batch in offer
-    order, `SHARED_RESERVE`; the rest ranked with its own candidates);
-    `shared.used` and `shared.skipped` count them.
+    `warm_start`) and in MetaSchedule's evolutionary search (`shared_reserve` of its first
+    batch in offer order, default `SHARED_RESERVE`; the rest ranked with its own
+    candidates); `shared.used` and `shared.skipped` count them.
     """
+    check_reserve(shared_reserve)
     import tvm
 
     population = search_population(trials_per_task, population)
@@ -192,7 +196,7 @@ def _run_search(
                          population=population, seed=seed or 0,
                          seeds=seeds[i] if seeds else ()) for i, t in enumerate(tasks)]
             if model_rounds > 0
-            else [seeded(evolutionary(population), seeds[i] if seeds else ())
+            else [seeded(evolutionary(population), seeds[i] if seeds else (), shared_reserve)
                   for i in range(len(tasks))]
         )  # fmt: skip
     except SimoeError:
@@ -317,11 +321,12 @@ def tune_workload(
     model_rounds: int = 0,
     warm_start: Path | None = None,
     shared: SharedSeeds | None = None,
+    shared_reserve: float = SHARED_RESERVE,
 ) -> TuneResult:
     """Tune one operator for `trials` candidates; every measurement goes to `store`.
 
-    `model_rounds` > 0: fast mode; `shared`: the federation's shared schedules (see
-    `_run_search`)."""
+    `model_rounds` > 0: fast mode; `shared`: the federation's shared schedules and
+    `shared_reserve` the share of the first batch kept for them (see `_run_search`)."""
     from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
 
     if trials < 1:
@@ -335,7 +340,7 @@ def tune_workload(
         [task], device, store, trials_per_task=trials, cost_model=cost_model,
         node=node, progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
         log_level=log_level, population=population, model_rounds=model_rounds,
-        warm_start=warm_start, shared=shared,
+        warm_start=warm_start, shared=shared, shared_reserve=shared_reserve,
     )  # fmt: skip
     result = _task_result(task, database, device, counts[0], baseline=baseline, repeat=repeat)
     return TuneResult(
@@ -376,6 +381,7 @@ def tune_network(
     choice: TaskChoice | None = None,
     warm_start: Path | None = None,
     shared: SharedSeeds | None = None,
+    shared_reserve: float = SHARED_RESERVE,
 ) -> TuneResult:
     """Tune a network's tasks, compile it from the store's best schedules and check it.
 
@@ -406,7 +412,7 @@ def tune_network(
         tasks, device, store, trials_per_task=trials_per_task, cost_model=cost_model,
         node=node, progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
         log_level=log_level, population=population, model_rounds=model_rounds,
-        warm_start=warm_start, shared=shared,
+        warm_start=warm_start, shared=shared, shared_reserve=shared_reserve,
     )  # fmt: skip
     stage(f"{network.name}: measuring the best and the untuned schedules")
     results = [

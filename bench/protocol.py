@@ -180,6 +180,23 @@ SHARING_RULE = (
     "protocol_choices.json) at SHARING_BUDGETS, seeds 0-2. Every grid point's validation "
     "result is reported."
 )
+# The product's shared-schedule reserve (agent.tune_harness.SHARED_RESERVE: the share of the
+# first batch kept for the federation's offered traces, in offer order), through the product's
+# own path (bench/federation/sharing_onoff.py --reserve).
+# Written before any run of it (2026-12-02 03:36 UTC):
+SHARED_RESERVE_GRID: tuple[float, ...] = (0.25, 0.5, 1.0)
+SHARED_RESERVE_MARGIN = 0.02  # geomean off/on; single tunes differ run to run by 0.35-3.7x
+SHARED_RESERVE_RULE = (
+    "The reserve is the point of SHARED_RESERVE_GRID with the highest geometric mean of "
+    "off/on (best latency with sharing off over with sharing on at that reserve) over every "
+    "VALIDATION case of one run of `python -m bench.federation.sharing_onoff --reserve "
+    "0.25,0.5,1 --budgets 4,8`: all validation units, the default workloads (fewer only if "
+    "the clock forces it, said in the report), seeds 0-2, budgets 4 and 8 pooled, every "
+    "(unit, workload, budget, seed) weighing equally, against the same sharing-off tunes. "
+    "The current 0.5 stays unless that point's geomean exceeds 0.5's by more than "
+    "SHARED_RESERVE_MARGIN (0.02); ties go to the point nearer 0.5. Every point's result is "
+    "reported, per budget, with its interval clustered by GPU model."
+)
 RULE = (
     "Every hyperparameter, epoch count, threshold and design choice is made on the "
     "validation units; the test units are scored once, by one command, at the end; "

@@ -8,15 +8,17 @@ the tuner ranks what it received.
 - an opted-in node gets the most similar units' traces for the workloads it asked about,
   labelled by similarity rank only; a malformed share is rejected in one line and the
   round goes on;
-- the tuner puts the received traces into its first batch: half of it (SHARED_RESERVE) in
-  offer order, even when the cost model ranks them below all its own candidates, the rest
-  ranked by the model (fast mode: the model ranks them all, so at budget 1 the shared
-  trace is measured when it ranks first); a trace that does not apply is counted, skipped.
+- the tuner puts the received traces into its first batch: a quarter of it (SHARED_RESERVE,
+  chosen on validation; `shared_reserve` sets it) in offer order, even when the cost model
+  ranks them below all its own candidates, the rest ranked by the model (fast mode: the
+  model ranks them all, so at budget 1 the shared trace is measured when it ranks first);
+  a trace that does not apply is counted, skipped.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -394,12 +396,12 @@ def _seeds_last(seeds: list[str]) -> object:
     return _trace_scorer(lambda trace: -1.0 if trace in seeds else 0.0)
 
 
-def test_half_the_first_batch_is_the_offered_traces_in_offer_order(
+def test_a_quarter_of_the_first_batch_is_the_offered_traces_in_offer_order(
     tmp_path: Path, fleet_traces: tuple[str, list[str]]
 ) -> None:
     """Budget 4 (one batch of 4), 4 offered traces the cost model scores below all the
-    search's own: the first ceil(4 x 0.5) = 2 offered are measured first, in offer order,
-    and the other 2 are not (the rest of the batch is the model's best)."""
+    search's own: the first ceil(4 x 0.25) = 1 offered is measured, and the other 3 are not
+    (the rest of the batch is the model's best)."""
     from agent.cost_models import COST_MODELS
     from agent.devices import get_device
     from agent.search_start import SharedSeeds
@@ -408,7 +410,8 @@ def test_half_the_first_batch_is_the_offered_traces_in_offer_order(
     from agent.tuner import tune_workload
     from agent.workloads import parse_workload
 
-    assert SHARED_RESERVE == 0.5 and shared_reserve(4, 4) == 2 and shared_reserve(1, 8) == 1
+    assert SHARED_RESERVE == 0.25 and shared_reserve(4, 4) == 1 and shared_reserve(1, 8) == 1
+    assert shared_reserve(9, 8) == 2 and shared_reserve(9, 8, 0.5) == 4
     key, offered = fleet_traces
     COST_MODELS["test-seeds-last"] = lambda device, node: _seeds_last(offered)
     try:
@@ -423,8 +426,70 @@ def test_half_the_first_batch_is_the_offered_traces_in_offer_order(
         COST_MODELS.pop("test-seeds-last")
     assert result.shared_schedules == 4
     assert len(measured) == 4
-    assert measured[:2] == offered[:2]
-    assert not set(offered[2:]) & set(measured)
+    assert measured[:1] == offered[:1]
+    assert not set(offered[1:]) & set(measured)
+
+
+@pytest.mark.parametrize("reserve", [0.5, 1.0])
+def test_the_reserve_is_the_product_paths_to_set(
+    tmp_path: Path, fleet_traces: tuple[str, list[str]], reserve: float
+) -> None:
+    """The same tune as above with `tune_workload(shared_reserve=...)`: at 0.5 only the
+    first two offered traces are measured (ceil(4 x 0.5) = 2), at 1.0 all four, in offer
+    order."""
+    from agent.cost_models import COST_MODELS
+    from agent.devices import get_device
+    from agent.search_start import SharedSeeds
+    from agent.store import Store, canonical_json
+    from agent.tuner import tune_workload
+    from agent.workloads import parse_workload
+
+    key, offered = fleet_traces
+    kept = math.ceil(4 * reserve)
+    COST_MODELS["test-seeds-last"] = lambda device, node: _seeds_last(offered)
+    try:
+        with Store(tmp_path / "store.sqlite") as store:
+            tune_workload(
+                parse_workload("matmul:64,64,64"), get_device("sim:t4"), store, trials=4,
+                cost_model="test-seeds-last", population=16, baseline=False, seed=11,
+                shared=SharedSeeds({key: offered}), shared_reserve=reserve,
+            )  # fmt: skip
+            measured = [canonical_json(r.trace) for r in store.records(device="sim:t4")]
+    finally:
+        COST_MODELS.pop("test-seeds-last")
+    assert len(measured) == 4
+    assert measured[:kept] == offered[:kept]
+    assert not set(offered[kept:]) & set(measured)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan")])
+def test_a_reserve_outside_0_1_is_refused(tmp_path: Path, bad: float) -> None:
+    from agent.devices import get_device
+    from agent.search_start import SharedSeeds
+    from agent.store import Store
+    from agent.tuner import tune_workload
+    from agent.workloads import parse_workload
+    from schemas import BadInputError
+
+    with Store(tmp_path / "store.sqlite") as store:
+        with pytest.raises(BadInputError, match=r"\[0, 1\]"):
+            tune_workload(
+                parse_workload("matmul:64,64,64"), get_device("sim:t4"), store, trials=4,
+                shared=SharedSeeds({}), shared_reserve=bad,
+            )  # fmt: skip
+        assert not store.count_records()  # refused before anything was measured
+
+
+@pytest.mark.parametrize("bad", ["1.5", "-1", "half", "0.5,0.5"])
+def test_the_sharing_bench_refuses_a_bad_reserve_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, bad: str
+) -> None:
+    from cli_helpers import one_line_error, run_main
+
+    from bench.federation.sharing_onoff import main
+
+    result = run_main(main, "sharing_onoff", ["--reserve", bad], monkeypatch, capsys)
+    assert "--reserve" in one_line_error("sharing_onoff", *result)
 
 
 def test_the_offered_schedules_a_node_measured_are_counted(

@@ -2,6 +2,7 @@
 
     python -m bench.federation.sharing_onoff                 # defaults below; writes docs/results/
     python -m bench.federation.sharing_onoff --units t4-cool,l4-u1 --seeds 0 --budgets 4   # smaller
+    python -m bench.federation.sharing_onoff --reserve 0.25,0.5,1   # sharing on at 3 reserves
 
 Donors (training units of the protocol, `--donors`) each tune every workload with
 MetaSchedule's XGB at `--donor-trials` into their own node store, opt in to schedule
@@ -17,6 +18,11 @@ Validation units only (bench/protocol.py): this is a design check, not the test 
 Simulated: every latency is the simulator's model of the unit (`sim:<unit>`), labelled so,
 never a measurement. Each tune re-measures its best schedule the same way
 (`best_measured_during_tuning_s`); the ratio off/on > 1 means sharing found faster.
+
+`--reserve R[,R2..]`: sharing on is tuned once per reserve (the share of the first batch kept
+for the offered traces in offer order, `tune_workload(shared_reserve=...)`), each against the
+same sharing-off tune, donors, offer, seeds and newcomers; the choice among them follows
+bench.protocol.SHARED_RESERVE_RULE.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ def _node(root: Path, name: str, device: str, share: bool) -> Any:
 
 
 def _tune(node: Any, device: Any, workload: str, trials: int, cost_model: str, seed: int,
-          shared: Any = None) -> dict[str, Any]:  # fmt: skip
+          shared: Any = None, reserve: float | None = None) -> dict[str, Any]:  # fmt: skip
     from agent.tuner import tune_workload
     from agent.workloads import parse_workload
 
@@ -58,6 +64,7 @@ def _tune(node: Any, device: Any, workload: str, trials: int, cost_model: str, s
         result = tune_workload(
             parse_workload(workload), device, store, trials=trials, cost_model=cost_model,
             node=node, seed=seed, baseline=False, shared=shared,
+            **({} if reserve is None else {"shared_reserve": reserve}),
         )  # fmt: skip
     task = result.tasks[0]
     return {
@@ -66,6 +73,23 @@ def _tune(node: Any, device: Any, workload: str, trials: int, cost_model: str, s
         "shared_schedules": result.shared_schedules,
         "shared_skipped": result.shared_skipped,
     }
+
+
+def _on_dir(reserve: float, seed: int, budget: int) -> str:
+    return f"on-r{reserve:g}-{seed}-{budget}"
+
+
+def parse_reserves(text: str) -> list[float]:
+    """`--reserve`'s comma-separated shares of the first batch, each in [0, 1]; ValueError
+    (one line) otherwise."""
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--reserve takes numbers in [0, 1], got {text!r}") from None
+    bad = [v for v in values if not 0.0 <= v <= 1.0]
+    if bad or len(set(values)) != len(values):
+        raise ValueError(f"--reserve takes distinct numbers in [0, 1], got {text!r}")
+    return values
 
 
 def run(args: argparse.Namespace, save: Any = None) -> dict[str, Any]:
@@ -102,27 +126,36 @@ def run(args: argparse.Namespace, save: Any = None) -> dict[str, Any]:
         registry.put_share(node.fingerprint(), share, round_=1)
         print(f"donor {unit}: shared {len(share.schedules)} traces", flush=True)
     rows: list[dict[str, Any]] = []
-    for unit in args.units:
+    offers: dict[str, tuple[Any, Any, list[str]]] = {}
+    for i, unit in enumerate(args.units):
         device = get_device(protocol.device_of(unit))
         newcomer = _node(root, f"new-{unit}", device.name, share=True)
         newcomer.profile(device)
-        registry.upsert_node(newcomer.hello(), 1000 + len(rows))
+        registry.upsert_node(newcomer.hello(), 1000 + i)
         offer = strategy.schedule_offer(newcomer.fingerprint(), arrays, [], 1)
-        sources = sorted({o.source for o in offer.schedules})
-        for workload in args.workloads:
+        offers[unit] = (device, offer, sorted({o.source for o in offer.schedules}))
+    # workloads outermost: a run cut short by the clock has whole workloads, every unit and seed
+    for workload in args.workloads:
+        for unit, (device, offer, sources) in offers.items():
+            newcomer = _node(root, f"new-{unit}", device.name, share=True)
             for budget in args.budgets:
                 for seed in args.seeds:
                     row: dict[str, Any] = {
                         "unit": unit, "workload": workload, "budget": budget, "seed": seed,
                         "offered_sources": sources,
                     }  # fmt: skip
-                    for mode in ("off", "on"):
-                        scratch = _node(root / f"{mode}-{seed}-{budget}", unit, device.name, False)
+                    scratch = _node(root / f"off-{seed}-{budget}", unit, device.name, False)
+                    scratch.save_profile(newcomer.profile(device))
+                    row["off"] = _tune(scratch, device, workload, budget, "simoe", seed)
+                    row["on"] = {}  # by reserve: the same offer, seed and newcomer
+                    for reserve in args.reserve:
+                        scratch = _node(root / _on_dir(reserve, seed, budget), unit, device.name,
+                                        False)  # fmt: skip
                         scratch.save_profile(newcomer.profile(device))
-                        shared = SharedSeeds(offer.by_workload()) if mode == "on" else None
-                        row[mode] = _tune(
-                            scratch, device, workload, budget, "simoe", seed, shared=shared
-                        )
+                        row["on"][str(reserve)] = _tune(
+                            scratch, device, workload, budget, "simoe", seed,
+                            shared=SharedSeeds(offer.by_workload()), reserve=reserve,
+                        )  # fmt: skip
                     rows.append(row)
                     print(json.dumps(row), flush=True)
                     if save is not None:  # a partial run still leaves its report
@@ -130,17 +163,30 @@ def run(args: argparse.Namespace, save: Any = None) -> dict[str, Any]:
     return {"donors": donors, "rows": rows}
 
 
-def summarise(rows: list[dict[str, Any]], budgets: list[int]) -> dict[str, Any]:
-    """Per budget: geometric mean of off/on best latency and a bootstrap interval that
-    resamples GPU models (units of one model rank alike), 2000 draws, seed 0."""
+def _on(row: dict[str, Any], reserve: str) -> dict[str, Any] | None:
+    """The sharing-on tune of `row` at `reserve` (a run before `--reserve`: its one "on")."""
+    on = row["on"]
+    if "best_s" in on:
+        return on if reserve == "0.5" else None
+    return on.get(reserve)
+
+
+def summarise(
+    rows: list[dict[str, Any]], budgets: list[int], reserve: str = "0.5"
+) -> dict[str, Any]:
+    """Per budget, sharing on at `reserve` against off: geometric mean of off/on best
+    latency and a bootstrap interval that resamples GPU models (units of one model rank
+    alike), 2000 draws, seed 0; "all": every budget's cases pooled (the reserve rule's)."""
     out: dict[str, Any] = {}
     model_of = {u: u.split("-")[0] for u in {r["unit"] for r in rows}}
-    for budget in budgets:
+    groups = {str(b): {b} for b in budgets} | ({"all": set(budgets)} if len(budgets) > 1 else {})
+    for label, group in groups.items():
         ratios: dict[str, list[float]] = {}
         for r in rows:
-            if r["budget"] != budget or not (r["off"]["best_s"] and r["on"]["best_s"]):
+            on = _on(r, reserve)
+            if r["budget"] not in group or not (on and r["off"]["best_s"] and on["best_s"]):
                 continue
-            ratio = math.log(r["off"]["best_s"] / r["on"]["best_s"])
+            ratio = math.log(r["off"]["best_s"] / on["best_s"])
             ratios.setdefault(model_of[r["unit"]], []).append(ratio)
         if not ratios:
             continue
@@ -151,7 +197,7 @@ def summarise(rows: list[dict[str, Any]], budgets: list[int]) -> dict[str, Any]:
             pick = rng.choice(len(models), size=len(models), replace=True)
             draws.append(np.mean([x for i in pick for x in ratios[models[i]]]))
         every = [x for m in models for x in ratios[m]]
-        out[str(budget)] = {
+        out[label] = {
             "cases": len(every),
             "geomean_off_over_on": float(np.exp(np.mean(every))),
             "interval_95": [
@@ -181,31 +227,49 @@ def markdown(result: dict[str, Any], command: str) -> str:
         "",
         f"Donors: {', '.join(result['args']['donors'])} (XGB, "
         f"{result['args']['donor_trials']} trials per workload). Workloads: "
-        f"{', '.join(result['args']['workloads'])}. Seeds: {result['args']['seeds']}.",
+        f"{', '.join(result['args']['workloads'])}. Seeds: {result['args']['seeds']}. "
+        f"Sharing on at reserve {', '.join(str(r) for r in result['args']['reserve'])} (share "
+        "of the first batch kept for the offered traces in offer order), each against the same "
+        "sharing-off tunes.",
         "",
-        "| budget | cases | geomean off/on | 95% interval (by model) | on faster | off faster "
-        "| verdict |",
-        "|---|---|---|---|---|---|---|",
+        "| reserve | budget | cases | geomean off/on | 95% interval (by model) | on faster "
+        "| off faster | verdict |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for budget, s in result["summary"].items():
-        lo, hi = s["interval_95"]
-        verdict = "sharing faster" if lo > 1 else "sharing slower" if hi < 1 else "no effect shown"
-        lines.append(
-            f"| {budget} | {s['cases']} | {s['geomean_off_over_on']:.3f} | "
-            f"[{lo:.3f}, {hi:.3f}] | {s['on_faster']} | {s['off_faster']} | {verdict} |"
-        )
+    for reserve, summary in result["summary"].items():
+        for budget, s in summary.items():
+            lo, hi = s["interval_95"]
+            verdict = (
+                "sharing faster" if lo > 1 else "sharing slower" if hi < 1 else "no effect shown"
+            )
+            lines.append(
+                f"| {reserve} | {budget} | {s['cases']} | {s['geomean_off_over_on']:.3f} | "
+                f"[{lo:.3f}, {hi:.3f}] | {s['on_faster']} | {s['off_faster']} | {verdict} |"
+            )
     lines += [
         "",
-        "off/on > 1: with sharing the tune's best schedule was faster. Per case (unit, "
-        "workload, budget, seed): `sharing_onoff.json` beside this file.",
+        'off/on > 1: with sharing the tune\'s best schedule was faster; budget "all": every '
+        "budget's cases pooled. Per case (unit, workload, budget, seed): `sharing_onoff.json` "
+        "beside this file.",
     ]
-    seen = result.get("explained")
-    if seen:
+    choice = result.get("choice")
+    if choice:
+        lines += ["", f"Reserve rule (bench.protocol.SHARED_RESERVE_RULE): {choice}"]
+    explained = result.get("explained") or {}
+    if explained:
+        command = next(iter(explained.values()))["command"]
         lines += [
             "",
-            f"Read back (`{seen['command']}`): of the {seen['measured']} candidates measured "
-            f"with sharing on, {seen['measured_shared']} were shared traces; the best of a "
-            f"case was a shared trace in {seen['best_was_shared']} of {seen['cases']} cases.",
+            f"Read back from the run's stores (`{command}`), sharing on:",
+            "",
+            "| reserve | cases | candidates measured | of them shared traces | cases whose best "
+            "was a shared trace |",
+            "|---|---|---|---|---|",
+            *(
+                f"| {reserve} | {seen['cases']} | {seen['measured']} | "
+                f"{seen['measured_shared']} | {seen['best_was_shared']} |"
+                for reserve, seen in explained.items()
+            ),
         ]
     spread = result.get("spread")
     if spread:
@@ -220,9 +284,35 @@ def markdown(result: dict[str, Any], command: str) -> str:
     return "\n".join(lines + [""])
 
 
-def explain(work: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """For each case with sharing on: how many of the measured candidates were shared
-    traces, and whether the best was one (read back from the scratch stores and the
+# The rule's "current 0.5" (SHARED_RESERVE when the rule was written), fixed here so that a
+# report read back after the choice still applies the same rule.
+RULE_INCUMBENT = 0.5
+
+
+def choose(summary: dict[str, dict[str, Any]]) -> str | None:
+    """bench.protocol.SHARED_RESERVE_RULE applied to `summary` (by reserve, then budget);
+    None when the run lacks the current reserve or a pooled ("all") figure."""
+    current = str(RULE_INCUMBENT)
+    pooled = {r: s["all"]["geomean_off_over_on"] for r, s in summary.items() if "all" in s}
+    if current not in pooled or len(pooled) < 2:
+        return None
+    best = max(pooled, key=lambda r: (pooled[r], -abs(float(r) - RULE_INCUMBENT)))
+    if best != current and pooled[best] > pooled[current] + protocol.SHARED_RESERVE_MARGIN:
+        return (
+            f"reserve {best} (pooled geomean off/on {pooled[best]:.3f}) beats the current "
+            f"{current} ({pooled[current]:.3f}) by more than "
+            f"{protocol.SHARED_RESERVE_MARGIN}: {best} is chosen."
+        )
+    return (
+        f"the best pooled geomean off/on is reserve {best} ({pooled[best]:.3f}); the current "
+        f"{current} ({pooled[current]:.3f}) is not beaten by more than "
+        f"{protocol.SHARED_RESERVE_MARGIN}: {current} stays."
+    )
+
+
+def explain(work: Path, rows: list[dict[str, Any]], reserve: float) -> dict[str, Any]:
+    """For each case with sharing on at `reserve`: how many of the measured candidates were
+    shared traces, and whether the best was one (read back from the scratch stores and the
     registry of `work`)."""
     from agent.store import Store, canonical_json
     from server.registry import Registry
@@ -234,7 +324,7 @@ def explain(work: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
                 shared.setdefault(workload, set()).update(traces)
     measured = shared_measured = best_shared = cases = 0
     for r in rows:
-        path = work / f"on-{r['seed']}-{r['budget']}" / r["unit"] / "store.sqlite"
+        path = work / _on_dir(reserve, r["seed"], r["budget"]) / r["unit"] / "store.sqlite"
         if not path.exists():
             continue
         with Store(path) as store:
@@ -280,6 +370,10 @@ def main() -> None:
     parser.add_argument("--donors", default=",".join(DONORS))
     parser.add_argument("--workloads", default=";".join(WORKLOADS), help="';'-separated")
     parser.add_argument("--budgets", default="4")
+    parser.add_argument(
+        "--reserve", default="0.5", help="share(s) of the first batch kept for the offer, e.g. "
+        "0.25,0.5,1 (each in [0, 1])",
+    )  # fmt: skip
     parser.add_argument("--seeds", default=",".join(str(s) for s in protocol.SEEDS))
     parser.add_argument("--donor-trials", type=int, default=32)
     parser.add_argument("--work", type=Path, default=Path("runs/sharing_onoff"))
@@ -291,6 +385,10 @@ def main() -> None:
         "--against", type=Path, help="with --explain: another run's JSON, for the spread"
     )
     args = parser.parse_args()
+    try:
+        args.reserve = parse_reserves(args.reserve)
+    except ValueError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
     if args.explain:
         import sys
 
@@ -299,7 +397,11 @@ def main() -> None:
         if "command" not in result:  # a run written before the JSON kept it: the report has it
             report = (args.out / "sharing_onoff.md").read_text()
             result["command"] = report.split("Command: `", 1)[1].split("`", 1)[0]
-        result["explained"] = explain(args.work, result["rows"]) | {"command": command}
+        result["explained"] = {
+            str(r): explain(args.work, result["rows"], r) | {"command": command}
+            for r in result["args"]["reserve"]
+        }
+        result["choice"] = choose(result["summary"])
         if args.against is not None:
             other = json.loads(args.against.read_text())["rows"]
             result["spread"] = spread(result["rows"], other) | {"command": command}
@@ -330,7 +432,10 @@ def main() -> None:
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         result["wall_s"] = time.perf_counter() - started
         result["cpu_s"] = usage.ru_utime + usage.ru_stime + children.ru_utime + children.ru_stime
-        result["summary"] = summarise(result["rows"], args.budgets)
+        result["summary"] = {
+            str(r): summarise(result["rows"], args.budgets, str(r)) for r in args.reserve
+        }
+        result["choice"] = choose(result["summary"])
         result["partial"] = partial
         result["args"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
         result["command"] = command
