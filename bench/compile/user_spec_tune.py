@@ -12,7 +12,8 @@ rule kept (`kept`) and the candidates measured. Methods, as the docs show them:
 
 - simoe-fast: `--cost-model simoe --model-rounds 5` (the shipped starter model, fast mode);
 - ms-xgb: `--cost-model xgb` (MetaSchedule's default; at 32 trials or fewer it is one
-  search with XGB's warm-up of 100 not reached, so XGB never ranks a candidate).
+  search with XGB's warm-up of 100 not reached, so XGB never ranks a candidate);
+- simoe (on request): `--cost-model simoe`, SiMoE scoring MetaSchedule's own search.
 
 Rows are written after every call; a rerun keeps the finished ones (same command).
 """
@@ -40,7 +41,10 @@ OPS_FILE = INPUTS / "outside_ops.py"
 METHODS = {
     "simoe-fast": ["--cost-model", "simoe", "--model-rounds", "5"],
     "ms-xgb": ["--cost-model", "xgb"],
+    # on request (--methods): SiMoE scoring MetaSchedule's own search, no fast mode
+    "simoe": ["--cost-model", "simoe"],
 }
+DEFAULT_METHODS = ["simoe-fast", "ms-xgb"]
 TRIALS = [8, 16, 32]
 CALL_TIMEOUT_S = 1800
 
@@ -133,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("bench/reports/user_spec"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ops", default=",".join(OPS), help="factories of outside_ops.py")
-    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument(
+        "--methods", default=",".join(DEFAULT_METHODS), help=f"of {', '.join(METHODS)}"
+    )
     parser.add_argument("--trials", default=",".join(map(str, TRIALS)))
     parser.add_argument("--gpus", default=",".join(map(str, GPUS)), help="spec files")
     parser.add_argument("--work", type=Path, default=Path(".simoe") / "user-spec-work")
