@@ -320,7 +320,9 @@ def markdown(report: BeatsDefaultReport) -> str:
                 + ". Sources: "
                 + "; ".join(f"`{s}`" for s in report.user_spec_sources)
                 + ". simoe-fast = "
-                "`--cost-model simoe --model-rounds 5` (the shipped starter model); ms-xgb = "
+                "`--cost-model simoe --model-rounds 5` (the shipped starter model, fast mode); "
+                "simoe (where run) = `--cost-model simoe`, the same model scoring "
+                "MetaSchedule's own search; ms-xgb = "
                 "`--cost-model xgb`, MetaSchedule's default: one search of the trials with "
                 "XGB's warm-up of 100 not reached, so XGB never ranked a candidate. "
                 '"No candidate measured": the CLI\'s search could not sample its initial '
