@@ -90,7 +90,7 @@ def test_each_trials_per_task_gets_its_own_table_and_the_user_spec_runs_their_ow
     outcomes = _row_outcomes(row("simoe-fast", "g1", {"t1": "tuned"}, {"t1": 1.0}, 8), 0)
     outcomes += _row_outcomes(row("simoe-fast", "g1", {"t1": "default"}, {"t1": 4.0}, 32), 0)
     user = UserSpecReport(
-        command="c",
+        commands=["c"],
         note="n",
         rows=[
             user_row("u1", "simoe-fast", 8, "tuned", 8),

@@ -76,7 +76,7 @@ class UserSpecReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     simulated: bool = True
-    command: str
+    commands: list[str]  # every invocation that added rows (a rerun adds the rest)
     note: str
     rows: list[UserSpecRow]
 
@@ -164,9 +164,11 @@ def main(argv: list[str] | None = None) -> int:
         "outside the suite (bench/inputs/outside_ops.py); each row one `simoe-agent tune` call"
     )
     rows: list[UserSpecRow] = []
+    commands = [command]
     if out.exists():
         try:
-            rows = UserSpecReport.model_validate_json(out.read_text()).rows
+            earlier = UserSpecReport.model_validate_json(out.read_text())
+            rows, commands = earlier.rows, [*earlier.commands, command]
         except ValidationError:
             rows = []
     done = {(r.gpu, r.operator, r.method, r.trials) for r in rows if r.error is None}
@@ -187,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{row.wall_s:.0f} s wall, {row.cpu_s:.0f} CPU s {row.error or ''}",
                         flush=True,
                     )
-                    report = UserSpecReport(command=command, note=note, rows=rows)
+                    report = UserSpecReport(commands=commands, note=note, rows=rows)
                     out.write_text(report.model_dump_json(indent=1))
     return 0
 

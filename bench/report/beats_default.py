@@ -106,6 +106,7 @@ class BeatsDefaultReport(BaseModel):
     methods: list[MethodShare]
     user_spec_sources: list[str] = []  # bench/compile/user_spec_tune.py reports
     user_spec_note: str | None = None
+    user_spec_commands: list[str] = []  # the invocations that wrote those reports
     long_sources: list[str] = []
     never_beaten: list[NeverBeaten] = []
 
@@ -319,6 +320,8 @@ def markdown(report: BeatsDefaultReport) -> str:
                 (report.user_spec_note or "")
                 + ". Sources: "
                 + "; ".join(f"`{s}`" for s in report.user_spec_sources)
+                + ", written by "
+                + "; ".join(f"`{c}`" for c in report.user_spec_commands)
                 + ". simoe-fast = "
                 "`--cost-model simoe --model-rounds 5` (the shipped starter model, fast mode); "
                 "simoe (where run) = `--cost-model simoe`, the same model scoring "
@@ -426,11 +429,12 @@ def main(argv: list[str] | None = None) -> None:
             f"{settings.trials_per_iter} per search, {xgb_search(settings)}"
         )
         held.update(report.sections.compile.settings.held_out_networks)
-    note = None
+    note, user_commands = None, []
     for path in args.user_spec:
         user = _read(path, UserSpecReport)
         outcomes.extend(user_spec_outcomes(user))
         note = user.note
+        user_commands.extend(user.commands)
     long_rows = []
     for path in args.long:
         report = _read(path, BenchReport)
@@ -447,6 +451,7 @@ def main(argv: list[str] | None = None) -> None:
         methods=summarize(outcomes),
         user_spec_sources=[str(p) for p in args.user_spec],
         user_spec_note=note,
+        user_spec_commands=user_commands,
         long_sources=[str(p) for p in args.long],
         never_beaten=never_beaten(outcomes, long_rows),
     )
