@@ -426,7 +426,9 @@ def main(argv: list[str] | None = None) -> None:
         settings = report.sections.compile.settings
         search_settings.append(
             f"{path.parent.name}: {settings.tlm_budget} trials/task, "
-            f"{settings.trials_per_iter} per search, {xgb_search(settings)}"
+            f"{settings.trials_per_iter} per search, {xgb_search(settings)}, SiMoE "
+            f"{settings.expert_epochs}/{settings.shared_epochs} expert/shared epochs, MLP "
+            f"{settings.mlp_epochs} epochs"
         )
         held.update(report.sections.compile.settings.held_out_networks)
     note, user_commands = None, []
