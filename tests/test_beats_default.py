@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from bench.compile.user_spec_tune import UserSpecReport, UserSpecRow
 from bench.report.beats_default import (
     USER_GROUP,
     BeatsDefaultReport,
@@ -18,7 +17,7 @@ from bench.report.beats_default import (
     summarize,
     user_spec_outcomes,
 )
-from bench.report.report_model import MethodRow
+from bench.report.report_model import MethodRow, UserSpecReport, UserSpecRow
 
 ROOT = Path(__file__).resolve().parents[1]
 

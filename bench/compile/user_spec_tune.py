@@ -31,7 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
+
+from bench.report.report_model import UserSpecReport, UserSpecRow
 
 ROOT = Path(__file__).resolve().parents[2]
 INPUTS = Path("bench") / "inputs"
@@ -47,38 +49,6 @@ METHODS = {
 DEFAULT_METHODS = ["simoe-fast", "ms-xgb"]
 TRIALS = [8, 16, 32]
 CALL_TIMEOUT_S = 1800
-
-
-class UserSpecRow(BaseModel):
-    """One `simoe-agent tune` call: the operator's task as the CLI reported it."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    gpu: str  # the spec file's key
-    spec_file: str
-    operator: str
-    method: str
-    trials: int  # --trials
-    seed: int
-    command: str
-    task: str | None = None
-    measured: int | None = None  # candidates the CLI measured for the task
-    default_s: float | None = None  # TVM's default (DLight) schedule
-    tuned_s: float | None = None  # the best tuned schedule, re-measured
-    kept: str | None = None  # "tuned" or "default" (the never-worse rule)
-    wall_s: float
-    cpu_s: float  # the CLI process's CPU seconds (user + system)
-    error: str | None = None  # the CLI's one line where it exited non-zero
-    model_used: str | None = None
-
-
-class UserSpecReport(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    simulated: bool = True
-    commands: list[str]  # every invocation that added rows (a rerun adds the rest)
-    note: str
-    rows: list[UserSpecRow]
 
 
 def _children_cpu_s() -> float:

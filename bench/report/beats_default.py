@@ -31,8 +31,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from bench.compile.user_spec_tune import UserSpecReport
-from bench.report.report_model import BenchReport, CompileSettings, MethodRow
+from bench.report.report_model import BenchReport, CompileSettings, MethodRow, UserSpecReport
 from bench.reporting import add_render_option, public_command, render, write_report
 
 STEM = "beats_default"
