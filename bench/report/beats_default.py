@@ -425,7 +425,8 @@ def main(argv: list[str] | None = None) -> None:
         settings = report.sections.compile.settings
         search_settings.append(
             f"{path.parent.name}: {settings.tlm_budget} trials/task, "
-            f"{settings.trials_per_iter} per search, {xgb_search(settings)}, SiMoE "
+            f"{min(settings.trials_per_iter, settings.tlm_budget)} per search, "
+            f"{xgb_search(settings)}, SiMoE "
             f"{settings.expert_epochs}/{settings.shared_epochs} expert/shared epochs, MLP "
             f"{settings.mlp_epochs} epochs"
         )
