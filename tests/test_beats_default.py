@@ -7,18 +7,29 @@ from pathlib import Path
 
 import pytest
 
-from bench.report.beats_default import BeatsDefaultReport, _row_outcomes, main, summarize
-from bench.report.report_model import MethodRow
+from bench.report.beats_default import (
+    USER_GROUP,
+    BeatsDefaultReport,
+    _row_outcomes,
+    main,
+    markdown,
+    never_beaten,
+    summarize,
+    user_spec_outcomes,
+)
+from bench.report.report_model import MethodRow, UserSpecReport, UserSpecRow
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def row(method: str, gpu: str, kept: dict[str, str], best: dict[str, float]) -> MethodRow:
+def row(
+    method: str, gpu: str, kept: dict[str, str], best: dict[str, float], trials: int = 32
+) -> MethodRow:
     return MethodRow(
         network="net",
         gpu=gpu,
         method=method,
-        trials_per_task=32,
+        trials_per_task=trials,
         measured=64,
         search_wall_s=1.0,
         modelled_measure_s=1.0,
@@ -63,3 +74,54 @@ def test_a_file_that_is_no_bench_report_is_one_line(
     with pytest.raises(SystemExit) as exit_:
         main([str(bad), "--out", str(tmp_path)])
     assert "is not a readable bench.run report" in str(exit_.value.code)
+
+
+def user_row(gpu: str, method: str, trials: int, kept: str, measured: int) -> UserSpecRow:
+    return UserSpecRow(
+        gpu=gpu, spec_file=f"{gpu}.json", operator="op", method=method, trials=trials, seed=0,
+        command="simoe-agent tune ...", task="matmul", measured=measured, default_s=4.0,
+        tuned_s=2.0 if kept == "tuned" else (8.0 if measured else None), kept=kept,
+        wall_s=1.0, cpu_s=1.0,
+    )  # fmt: skip
+
+
+def test_each_trials_per_task_gets_its_own_table_and_the_user_spec_runs_their_own_group() -> None:
+    outcomes = _row_outcomes(row("simoe-fast", "g1", {"t1": "tuned"}, {"t1": 1.0}, 8), 0)
+    outcomes += _row_outcomes(row("simoe-fast", "g1", {"t1": "default"}, {"t1": 4.0}, 32), 0)
+    user = UserSpecReport(
+        commands=["c"],
+        note="n",
+        rows=[
+            user_row("u1", "simoe-fast", 8, "tuned", 8),
+            user_row("u2", "simoe-fast", 8, "default", 0),  # the search measured nothing
+            user_row("u2", "ms-xgb", 8, "default", 8),
+        ],
+    )
+    outcomes += user_spec_outcomes(user)
+    shares = {(m.group, m.method, m.trials): m for m in summarize(outcomes)}
+    test_group = "test units, suite networks"
+    assert shares[(test_group, "simoe-fast", 8)].beaten == 1
+    assert shares[(test_group, "simoe-fast", 32)].beaten == 0
+    mine = shares[(USER_GROUP, "simoe-fast", 8)]
+    assert (mine.beaten, mine.tasks, mine.unmeasured) == (1, 2, 1)
+    assert shares[(USER_GROUP, "ms-xgb", 8)].unmeasured == 0
+    never = never_beaten(outcomes, [])
+    # t1 on g1 was beaten at 8 trials; on u2 no run won: the most measured there was 8
+    assert [(t.gpu, t.most_trials, t.methods) for t in never] == [
+        ("u2", 8, ["ms-xgb", "simoe-fast"])
+    ]
+    report = BeatsDefaultReport(
+        command="c", sources=[], held_out_networks=[], outcomes=outcomes,
+        methods=summarize(outcomes), never_beaten=never,
+    )  # fmt: skip
+    text = markdown(report)
+    assert "### 8 trials per task" in text and "### 32 trials per task" in text
+    assert text.index("## Test units") < text.index("## User-spec GPUs")
+    assert "u2, op, `matmul`" in text and "not beaten within 8 trials" in text
+
+
+def test_a_long_search_that_beat_a_default_is_named_beside_the_task() -> None:
+    outcomes = _row_outcomes(row("ms-xgb-32", "g1", {"t1": "default"}, {"t1": 4.0}), 0)
+    long = _row_outcomes(row("ms-xgb-1000", "g1", {"t1": "tuned"}, {"t1": 2.0}, 1000), 1)
+    [task] = never_beaten(outcomes, long)
+    assert task.long_runs == ["ms-xgb-1000 (seed 1): beat it 2.00x"]

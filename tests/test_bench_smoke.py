@@ -474,3 +474,14 @@ def test_the_small_budget_xgb_peer_trains_and_ranks_within_its_budget(
     ranked = [n for e, n in events if e == "ranked"]
     assert fits and fits[0] < trials, events  # fitted within the budget
     assert ranked and ranked[0] < trials, events  # and its model chose what was measured next
+
+
+def test_trials_sets_every_methods_budget_and_renames_the_presets_methods(capsys: Any) -> None:
+    settings = run.with_trials(presets.QUICK, 8)
+    assert (settings.tlm_budget, settings.small_budgets) == (8, [8])
+    assert settings.methods is not None and "ms-xgb-8" in settings.methods
+    assert "ms-random-8" in settings.methods and "ms-xgb-32" not in settings.methods
+    assert presets.QUICK.tlm_budget == 32 and "ms-xgb-32" in (presets.QUICK.methods or [])
+    with pytest.raises(SystemExit):
+        run.main(["--sections", "compile", "--trials", "0"])
+    assert "a positive whole number" in capsys.readouterr().err

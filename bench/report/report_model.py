@@ -356,3 +356,32 @@ def own_sections(report: BenchReport) -> set[str]:
     """The report's sections that its own invocation ran (not merged from another)."""
     have = {n for n in type(report.sections).model_fields if getattr(report.sections, n)}
     return have - {x for o in report.other_runs for x in o.sections}
+
+
+# -- bench/compile/user_spec_tune.py: `simoe-agent tune` on user spec files -----------------
+class UserSpecRow(_Row):
+    """One `simoe-agent tune` call: the operator's task as the CLI reported it."""
+
+    gpu: str  # the spec file's key
+    spec_file: str
+    operator: str
+    method: str
+    trials: int  # --trials
+    seed: int
+    command: str
+    task: str | None = None
+    measured: int | None = None  # candidates the CLI measured for the task
+    default_s: float | None = None  # TVM's default (DLight) schedule
+    tuned_s: float | None = None  # the best tuned schedule, re-measured
+    kept: str | None = None  # "tuned" or "default" (the never-worse rule)
+    wall_s: float
+    cpu_s: float  # the CLI process's CPU seconds (user + system)
+    error: str | None = None  # the CLI's one line where it exited non-zero
+    model_used: str | None = None
+
+
+class UserSpecReport(_Row):
+    simulated: bool = True
+    commands: list[str]  # every invocation that added rows (a rerun adds the rest)
+    note: str
+    rows: list[UserSpecRow]

@@ -1,0 +1,34 @@
+"""Operators of networks outside the benchmark suite (resnet50, mobilenet_v2, bert_layer,
+gpt2_block), as a user hands them to `simoe-agent tune --model FILE.py:FUNCTION`: each
+factory returns one layer of a public architecture and example inputs (static shapes).
+
+- llama_q_proj: LLaMA-7B's attention query projection (hidden 4096 -> 4096, no bias), a
+  128-token prompt (Touvron et al., 2023, "LLaMA", Table 2: dimension 4096).
+- llama_mlp_up: LLaMA-7B's MLP up-projection (4096 -> 11008, no bias; the released 7B
+  config's intermediate_size), the same 128 tokens.
+- vit_patch_embed: ViT-B/16's patch embedding (3 -> 768 channels, 16x16 kernel, stride 16,
+  one 224x224 image; Dosovitskiy et al., 2021, Table 1).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+TOKENS = 128
+
+
+def llama_q_proj() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(0)
+    return nn.Linear(4096, 4096, bias=False).eval(), (torch.randn(1, TOKENS, 4096),)
+
+
+def llama_mlp_up() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(0)
+    return nn.Linear(4096, 11008, bias=False).eval(), (torch.randn(1, TOKENS, 4096),)
+
+
+def vit_patch_embed() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(0)
+    conv = nn.Conv2d(3, 768, kernel_size=16, stride=16).eval()
+    return conv, (torch.randn(1, 3, 224, 224),)
