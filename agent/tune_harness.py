@@ -55,19 +55,31 @@ def task_flops(mod: tvm.IRModule) -> float:
         return 0.0
 
 
+def initial_samples(population: int) -> int:
+    """Random valid schedules a search samples before it evolves: MetaSchedule's 50 for its
+    population of 512, scaled with the population (at least 8), as the compile benchmark
+    runs it (`bench/compile/presets.py` scale_init_min).
+
+    Why scaled: below 64 trials the population shrinks to 8 per trial (`search_population`),
+    and a search that cannot sample 50 valid schedules in its few tries fails ("Cannot sample
+    enough initial population"): on operators whose random schedules are mostly invalid for
+    the GPU (LLaMA projections and a ViT patch embedding on user-spec GPUs) fast mode at 8
+    trials measured nothing at all and kept the default."""
+    return min(population, 50, max(8, round(50 * population / 512)))
+
+
 def evolutionary(
     population: int, *, genetic_iters: int = 4, init_min_unmeasured: int | None = None
 ) -> ms.search_strategy.SearchStrategy:
     """MetaSchedule's evolutionary search with `population` candidates per round; it samples
-    `init_min_unmeasured` random valid schedules first (default: MetaSchedule's 50, at most
-    the population)."""
+    `init_min_unmeasured` random valid schedules first (default: `initial_samples`)."""
     from tvm.s_tir import meta_schedule as ms
 
     return ms.search_strategy.EvolutionarySearch(
         population_size=population,
         genetic_num_iters=genetic_iters,
         init_min_unmeasured=(
-            min(50, population) if init_min_unmeasured is None else init_min_unmeasured
+            initial_samples(population) if init_min_unmeasured is None else init_min_unmeasured
         ),
     )
 
@@ -222,7 +234,7 @@ def model_picks(
         task.mod, target, score, cost_model=model,
         rounds=rounds, per_round=per_round or min(64, trials), population=population,
         genetic_iters=genetic_iters,
-        init_min_unmeasured=min(50, population) if init_min_unmeasured is None
+        init_min_unmeasured=initial_samples(population) if init_min_unmeasured is None
         else init_min_unmeasured,
         seed=seed, task_name=task.name, num_threads=num_threads, seeds=seeds,
     )  # fmt: skip

@@ -214,3 +214,27 @@ def test_tune_table_fits_80_columns(capsys: pytest.CaptureFixture) -> None:
     out = capsys.readouterr().out
     check_readable(out, [f"{LONG_TASK}_1", "9876.5", "1234.5"])
     assert "cost model: my model (/m/[x]/imported.pt)" in out  # which model, path and label
+
+
+def test_tune_says_which_tasks_measured_nothing(capsys: pytest.CaptureFixture) -> None:
+    """A task whose search found no valid schedule (0 trials) keeps the default; the user is
+    told that, not that its tuned schedule was slower."""
+    from agent.cli.tune import _print_result
+    from schemas.tuning import TaskResult, TuneResult
+
+    def task(name: str, trials: int, tuned: float | None) -> TaskResult:
+        return TaskResult(
+            task_name=name, workload_key=name, weight=1, trials=trials, flops=1e9,
+            best_latency_s=1e-3, best_measured_during_tuning_s=tuned, untuned_latency_s=1e-3,
+            tuned_latency_s=tuned, kept="default", gflops=1000.0, speedup=1.0,
+        )  # fmt: skip
+
+    result = TuneResult(
+        subject="ops.py", kind="network", device="sim:rtx4060", simulated=True,
+        cost_model="simoe", trials=16, search_wall_s=1.0,
+        tasks=[task("empty", 0, None), task("slower", 8, 2e-3)],
+    )  # fmt: skip
+    _print_result(result)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 of 2 tasks measured no candidate" in out
+    assert "1 of 2 tasks keep TVM's default schedule: their best tuned schedule was slower" in out

@@ -214,3 +214,17 @@ def test_kept_database_holds_only_tasks_whose_tuned_schedule_won(tmp_path: Path)
         lost = task.model_copy(update={"kept": "default"})
         as_default = kept_database([(mod, lost)], database, target)
         assert as_default.get_top_k(as_default.commit_workload(mod), 1) == []
+
+
+def test_a_small_search_samples_fewer_random_schedules_first() -> None:
+    """MetaSchedule's 50 initial random schedules scale with the population (at least 8, at
+    most the population): at 8 trials (population 64) a search asking for 50 valid ones on a
+    space with few valid schedules failed and measured nothing."""
+    from agent.tune_harness import evolutionary, initial_samples
+    from agent.tuner import search_population
+
+    assert initial_samples(512) == 50
+    assert initial_samples(search_population(8)) == 8
+    assert initial_samples(search_population(32)) == 25
+    assert initial_samples(4) == 4
+    assert evolutionary(search_population(8)).init_min_unmeasured == 8

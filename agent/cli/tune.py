@@ -103,7 +103,16 @@ def _print_result(result: TuneResult) -> None:
     if used is not None:
         where = f" ({used.path})" if used.path else ""
         console.print(f"cost model: {used.label}{where}", markup=False, highlight=False)
-    defaults = [t for t in result.tasks if t.kept == "default"]
+    unsearched = [t for t in result.tasks if t.trials == 0]
+    if unsearched:
+        console.print(
+            f"{len(unsearched)} of {len(result.tasks)} tasks measured no candidate: the search "
+            "found no valid schedule for this GPU (more --trials or --population may); they "
+            "keep TVM's default schedule",
+            markup=False,
+            highlight=False,
+        )
+    defaults = [t for t in result.tasks if t.kept == "default" and t.trials > 0]
     if defaults:
         console.print(
             f"{len(defaults)} of {len(result.tasks)} tasks keep TVM's default schedule: "
