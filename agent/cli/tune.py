@@ -107,8 +107,8 @@ def _print_result(result: TuneResult) -> None:
     if unsearched:
         console.print(
             f"{len(unsearched)} of {len(result.tasks)} tasks measured no candidate: the search "
-            "found no valid schedule for this GPU (more --trials or --population may); they "
-            "keep TVM's default schedule",
+            "sampled no valid schedule for this GPU (a larger --population, e.g. 512, samples "
+            "more); they keep TVM's default schedule",
             markup=False,
             highlight=False,
         )
