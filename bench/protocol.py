@@ -523,6 +523,17 @@ def unit_task_hashes(data_dir: Path, unit: str) -> dict[str, str]:
     return hashes
 
 
+def require_fleet(data_dir: Path) -> None:
+    """Stop in one line (exit 2) when `data_dir` holds no protocol fleet dataset."""
+    if not (data_dir / f"{TRAIN_UNITS[0]}.sqlite").exists():
+        print(
+            f"error: no protocol fleet dataset in {data_dir}: run "
+            "`python -m bench.protocol --build-data`",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
 def fleet_hashes(data_dir: Path = DATA_DIR, unit_names: Iterable[str] | None = None) -> dict:
     """Per unit and task hashes of the built fleet, and one digest over all of them."""
     import hashlib

@@ -458,12 +458,7 @@ def main() -> None:
     from bench.transfer.protocol_transfer import CHOICES, run_facts
 
     torch.set_num_threads(args.threads)
-    if not (args.data / f"{protocol.TRAIN_UNITS[0]}.sqlite").exists():
-        parser.exit(
-            2,
-            f"error: no protocol fleet dataset in {args.data}: run "
-            "`python -m bench.protocol --build-data`\n",
-        )
+    protocol.require_fleet(args.data)
     try:
         seeds = [int(s) for s in args.seeds.split(",")]
     except ValueError:

@@ -670,8 +670,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"error: --adapt-budgets wants integers, got {args.adapt_budgets!r}")
     if any(b <= 0 or b > protocol.POOL for b in budgets):
         sys.exit(f"error: --adapt-budgets must lie in 1..{protocol.POOL}")
-    if not (args.data / f"{protocol.TRAIN_UNITS[0]}.sqlite").exists():
-        sys.exit(f"error: no protocol fleet dataset in {args.data}: see bench/protocol.py")
+    protocol.require_fleet(args.data)
     command = "python -m bench.transfer.protocol_similarity " + " ".join(
         sys.argv[1:] if argv is None else argv
     )

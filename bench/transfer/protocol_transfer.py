@@ -409,12 +409,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    if not (args.data / f"{protocol.TRAIN_UNITS[0]}.sqlite").exists():
-        parser.exit(
-            2,
-            f"error: no protocol fleet dataset in {args.data}: run "
-            "`python -m bench.protocol --build-data`\n",
-        )
+    protocol.require_fleet(args.data)
     labels = protocol.UnitLabels(args.data)
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.select_sharpness:
