@@ -5,12 +5,22 @@ bench.transfer.protocol_transfer's results, `bench.transfer.protocol_result.Tran
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from bench import protocol
 from bench.transfer.protocol_diagnostics import markdown as gates_markdown
 from bench.transfer.protocol_result import GridPoint, TransferResult
+
+
+class PerTaskTop1(Protocol):
+    """A protocol report's per-task top-1: seed -> method -> budget -> unit -> per task
+    (TransferResult, and the sharing report of bench/transfer/protocol_sharing.py)."""
+
+    @property
+    def per_task_top1(self) -> Mapping[int, Mapping[str, Mapping[int, Mapping[str, Any]]]]: ...
 
 
 def grid_table(grid_scores: dict[str, list[GridPoint]]) -> list[str]:
@@ -51,7 +61,7 @@ def budget_cells(result: TransferResult) -> list[tuple[str, list[str]]]:
     return rows
 
 
-def seed_mean(result: TransferResult, method: str, budget: int) -> dict[str, np.ndarray] | None:
+def seed_mean(result: PerTaskTop1, method: str, budget: int) -> dict[str, np.ndarray] | None:
     """Per unit: each task's top-1 averaged over the seeds (None if the method did not run)."""
     runs = [r.get(method, {}).get(budget) for r in result.per_task_top1.values()]
     runs = [r for r in runs if r is not None]  # a method may have fewer seeds (see seeds_of)
@@ -178,19 +188,24 @@ def markdown(result: TransferResult) -> str:
 
 
 def minus_rows(
-    result: TransferResult, ours: str, others: list[str], label: str | None = None
+    result: PerTaskTop1,
+    ours: str,
+    others: list[str],
+    label: str | None = None,
+    budgets: Sequence[int] = protocol.BUDGETS,
+    digits: int = 3,
 ) -> list[str]:
-    """Table rows: `ours` minus each of `others` per budget, clustered paired interval; the
-    first column is the other method (or `label`)."""
+    """Table rows: `ours` minus each of `others` per budget, clustered paired interval (its
+    ends to `digits` decimals); the first column is the other method (or `label`)."""
     rows = []
     for m in others:
-        for b in protocol.BUDGETS:
+        for b in budgets:
             mine, theirs = seed_mean(result, ours, b), seed_mean(result, m, b)
             if mine is None or theirs is None:
                 continue
             mean, lo, hi = paired_interval(mine, theirs)
             rows.append(
-                f"| {label or m} | {b} | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] | "
+                f"| {label or m} | {b} | {mean:+.3f} | [{lo:+.{digits}f}, {hi:+.{digits}f}] | "
                 f"{'yes' if lo > 0 else 'no'} |"
             )
     return rows

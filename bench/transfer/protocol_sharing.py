@@ -36,7 +36,7 @@ from bench.reporting import add_render_option, read_report, render
 from bench.transfer.baselines import ScheduleTransfer
 from bench.transfer.offline_transfer import SiMoEFamily, Split, split_device
 from bench.transfer.protocol_methods import namespace, top1_tasks
-from bench.transfer.protocol_report import clusters_of, paired_interval
+from bench.transfer.protocol_report import clusters_of, minus_rows, seed_mean
 from bench.transfer.protocol_result import Scores, result_json
 from simoe_model.kernel_model import shared_matrix
 from simoe_model.metrics import top_k_score
@@ -282,15 +282,6 @@ def run(
 
 
 # -- the report --------------------------------------------------------------------------
-def seed_mean(report: SharingReport, method: str, budget: int) -> dict[str, np.ndarray] | None:
-    """Per unit: each task's top-1 averaged over the seeds (None: not scored)."""
-    runs = [r.get(method, {}).get(budget) for r in report.per_task_top1.values()]
-    runs = [r for r in runs if r is not None]
-    if not runs:
-        return None
-    return {u: np.mean([np.asarray(r[u]) for r in runs], axis=0) for u in runs[0]}
-
-
 def shown_sharing(report: SharingReport) -> str:
     """The simoe-sharing method the report compares: the chosen point's."""
     if report.chosen is None:
@@ -351,15 +342,9 @@ def markdown(report: SharingReport) -> str:
         ("simoe", "schedule-transfer"),
         *([(sharing, VOTE)] if has_vote else []),
     ):
-        for b in budgets:
-            a, c = seed_mean(report, ours, b), seed_mean(report, theirs, b)
-            if a is None or c is None:
-                continue
-            mean, lo, hi = paired_interval(a, c)
-            lines.append(
-                f"| {ours} - {theirs} | {b} | {mean:+.3f} | [{lo:+.4f}, {hi:+.4f}] | "
-                f"{'yes' if lo > 0 else 'no'} |"
-            )
+        lines += minus_rows(
+            report, ours, [theirs], label=f"{ours} - {theirs}", budgets=budgets, digits=4
+        )
     lines += coverage_lines(report, sharing)
     if report.grid_means:
         lines += grid_lines(report)
