@@ -492,6 +492,30 @@ def test_the_sharing_bench_refuses_a_bad_reserve_in_one_line(
     assert "--reserve" in one_line_error("sharing_onoff", *result)
 
 
+def test_the_sharing_bench_tunes_each_donor_workload_once_and_reuses_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rerun on the same `--work` reuses each workload's donor tune; one workload's tune
+    never stands in for another's (the record count did, whatever workload wrote it)."""
+    from bench.federation import sharing_onoff
+
+    tuned: list[str] = []
+
+    def fake_tune(node, device, workload, trials, cost_model, seed):  # noqa: ANN001, ANN202
+        tuned.append(workload)
+        return {"best_s": len(tuned) * 1e-3}
+
+    monkeypatch.setattr(sharing_onoff, "_tune", fake_tune)
+    node = NodeState(tmp_path / "donor")
+    node.dir.mkdir(parents=True)
+    first = [sharing_onoff._donor_tune(node, None, w, 8) for w in sharing_onoff.WORKLOADS]
+    again = [sharing_onoff._donor_tune(node, None, w, 8) for w in sharing_onoff.WORKLOADS]
+    assert tuned == list(sharing_onoff.WORKLOADS)
+    assert again == first == [{"best_s": 1e-3}, {"best_s": 2e-3}]
+    sharing_onoff._donor_tune(node, None, sharing_onoff.WORKLOADS[0], 16)  # other trials
+    assert tuned[-1] == sharing_onoff.WORKLOADS[0] and len(tuned) == 3
+
+
 def test_the_offered_schedules_a_node_measured_are_counted(
     tmp_path: Path, fleet_best: tuple[str, str]
 ) -> None:

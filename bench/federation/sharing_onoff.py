@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,19 @@ def _tune(node: Any, device: Any, workload: str, trials: int, cost_model: str, s
     }
 
 
+def _donor_tune(node: Any, device: Any, workload: str, trials: int) -> dict[str, Any]:
+    """The donor's XGB tune of one workload, once: its summary is written beside the node
+    after the tune committed, so a rerun on the same `--work` reuses it. (Counting the
+    store's records instead mistook one workload's records for another's.)"""
+    name = re.sub(r"[^A-Za-z0-9]+", "-", workload)
+    done = node.dir / f"donor-tune-{name}-{trials}.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    summary = _tune(node, device, workload, trials, "xgb", 0)
+    done.write_text(json.dumps(summary))
+    return summary
+
+
 def _on_dir(reserve: float, seed: int, budget: int) -> str:
     return f"on-r{reserve:g}-{seed}-{budget}"
 
@@ -112,14 +126,7 @@ def run(args: argparse.Namespace, save: Any = None) -> dict[str, Any]:
         device = get_device(protocol.device_of(unit))
         node = _node(root, f"donor-{unit}", device.name, share=True)
         for workload in args.workloads:
-            with node.open_store() as store:
-                done = store.count_records(device=device.name) >= args.donor_trials * (
-                    args.workloads.index(workload) + 1
-                )
-            if not done:
-                donors[f"{unit} {workload}"] = _tune(
-                    node, device, workload, args.donor_trials, "xgb", 0
-                )
+            donors[f"{unit} {workload}"] = _donor_tune(node, device, workload, args.donor_trials)
         registry.upsert_node(node.hello(), len(donors))
         share = schedule_share(node)
         assert share is not None
