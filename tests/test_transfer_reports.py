@@ -120,6 +120,8 @@ def test_a_new_online_gate_run_keeps_the_report_it_replaces(tmp_path: Path) -> N
     back = read_report(tmp_path / "gate.json", OnlineGateReport)
     assert back.fleet == "b" * 64 and [r.fleet for r in back.earlier_runs] == ["a" * 64]
     assert "1. `" + first.command + "`: fleet aaaaaaaa" in (tmp_path / "gate.md").read_text()
+    rewritten = write_gate_report(back, tmp_path, "gate")  # a report read back, written again
+    assert [r.fleet for r in rewritten.earlier_runs] == ["a" * 64]
 
 
 def test_a_report_sets_each_learned_peer_against_schedule_transfer() -> None:

@@ -12,7 +12,9 @@ reads them back.
 from __future__ import annotations
 
 import json
-from typing import Literal
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -109,3 +111,36 @@ class OnlineGateReport(_Result):
 def result_json(result: BaseModel) -> str:
     """The report's JSON, as the dicts before the models wrote it (`json.dumps`, indent 1)."""
     return json.dumps(result.model_dump(exclude_unset=True), indent=1, default=float)
+
+
+Kept = TypeVar("Kept", bound=BaseModel)
+
+
+def write_keeping_earlier(
+    report: Kept,
+    out: Path,
+    stem: str,
+    markdown: Callable[[Kept], str],
+    identity: Callable[[Kept], Hashable],
+) -> Kept:
+    """OUT/STEM.json and .md. A report adds runs and never drops one: the run the file held
+    before, unless `identity` says it is this run written again, is kept in the new report's
+    `earlier_runs` as it was written (less its own earlier runs, listed here)."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{stem}.json"
+    model = type(report)
+    earlier: list[Kept] = []
+    if path.exists():
+        previous = model.model_validate_json(path.read_text())
+        earlier = previous.earlier_runs  # type: ignore[attr-defined]
+        if identity(previous) != identity(report):
+            kept = previous.model_dump(exclude_unset=True, exclude={"earlier_runs"})
+            earlier.append(model.model_validate(kept))
+    own = report.earlier_runs  # type: ignore[attr-defined]
+    # a report read back from this file already lists the file's earlier runs: once is enough
+    report = report.model_copy(
+        update={"earlier_runs": [*own, *(e for e in earlier if e not in own)]}
+    )
+    path.write_text(result_json(report))
+    (out / f"{stem}.md").write_text(markdown(report))
+    return report

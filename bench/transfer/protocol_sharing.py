@@ -32,12 +32,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from bench import protocol
-from bench.reporting import add_render_option, read_report, render
+from bench.reporting import add_render_option, render
 from bench.transfer.baselines import ScheduleTransfer
 from bench.transfer.offline_transfer import SiMoEFamily, Split, split_device
 from bench.transfer.protocol_methods import namespace, top1_tasks
 from bench.transfer.protocol_report import clusters_of, minus_rows, seed_mean
-from bench.transfer.protocol_result import Scores, result_json
+from bench.transfer.protocol_result import Scores, write_keeping_earlier
 from simoe_model.kernel_model import shared_matrix
 from simoe_model.metrics import top_k_score
 from simoe_model.model import SiMoEConfig
@@ -408,19 +408,9 @@ def _budget_mean(report: SharingReport, method: str, budget: int) -> float:
 
 def write(report: SharingReport, out: Path, stem: str) -> SharingReport:
     """OUT/STEM.json and .md; the run the file held before (if another) kept in earlier_runs."""
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{stem}.json"
-    earlier: list[SharingReport] = []
-    if path.exists():
-        previous = read_report(path, SharingReport)
-        earlier = previous.earlier_runs
-        if (previous.command, previous.per_task_top1) != (report.command, report.per_task_top1):
-            kept = previous.model_dump(exclude_unset=True, exclude={"earlier_runs"})
-            earlier.append(SharingReport.model_validate(kept))
-    report = report.model_copy(update={"earlier_runs": [*report.earlier_runs, *earlier]})
-    path.write_text(result_json(report))
-    (out / f"{stem}.md").write_text(markdown(report))
-    return report
+    return write_keeping_earlier(
+        report, out, stem, markdown, lambda r: (r.command, r.per_task_top1)
+    )
 
 
 def main() -> None:

@@ -56,7 +56,7 @@ from bench.transfer.protocol_result import (
     OnlineGateScores,
     TransferResult,
     UnitGate,
-    result_json,
+    write_keeping_earlier,
 )
 from simoe_model.model import SiMoEConfig
 from simoe_model.task_data import DeviceDataset
@@ -504,40 +504,15 @@ def run_facts(labels: protocol.UnitLabels, started: float) -> dict[str, object]:
 def write_result(result: TransferResult, out: Path, stem: str) -> None:
     """OUT/STEM.json and .md. A report adds runs and never drops one: the run the file held
     before (if another) is kept in the new one's `earlier_runs`, which the Markdown lists."""
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{stem}.json"
-    earlier: list[TransferResult] = []
-    if path.exists():
-        previous = read_report(path, TransferResult)
-        earlier = previous.earlier_runs
-        same = (previous.command, previous.per_task_top1) == (result.command, result.per_task_top1)
-        if not same:  # kept as it was written, less its own earlier runs (listed here)
-            kept = previous.model_dump(exclude_unset=True, exclude={"earlier_runs"})
-            earlier.append(TransferResult.model_validate(kept))
-    result = result.model_copy(update={"earlier_runs": [*result.earlier_runs, *earlier]})
-    path.write_text(result_json(result))
-    (out / f"{stem}.md").write_text(markdown(result))
+    write_keeping_earlier(result, out, stem, markdown, lambda r: (r.command, r.per_task_top1))
 
 
 def write_gate_report(gate: OnlineGateReport, out: Path, stem: str) -> OnlineGateReport:
     """OUT/STEM.json and .md for the online gate's selection, keeping the run the file held
     before (another fleet's, say) in `earlier_runs`, as write_result does for a split."""
-    path = out / f"{stem}.json"
-    earlier: list[OnlineGateReport] = []
-    if path.exists():
-        previous = read_report(path, OnlineGateReport)
-        earlier = previous.earlier_runs
-        if (previous.command, previous.fleet, previous.runs) != (
-            gate.command,
-            gate.fleet,
-            gate.runs,
-        ):
-            kept = previous.model_dump(exclude_unset=True, exclude={"earlier_runs"})
-            earlier.append(OnlineGateReport.model_validate(kept))
-    gate = gate.model_copy(update={"earlier_runs": [*gate.earlier_runs, *earlier]})
-    path.write_text(result_json(gate))
-    (out / f"{stem}.md").write_text(online_gate_markdown(gate))
-    return gate
+    return write_keeping_earlier(
+        gate, out, stem, online_gate_markdown, lambda g: (g.command, g.fleet, g.runs)
+    )
 
 
 def merge(paths: list[Path]) -> TransferResult:
