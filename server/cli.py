@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections import Counter
+from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -28,6 +30,9 @@ from schemas.tables import Column, human_bytes, short_time
 from server.demo_command import demo
 from server.heatmap import check_plot_path, write_heatmap
 from server.run_config import DEFAULTS, ServerRunConfig
+
+if TYPE_CHECKING:
+    from schemas.messages import RoundInfo
 
 app = typer_app(
     "simoe-server",
@@ -78,7 +83,9 @@ def status(
             "registry": str(registry.path),
             "nodes": len(registry.nodes()),
             "experts": len(registry.experts()),
-            "rounds": len(rounds),
+            "rounds": len(rounds),  # every run's on this state directory
+            "rounds_by_status": dict(Counter(r.status for r in rounds)),
+            "runs": len(run_numbers(rounds)),
             "last_round": last.model_dump() if last else None,
             "global_version": registry.global_version(),
             "rejections": len(registry.rejections()),
@@ -96,7 +103,7 @@ def status(
         ("registry", data["registry"]),
         ("nodes", data["nodes"]),
         ("experts", data["experts"]),
-        ("rounds", data["rounds"]),
+        ("rounds", rounds_text(data["rounds"], data["rounds_by_status"], data["runs"])),
         ("global model version", data["global_version"]),
         ("rejected updates", data["rejections"]),
         ("refused hellos", data["refused_hellos"]),
@@ -107,6 +114,15 @@ def status(
             ("bytes per node, last round", human_bytes(int(data["last_round_bytes_per_node"])))
         )
     print_table("SiMoE server", ["", "value"], rows)
+
+
+def rounds_text(total: int, by_status: dict[str, int], runs: int) -> str:
+    """'6 (5 done, 1 interrupted) in 2 runs': the rounds of every `start` on this state
+    directory (their numbers continue from one run to the next)."""
+    if not total:
+        return "0"
+    parts = ", ".join(f"{count} {status}" for status, count in sorted(by_status.items()))
+    return f"{total} ({parts}) in {runs} run{'s' if runs != 1 else ''}"
 
 
 @app.command()
@@ -159,13 +175,16 @@ def rounds(
     with open_registry(state_dir) as registry:
         data = []
         fits = registry.similarity_fits()
-        for info in registry.rounds():
+        infos = registry.rounds()
+        runs = run_numbers(infos)
+        for info in infos:
             traffic = registry.traffic(info.round)
             metrics = registry.metrics(info.round)
             losses = [m["value"] for m in metrics if m["key"] == "expert-loss"]
             data.append(
                 info.model_dump()
                 | {
+                    "run": runs[info.run_id],
                     "bytes_down": sum(t["bytes_down"] for t in traffic),
                     "bytes_up": sum(t["bytes_up"] for t in traffic),
                     "mean_expert_loss": sum(losses) / len(losses) if losses else None,
@@ -180,6 +199,7 @@ def rounds(
         "rounds",
         [
             Column("round", "right"),
+            Column("run", "right", optional=True),
             "status",
             *(Column(h, "right") for h in counts),
             Column("model", optional=True),
@@ -191,6 +211,7 @@ def rounds(
         [
             (
                 d["round"],
+                d["run"],
                 d["status"],
                 *(d[h] for h in counts),
                 f"v{d['global_version']}",
@@ -312,11 +333,33 @@ def start(
         DEFAULTS.k_experts, "--k-experts", help="experts sent to each node"
     ),
     epochs: int = typer.Option(DEFAULTS.epochs, "--epochs", help="local epochs per round"),
+    local_batch: int = typer.Option(
+        DEFAULTS.local_batch, "--local-batch", help="tasks per local training step on each node"
+    ),
+    prox_mu: float = typer.Option(
+        DEFAULTS.prox_mu,
+        "--prox-mu",
+        help="FedProx's mu: each node's local training is pulled toward the global (0: off)",
+    ),
+    personal_epochs: int = typer.Option(
+        DEFAULTS.personal_epochs,
+        "--personal-epochs",
+        help="epochs each node fine-tunes a personal, never-sent copy of the encoder and its "
+        "expert, in the run's last round (every round with --rounds 0; 0: off)",
+    ),
     min_nodes: int = typer.Option(
         DEFAULTS.min_nodes, "--min-nodes", help="nodes needed to start a round"
     ),
     round_timeout: float = typer.Option(
         DEFAULTS.round_timeout, "--round-timeout", help="seconds per round"
+    ),
+    wait_nodes: float = typer.Option(
+        DEFAULTS.wait_nodes,
+        "--wait-nodes",
+        help="seconds a round waits for --min-nodes nodes before it starts with fewer",
+    ),
+    seed: int = typer.Option(
+        DEFAULTS.seed, "--seed", help="seed of the first global model and the nodes' training"
     ),
     round_interval: float = typer.Option(
         DEFAULTS.round_interval,
@@ -373,8 +416,13 @@ def start(
         num_rounds=rounds,
         k_experts=k_experts,
         epochs=epochs,
+        local_batch=local_batch,
+        prox_mu=prox_mu,
+        personal_epochs=personal_epochs,
         min_nodes=min_nodes,
         round_timeout=round_timeout,
+        wait_nodes=wait_nodes,
+        seed=seed,
         round_interval=round_interval,
         idle_probe=idle_probe,
         aggregation=aggregation,
@@ -412,7 +460,7 @@ def start(
         console.print(f"SuperLink on {link.address} (TLS, node auth); run {run_id}")
         console.print(f"nodes: simoe-agent enroll --server {link.address} --ca {certs.ca} ...")
         console.print(f"watch: simoe-server rounds --state-dir {directory}")
-        seen = 0
+        reported: set[int] = set()
         run_ids = {run_id}
         last_alive = time.monotonic()
         while not stop.wait(5.0):
@@ -429,15 +477,16 @@ def start(
             path = registry_path(directory)
             if path.exists():
                 with open_registry(directory) as registry:
-                    infos = [r for r in registry.rounds() if r.status != "running"]
-                for info in infos[seen:]:
-                    console.print(
-                        f"round {info.round}: {info.status}, {info.replied} replied, "
-                        f"{info.rejected} rejected, {info.failed} failed, "
-                        f"model v{info.global_version}"
-                    )
-                seen = len(infos)
-                if rounds and sum(1 for r in infos if r.run_id in run_ids) >= rounds:
+                    ours = finished_rounds_of(registry.rounds(), run_ids)
+                for info in ours:
+                    if info.round not in reported:
+                        console.print(
+                            f"round {info.round}: {info.status}, {info.replied} replied, "
+                            f"{info.rejected} rejected, {info.failed} failed, "
+                            f"model v{info.global_version}"
+                        )
+                        reported.add(info.round)
+                if rounds and len(ours) >= rounds:
                     break
     except KeyboardInterrupt:
         pass
@@ -445,6 +494,22 @@ def start(
         link.stop()
         close_cut_rounds(directory)  # the ServerApp is gone: a round it ran ends here
         console.print("SuperLink stopped")
+
+
+def finished_rounds_of(infos: Sequence[RoundInfo], run_ids: Collection[str]) -> list[RoundInfo]:
+    """The finished rounds of these runs (this `start`'s). Round numbers continue across
+    runs on one state directory, so a second `start` begins at the last number + 1; the
+    rounds of earlier starts were printed by them, and `--rounds N` counts this one's."""
+    return [r for r in infos if r.run_id in run_ids and r.status != "running"]
+
+
+def run_numbers(infos: Sequence[RoundInfo]) -> dict[str, int]:
+    """Each run's number on this state directory (1: the first), in the order of its first
+    round: Flower's run ids are 64-bit numbers, too long for a table."""
+    numbers: dict[str, int] = {}
+    for info in sorted(infos, key=lambda r: r.round):
+        numbers.setdefault(info.run_id, len(numbers) + 1)
+    return numbers
 
 
 def close_cut_rounds(directory: Path) -> None:

@@ -1,0 +1,173 @@
+"""`simoe-server start`: every run setting has its option, and a second start on the same
+state directory reports its own rounds only. Through the real command (typer's CliRunner
+in-process, or a subprocess for the one-line errors), with the SuperLink replaced: starting
+a real one is `tests/test_server_start.py`'s."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import free_port
+from typer.testing import CliRunner
+
+from server.cli import app
+from server.registry import Registry
+from server.run_config import DEFAULTS, ServerRunConfig
+
+runner = CliRunner()
+SERVER = str(Path(sys.executable).with_name("simoe-server"))
+
+
+def off_default(name: str) -> Any:
+    """A valid value of the field `name` other than its default."""
+    default = getattr(DEFAULTS, name)
+    annotation = ServerRunConfig.model_fields[name].annotation
+    if isinstance(default, bool):
+        return not default
+    if typing.get_origin(annotation) is typing.Literal:
+        return next(v for v in typing.get_args(annotation) if v != default)
+    if isinstance(default, int):
+        return default + 1
+    if isinstance(default, float):
+        return default + 0.125
+    raise AssertionError(f"{name}: add a value of type {type(default).__name__} here")
+
+
+class FakeSuperLink:
+    """Stands in for `server.superlink.SuperLink`: nothing listens; `record` (called once per
+    poll of `start`'s loop) runs `on_record`, as a ServerApp would record its rounds."""
+
+    on_record: Any = None
+
+    def __init__(self, directory: Path, **_: object) -> None:
+        self.address = "127.0.0.1:1"
+        self.process = None
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def record(self) -> None:
+        if FakeSuperLink.on_record is not None:
+            FakeSuperLink.on_record()
+
+    def serverapp_running(self) -> bool:
+        return True
+
+
+@pytest.fixture()
+def fake_link(monkeypatch: pytest.MonkeyPatch) -> list[ServerRunConfig]:
+    """The run configs `start` submits; its SuperLink a fake, its signal handlers left as
+    they are (they would outlive the test in this process)."""
+    import signal
+
+    import server.superlink
+
+    submitted: list[ServerRunConfig] = []
+
+    def submit_run(directory: Path, address: str, ca: Path, config: ServerRunConfig) -> str:
+        submitted.append(config)
+        return "222"
+
+    FakeSuperLink.on_record = None
+    monkeypatch.setattr(server.superlink, "SuperLink", FakeSuperLink)
+    monkeypatch.setattr(server.superlink, "submit_run", submit_run)
+    monkeypatch.setattr(signal, "signal", lambda *_: None)
+    return submitted
+
+
+def test_every_run_setting_reaches_the_run_through_its_start_option(
+    tmp_path: Path, fake_link: list[ServerRunConfig]
+) -> None:
+    """Each ServerRunConfig field off its default, given as the option `start_options` names
+    (what the demo passes to `start`), arrives in the run config `start` submits."""
+    fields = [name for name in ServerRunConfig.model_fields if name != "registry"]
+    state = tmp_path / "server"
+    wanted = ServerRunConfig(
+        registry=str(state.resolve() / "registry.sqlite"),
+        **{name: off_default(name) for name in fields},
+    )
+    options = wanted.start_options()
+
+    def stop() -> None:  # Ctrl-C at the first poll: `start` stops as it does for a user
+        raise KeyboardInterrupt
+
+    FakeSuperLink.on_record = stop
+    assert len([o for o in options if o.startswith("--")]) == len(fields)  # none at a default
+    result = runner.invoke(app, ["start", "--port", "1", "--state-dir", str(state), *options])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    assert fake_link == [wanted]
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (["--local-batch", "0"], "--local-batch must be at least 1"),
+        (["--prox-mu", "-0.1"], "--prox-mu must be at least 0"),
+        (["--personal-epochs", "-1"], "--personal-epochs must be at least 0"),
+        (["--personal-epochs", "1001"], "--personal-epochs must be at most 1000"),
+        (["--wait-nodes", "-5"], "--wait-nodes must be at least 0"),
+        (["--seed", "-1"], "--seed must be at least 0"),
+    ],
+)
+def test_bad_run_settings_are_one_line_exit_2(
+    tmp_path: Path, options: list[str], named: str
+) -> None:
+    result = subprocess.run(
+        [SERVER, "start", "--port", str(free_port()), *options,
+         "--state-dir", str(tmp_path / "server")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0], result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not (tmp_path / "server").exists()  # refused before anything was created
+
+
+def test_a_second_start_reports_and_counts_its_own_rounds_only(
+    tmp_path: Path, fake_link: list[ServerRunConfig]
+) -> None:
+    """Round numbers continue across runs on one state directory. A second `start` with
+    `--rounds 1` prints its round 3 (not the first start's 1 and 2 again) and stops after
+    it; `status` and `rounds` say which run each round belongs to."""
+    state = tmp_path / "server"
+    state.mkdir()
+    registry_file = state / "registry.sqlite"
+    with Registry(registry_file) as registry:
+        for _ in range(2):  # the first start's run, 111
+            number = registry.start_round(111, sampled=2)
+            registry.finish_round(
+                number, replied=2, rejected=0, failed=0, global_version=1, updated=True
+            )
+
+    def new_round() -> None:  # the second start's ServerApp (run 222) records one round
+        with Registry(registry_file) as registry:
+            if registry.last_round() < 3:
+                number = registry.start_round(222, sampled=2)
+                registry.finish_round(
+                    number, replied=2, rejected=0, failed=0, global_version=2, updated=True
+                )
+
+    FakeSuperLink.on_record = new_round
+    result = runner.invoke(
+        app, ["start", "--port", "1", "--state-dir", str(state), "--rounds", "1"]
+    )
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    printed = [line for line in result.output.splitlines() if line.startswith("round ")]
+    assert printed == ["round 3: done, 2 replied, 0 rejected, 0 failed, model v2"]
+
+    status = runner.invoke(app, ["status", "--state-dir", str(state), "--json"])
+    assert '"runs": 2' in status.output and '"done": 3' in status.output
+    table = runner.invoke(app, ["status", "--state-dir", str(state)])
+    assert "3 (3 done) in 2 runs" in table.output
+    rounds = runner.invoke(app, ["rounds", "--state-dir", str(state), "--json"])
+    assert [r["run"] for r in json.loads(rounds.output)] == [1, 1, 2]
