@@ -150,6 +150,11 @@ def fleet_view(
         features = extract_features(context, measured)
         vector = hardware_vector(profile)
         print(f"    {unit_dir.name} ({len(records)}): {rhos(features, speed, vector)}")
+        if unit_dir.name in model.expert_names:  # its own expert on its own records
+            own = predict_expert(model, unit_dir.name, features)
+            pairs = sorted(zip(-speed * 1e6, own, strict=True))
+            text = " ".join(f"{u:.0f}:{v:+.2f}" for u, v in pairs)
+            print(f"      its own expert, fastest first (us:score): {text}")
     target = get_device(f"sim:{new_gpu}")
     modelled = {
         d.name: np.asarray([min(d.measure(c.sch.mod)) for c in candidates])
