@@ -15,7 +15,12 @@ candidates (Spearman of score with speed), and how the simulator ranks those 16 
 fleet unit against the newcomer's GPU: whether a poor ranking on the newcomer is the
 model's, or the hardware's.
 
+With `--seeds WORK` (a `bench.federation.demo_newcomer --work` directory), instead: each
+seed's SiMoE tune's measured candidates in the order measured, their latency (recorded
+mean, per run of the task) and, for an offered trace, its number in the offer.
+
     python -m bench.federation.demo_shared_ranking --data runs/demo_share [--fleet]
+    python -m bench.federation.demo_shared_ranking --seeds WORK
 """
 
 from __future__ import annotations
@@ -36,11 +41,17 @@ if TYPE_CHECKING:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, required=True, help="a demo's --out directory")
+    parser.add_argument("--data", type=Path, help="a demo's --out directory")
+    parser.add_argument("--seeds", type=Path, help="a demo_newcomer --work directory")
     parser.add_argument(
         "--fleet", action="store_true", help="also the experts on the fleet units' own records"
     )
     args = parser.parse_args(argv)
+    if args.seeds is not None:
+        seed_view(args.seeds)
+        return
+    if args.data is None:
+        raise BadInputError("give --data DIR (a demo's --out) or --seeds WORK")
     import tvm
     from scipy.stats import spearmanr
     from tvm.s_tir import meta_schedule as ms
@@ -96,6 +107,31 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"  Spearman(score, speed) over all {len(rows)}: {rho:+.3f}")
         if args.fleet:
             fleet_view(args.data, demo.new_gpu, key, mod, [c for _, c, _ in rows], model.model)
+
+
+def seed_view(work: Path) -> None:
+    """Each seed's SiMoE measured candidates, in order; offered traces marked (exact trace)."""
+    from agent.node_state import NodeState
+    from agent.sharing import received_schedules
+
+    seeds = sorted(work.glob("seed-*/newcomer"))
+    if not seeds:
+        raise BadInputError(f"--seeds {work}: no seed-*/newcomer (demo_newcomer --work WORK)")
+    print("each seed's SiMoE measured candidates, us per run (SIMULATED; #n: offered trace n)")
+    for state in seeds:
+        node = NodeState(state)
+        offered = [
+            (json.loads(text), i) for traces in received_schedules(node).values()
+            for i, text in enumerate(traces, start=1)
+        ]  # fmt: skip
+        with node.open_store() as store:
+            records = store.records()
+        cells = []
+        for record in records:
+            index = next((i for trace, i in offered if trace == record.trace), 0)
+            mark = f" (#{index})" if index else ""
+            cells.append(f"{np.mean(record.run_secs) * 1e6:.1f}{mark}")
+        print(f"  {state.parent.name}: {', '.join(cells)}")
 
 
 def fleet_view(
