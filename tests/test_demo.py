@@ -227,6 +227,10 @@ def test_the_shared_ranking_bench_needs_a_demo_whose_newcomer_was_offered_schedu
     (tmp_path / "demo.json").write_text(report.model_dump_json())
     with pytest.raises(BadInputError, match="no offered schedules"):  # a demo without sharing
         main(["--data", str(tmp_path)])
+    with pytest.raises(BadInputError, match="--data DIR"):  # neither input
+        main([])
+    with pytest.raises(BadInputError, match="no seed-"):  # not a demo_newcomer --work dir
+        main(["--seeds", str(tmp_path)])
 
 
 def test_the_demo_runs_on_the_deployments_defaults_but_for_its_named_overrides() -> None:

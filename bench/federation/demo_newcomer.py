@@ -14,6 +14,9 @@ their geometric mean and a 95% bootstrap interval over seeds. MetaSchedule's own
 across seeds is in the same table.
 
     python -m bench.federation.demo_newcomer --data runs/demo --seeds 0,1,2,3,4 --out docs/results
+
+`--work WORK` keeps each seed's states; `python -m bench.federation.demo_shared_ranking
+--seeds WORK` then lists what each seed's SiMoE tune measured, the offered traces marked.
 """
 
 from __future__ import annotations

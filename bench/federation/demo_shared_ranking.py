@@ -8,7 +8,19 @@ min of 5 modelled repeats; the measured ones: their recorded mean). SiMoE's firs
 takes the best-scored of both (`agent.tune_harness.SeededSearch`), so this shows why an
 offered schedule was or was not measured, and what it would have given. SIMULATED.
 
-    python -m bench.federation.demo_shared_ranking --data runs/demo_share
+With `--fleet`, per workload also: how the newcomer's model (the gate's mixture with each
+fleet unit's hardware vector) and each of its experts alone rank every simulated fleet
+unit's own measured records (the data the experts were trained on) and the newcomer's 16
+candidates (Spearman of score with speed), and how the simulator ranks those 16 on each
+fleet unit against the newcomer's GPU: whether a poor ranking on the newcomer is the
+model's, or the hardware's.
+
+With `--seeds WORK` (a `bench.federation.demo_newcomer --work` directory), instead: each
+seed's SiMoE tune's measured candidates in the order measured, their latency (recorded
+mean, per run of the task) and, for an offered trace, its number in the offer.
+
+    python -m bench.federation.demo_shared_ranking --data runs/demo_share [--fleet]
+    python -m bench.federation.demo_shared_ranking --seeds WORK
 """
 
 from __future__ import annotations
@@ -17,16 +29,29 @@ import argparse
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from schemas import BadInputError
 
+if TYPE_CHECKING:
+    from simoe_model.model import SiMoE
+
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, required=True, help="a demo's --out directory")
+    parser.add_argument("--data", type=Path, help="a demo's --out directory")
+    parser.add_argument("--seeds", type=Path, help="a demo_newcomer --work directory")
+    parser.add_argument(
+        "--fleet", action="store_true", help="also the experts on the fleet units' own records"
+    )
     args = parser.parse_args(argv)
+    if args.seeds is not None:
+        seed_view(args.seeds)
+        return
+    if args.data is None:
+        raise BadInputError("give --data DIR (a demo's --out) or --seeds WORK")
     import tvm
     from scipy.stats import spearmanr
     from tvm.s_tir import meta_schedule as ms
@@ -80,6 +105,102 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"  {label:12s} score {score:+.3f}  latency {latency * 1e6:8.1f} us")
         rho = spearmanr(scores, [-lat for _, _, lat in rows]).statistic
         print(f"  Spearman(score, speed) over all {len(rows)}: {rho:+.3f}")
+        if args.fleet:
+            fleet_view(args.data, demo.new_gpu, key, mod, [c for _, c, _ in rows], model.model)
+
+
+def seed_view(work: Path) -> None:
+    """Each seed's SiMoE measured candidates, in order; offered traces marked (exact trace)."""
+    from agent.node_state import NodeState
+    from agent.sharing import received_schedules
+
+    seeds = sorted(work.glob("seed-*/newcomer"))
+    if not seeds:
+        raise BadInputError(f"--seeds {work}: no seed-*/newcomer (demo_newcomer --work WORK)")
+    print("each seed's SiMoE measured candidates, us per run (SIMULATED; #n: offered trace n)")
+    for state in seeds:
+        node = NodeState(state)
+        offered = [
+            (json.loads(text), i) for traces in received_schedules(node).values()
+            for i, text in enumerate(traces, start=1)
+        ]  # fmt: skip
+        with node.open_store() as store:
+            records = store.records()
+        cells = []
+        for record in records:
+            index = next((i for trace, i in offered if trace == record.trace), 0)
+            mark = f" (#{index})" if index else ""
+            cells.append(f"{np.mean(record.run_secs) * 1e6:.1f}{mark}")
+        print(f"  {state.parent.name}: {', '.join(cells)}")
+
+
+def fleet_view(
+    data: Path, new_gpu: str, key: str, mod: Any, candidates: list[Any], model: SiMoE
+) -> None:
+    """The experts on each simulated fleet unit's own records of workload `key`, and the
+    simulator's ranking of the newcomer's candidates on each unit against the newcomer's."""
+    import tvm
+    from scipy.stats import spearmanr
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.schedule import Trace
+
+    from agent.devices import get_device
+    from agent.node_state import NodeState
+    from simoe_model.features import extract_features
+    from simoe_model.hardware import hardware_vector
+    from simoe_model.train import predict, predict_expert
+
+    args_info = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+
+    def rhos(features: list[np.ndarray], speed: np.ndarray, vector: np.ndarray) -> str:
+        parts = [f"mixture {spearmanr(predict(model, features, vector), speed).statistic:+.2f}"]
+        parts += [
+            f"{name} {spearmanr(predict_expert(model, name, features), speed).statistic:+.2f}"
+            for name in model.expert_names
+        ]
+        return ", ".join(parts)
+
+    print("  Spearman(score, speed) on each simulated fleet unit's own records:")
+    units = []
+    for unit_dir in sorted((data / "nodes").iterdir()):
+        unit = NodeState(unit_dir)
+        name = unit.config().device
+        if not name.startswith("sim:") or name == f"sim:{new_gpu}":
+            continue
+        device = get_device(name)
+        units.append(device)
+        with unit.open_store() as store:
+            records = [r for r in store.records(workload_key=key, device=name) if r.run_secs]
+        profile = unit.cached_profile(name)
+        if not records or profile is None:
+            continue
+        context = ms.TuneContext(
+            mod=mod, target=device.target(), space_generator="post-order-apply", task_name=key
+        )
+        measured = []
+        for record in records:
+            sch = tvm.s_tir.Schedule(mod)
+            Trace.apply_json_to_schedule(record.trace, sch)
+            measured.append(ms.MeasureCandidate(sch, args_info))
+        speed = -np.asarray([np.mean(r.run_secs) for r in records])
+        features = extract_features(context, measured)
+        vector = hardware_vector(profile)
+        print(f"    {unit_dir.name} ({len(records)}): {rhos(features, speed, vector)}")
+        if unit_dir.name in model.expert_names:  # its own expert on its own records
+            own = predict_expert(model, unit_dir.name, features)
+            pairs = sorted(zip(-speed * 1e6, own, strict=True))
+            text = " ".join(f"{u:.0f}:{v:+.2f}" for u, v in pairs)
+            print(f"      its own expert, fastest first (us:score): {text}")
+    target = get_device(f"sim:{new_gpu}")
+    modelled = {
+        d.name: np.asarray([min(d.measure(c.sch.mod)) for c in candidates])
+        for d in [target, *units]
+    }
+    print(f"  the simulator: the {len(candidates)} candidates above, Spearman of each unit's")
+    print(f"  latencies with {target.name}'s (SIMULATED):")
+    for device in units:
+        rho = spearmanr(modelled[device.name], modelled[target.name]).statistic
+        print(f"    {device.name}: {rho:+.2f}")
 
 
 if __name__ == "__main__":
