@@ -104,6 +104,12 @@ def search_population(trials_per_task: int, population: int | None = None) -> in
     return min(512, max(32, 8 * trials_per_task))
 
 
+# A search whose population sampled no valid schedule for the GPU (a ViT patch embedding on
+# a user-spec GPU at population 64: most random schedules exceed its limits) runs once more
+# at MetaSchedule's own default population, which samples enough (issue 23).
+RETRY_POPULATION = 512
+
+
 def _default_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """The untuned baseline: as is on a CPU; DLight's default GPU rules on a GPU target.
 
@@ -149,14 +155,15 @@ def _run_search(
     warm_start: Path | None = None,
     shared: SharedSeeds | None = None,
     shared_reserve: float = SHARED_RESERVE,
-) -> tuple[ms.database.Database, list[int], float, float | None, ModelUsed]:
+) -> tuple[ms.database.Database, list[int], float, float | None, ModelUsed, list[str]]:
     """Run MetaSchedule over `tasks`.
 
     `model_rounds` > 0 is fast mode: per task, that many chained model-only searches
     (simoe_model.model_search), then the device measures only the model's top
     `trials_per_task`. Returns the database, trials per task, search wall seconds, and
     (simulated devices only) the modelled seconds those measurements would have taken on
-    the real GPU. `warm_start`: the fleet schedule warm start (fast mode only; see
+    the real GPU, and the tasks searched again at `RETRY_POPULATION` because the first
+    search measured nothing. `warm_start`: the fleet schedule warm start (fast mode only; see
     `warm_start_seeds`). `shared`: the most similar units' schedules the federation offered
     (schedule sharing, opt-in): per task, they join the candidates the cost model ranks
     before the first measurement, in fast mode (seeds of its model-only search, as
@@ -187,35 +194,50 @@ def _run_search(
     observe_stored(model, tasks, store, device.name)
     target = device.target()
     counts = [0] * len(tasks)
-    budgets = [trials_per_task] * len(tasks)
-    callback = _progress_callback([t.name for t in tasks], budgets, progress, counts)
     started = time.perf_counter()
-    try:
-        strategies = (
-            [model_picks(t, target, model, trials_per_task, rounds=model_rounds,
-                         population=population, seed=seed or 0,
-                         seeds=seeds[i] if seeds else ()) for i, t in enumerate(tasks)]
-            if model_rounds > 0
-            else [seeded(evolutionary(population), seeds[i] if seeds else (), shared_reserve)
-                  for i in range(len(tasks))]
-        )  # fmt: skip
-    except SimoeError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - MetaSchedule raises TVMError and friends
-        raise RunFailure(f"model-only search failed: {one_line_of(exc)}") from exc
-    if progress is not None:  # every task's bar shows from the start
-        for task, budget in zip(tasks, budgets, strict=True):
-            progress(task.name, 0, budget)
     modelled_before = getattr(device, "modelled_measure_seconds", None)
-    run_tasks(
-        tasks, device, database, model, strategies, trials_per_task=trials_per_task,
-        seed=seed, work_dir=work_dir, log_level=log_level, callbacks=[callback],
-    )  # fmt: skip
+
+    def search(picked: list[int], size: int) -> None:
+        """Search the tasks `picked` (indices) with populations of `size`, into `counts`."""
+        sub = [tasks[i] for i in picked]
+        sub_counts = [0] * len(sub)
+        budgets = [trials_per_task] * len(sub)
+        callback = _progress_callback([t.name for t in sub], budgets, progress, sub_counts)
+        try:
+            strategies = (
+                [model_picks(tasks[i], target, model, trials_per_task, rounds=model_rounds,
+                             population=size, seed=seed or 0,
+                             seeds=seeds[i] if seeds else ()) for i in picked]
+                if model_rounds > 0
+                else [seeded(evolutionary(size), seeds[i] if seeds else (), shared_reserve)
+                      for i in picked]
+            )  # fmt: skip
+        except SimoeError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - MetaSchedule raises TVMError and friends
+            raise RunFailure(f"model-only search failed: {one_line_of(exc)}") from exc
+        if progress is not None:  # every task's bar shows from the start
+            for task, budget in zip(sub, budgets, strict=True):
+                progress(task.name, 0, budget)
+        run_tasks(
+            sub, device, database, model, strategies, trials_per_task=trials_per_task,
+            seed=seed, work_dir=work_dir, log_level=log_level, callbacks=[callback],
+        )  # fmt: skip
+        for i, n in zip(picked, sub_counts, strict=True):
+            counts[i] += n
+
+    search(list(range(len(tasks))), population)
+    empty = [i for i, n in enumerate(counts) if n == 0]
+    if empty and population < RETRY_POPULATION:
+        search(empty, RETRY_POPULATION)
+    else:
+        empty = []
     wall = time.perf_counter() - started
     modelled = None
     if modelled_before is not None:
         modelled = float(device.modelled_measure_seconds) - float(modelled_before)
-    return database, counts, wall, modelled, model_used_by(model)
+    retried = [tasks[i].name for i in empty]
+    return database, counts, wall, modelled, model_used_by(model), retried
 
 
 def _task_result(
@@ -336,7 +358,7 @@ def tune_workload(
     task = TuneTask(
         name=str(workload), mod=mod, weight=1.0, flops=flops(workload), spec=str(workload)
     )
-    database, counts, wall, modelled, used = _run_search(
+    database, counts, wall, modelled, used, retried = _run_search(
         [task], device, store, trials_per_task=trials, cost_model=cost_model,
         node=node, progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
         log_level=log_level, population=population, model_rounds=model_rounds,
@@ -356,6 +378,8 @@ def tune_workload(
         model_used=used,
         shared_schedules=shared.used if shared else 0,
         shared_skipped=shared.skipped if shared else 0,
+        population_retried=retried,
+        retry_population=RETRY_POPULATION if retried else None,
     )
 
 
@@ -408,7 +432,7 @@ def tune_network(
     picked, selection = select_tasks([t.name for t in everything], sizes, choice or TaskChoice())
     tasks = [everything[i] for i in picked]
     stage(f"{network.name}: tuning {len(tasks)} of {len(everything)} tasks")
-    database, counts, wall, modelled, used = _run_search(
+    database, counts, wall, modelled, used, retried = _run_search(
         tasks, device, store, trials_per_task=trials_per_task, cost_model=cost_model,
         node=node, progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
         log_level=log_level, population=population, model_rounds=model_rounds,
@@ -438,6 +462,8 @@ def tune_network(
         selection=selection,
         shared_schedules=shared.used if shared else 0,
         shared_skipped=shared.skipped if shared else 0,
+        population_retried=retried,
+        retry_population=RETRY_POPULATION if retried else None,
     )
 
 

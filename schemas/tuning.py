@@ -104,3 +104,11 @@ class TuneResult(BaseModel):
     shared_skipped: int = Field(
         default=0, description="offered schedules that did not apply to this target's task"
     )
+    population_retried: list[str] = Field(
+        default_factory=list,
+        description="tasks whose search sampled no valid schedule at the first population "
+        "and were searched again at `retry_population`",
+    )
+    retry_population: int | None = Field(
+        default=None, description="the population of that second search (None: none ran)"
+    )

@@ -34,10 +34,15 @@ from simoe_model.features import FEATURE_DIM
 from simoe_model.hardware import ANALYTICAL_SLICE, EMPIRICAL_SLICE, HARDWARE_DIM
 
 FORMAT_NAME = "simoe-model"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 # Older versions this code still reads, with the config values their files were made with
-# (version 1 had no hardware_clip: the normalized hardware vector was never clipped).
-OLDER_VERSIONS: dict[int, dict[str, object]] = {1: {"hardware_clip": 0.0}}
+# (version 1 had no hardware_clip: the normalized hardware vector was never clipped;
+# versions 1-2 had no program feature range: their features are never clamped).
+OLDER_VERSIONS: dict[int, dict[str, object]] = {1: {"hardware_clip": 0.0}, 2: {}}
+# The feature range of a model that has none (unfitted, or saved before version 3): finite,
+# so the file's arrays pass the NaN/Inf check, and wide enough never to clamp.
+NO_BOUND = float(torch.finfo(torch.float32).max)
+LOCAL_BUFFERS = ("mask", "lo", "hi")  # a node's own, never averaged (see _shared_state)
 SHARED_PARTS = ("hardware_encoder", "program_encoder", "gate")
 
 HardwareInput = Literal["hybrid", "analytical", "empirical", "none"]
@@ -69,12 +74,24 @@ class SiMoEConfig(BaseModel):
 
 
 class Normalizer(nn.Module):
-    """(x - mean) / std with statistics fitted on training data and saved as buffers."""
+    """(x - mean) / std with statistics fitted on training data and saved as buffers.
 
-    def __init__(self, dim: int) -> None:
+    `bounded`: x is first clamped to [lo, hi], the range of the data the encoder was trained
+    on (simoe_model.train fits it). Why: program features grow with the operator's shape
+    (bytes, cache lines, reuse counts), and a ReLU network extrapolates them linearly, so
+    on an operator far larger than any training one (LLaMA-7B's projections against the
+    starter's 512-wide matmuls) the search drove straight to the candidates whose features
+    were furthest outside that range and the model rated them best: they were 2-3x slower
+    than a random candidate (docs/results/starter_diagnosis.md). Unfitted: no clamp."""
+
+    def __init__(self, dim: int, *, bounded: bool = False) -> None:
         super().__init__()
         self.register_buffer("mean", torch.zeros(dim))
         self.register_buffer("std", torch.ones(dim))
+        self.bounded = bounded
+        if bounded:
+            self.register_buffer("lo", torch.full((dim,), -NO_BOUND))
+            self.register_buffer("hi", torch.full((dim,), NO_BOUND))
 
     @torch.no_grad()
     def fit(self, x: torch.Tensor) -> None:
@@ -83,6 +100,8 @@ class Normalizer(nn.Module):
         self.std.copy_(x.std(0, unbiased=False).clamp_min(1e-3) if len(x) > 1 else 1.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.bounded:
+            x = torch.maximum(torch.minimum(x, self.hi), self.lo)
         return (x - self.mean) / self.std
 
 
@@ -97,7 +116,7 @@ class ProgramEncoder(nn.Module):
 
     def __init__(self, cfg: SiMoEConfig) -> None:
         super().__init__()
-        self.norm = Normalizer(cfg.feature_dim)
+        self.norm = Normalizer(cfg.feature_dim, bounded=True)
         self.store_mlp = nn.Sequential(
             nn.Linear(cfg.feature_dim, cfg.store_hidden),
             nn.ReLU(),
@@ -330,7 +349,9 @@ def _shared_state(model: SiMoE) -> dict[str, torch.Tensor]:
     state: dict[str, torch.Tensor] = {}
     for part in SHARED_PARTS:
         for key, value in getattr(model, part).state_dict().items():
-            if key == "mask":  # the ablation switch is config, not a learned parameter
+            # the ablation switch is config; the feature range is what this node's encoder
+            # was trained on: neither is a learned parameter to average
+            if key.rsplit(".", 1)[-1] in LOCAL_BUFFERS:
                 continue
             state[f"{part}.{key}"] = value
     return state
@@ -431,6 +452,12 @@ def load_model(path: str | Path) -> SiMoE:
     state = blob.get("state")
     if not isinstance(state, dict):
         raise BadInputError(f"{path}: corrupted model file (no tensors)")
+    if version != FORMAT_VERSION:  # no feature range yet: the unclamped default
+        default = model.state_dict()
+        state = {
+            **{k: default[k] for k in ("program_encoder.norm.lo", "program_encoder.norm.hi")},
+            **state,
+        }
     _check_arrays(
         f"{path}",
         {k: v.numpy() for k, v in state.items() if isinstance(v, torch.Tensor)},

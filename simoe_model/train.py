@@ -37,6 +37,7 @@ from simoe_model.losses import (
     ranking_loss,
 )
 from simoe_model.model import (
+    NO_BOUND,
     SiMoE,
     expert_arrays,
     expert_outputs,
@@ -74,11 +75,28 @@ def fit_feature_normalizer_rows(model: SiMoE, rows: torch.Tensor, max_rows: int 
     """`fit_feature_normalizer` on rows already packed (log-transformed) together."""
     if len(rows) < 2:
         return
+    norm = model.program_encoder.norm
+    norm.lo.copy_(rows.min(0).values)  # the range of every row, not of the sample below
+    norm.hi.copy_(rows.max(0).values)
     if len(rows) > max_rows:
         rows = rows[torch.randperm(len(rows))[:max_rows]]
-    norm = model.program_encoder.norm
     norm.mean.copy_(rows.mean(0))
     norm.std.copy_(rows.std(0, unbiased=False).clamp_min(MIN_STD_FEATURES))
+
+
+@torch.no_grad()
+def widen_feature_range(model: SiMoE, tasks: Sequence[PackedTask]) -> None:
+    """Widen the program encoder's feature range (the clamp of its normalizer) to cover
+    `tasks`, the data it is about to be trained on; a range never fitted (a model saved
+    before it had one) stays open."""
+    if not tasks:
+        return
+    rows = torch.cat([t.rows for t in tasks])
+    norm = model.program_encoder.norm
+    if len(rows) == 0 or bool((norm.lo <= -NO_BOUND).all()):
+        return
+    torch.minimum(norm.lo, rows.min(0).values, out=norm.lo)
+    torch.maximum(norm.hi, rows.max(0).values, out=norm.hi)
 
 
 @torch.no_grad()
@@ -178,6 +196,8 @@ def train_experts(
         return {"loss": float("nan"), "num-examples": 0.0, "train-seconds": 0.0}
     if train_encoder and not _normalizer_fitted(model):
         fit_feature_normalizer(model, [t for _, t in work])
+    elif train_encoder:  # the encoder learns these rows too: they are in its range now
+        widen_feature_range(model, [t for _, t in work])
     # in first-seen order, not a set's: a set of strings iterates in PYTHONHASHSEED's order,
     # and the optimizer's parameter order changed the trained model from process to process
     names = list(dict.fromkeys(n for n, _ in work))
@@ -354,6 +374,7 @@ def train_shared(
     if not frozen_experts:
         params += list(model.program_encoder.parameters())
         params += [p for n in bank for p in model.expert(n).parameters()]
+        widen_feature_range(model, [t for _, t in work])
     if not work or not bank:
         return {"loss": float("nan"), "align-loss": float("nan"), "num-examples": 0.0}
 

@@ -125,3 +125,21 @@ def test_a_long_search_that_beat_a_default_is_named_beside_the_task() -> None:
     long = _row_outcomes(row("ms-xgb-1000", "g1", {"t1": "tuned"}, {"t1": 2.0}, 1000), 1)
     [task] = never_beaten(outcomes, long)
     assert task.long_runs == ["ms-xgb-1000 (seed 1): beat it 2.00x"]
+
+
+def test_labelled_user_spec_runs_of_different_code_are_never_pooled() -> None:
+    """Issue 23: the user-spec group was rerun after the starter model's fix; the earlier
+    runs stay reported, each under the label of the code that made them."""
+    before = UserSpecReport(
+        commands=["c"], note="n", rows=[user_row("u1", "simoe-fast", 8, "default", 8)]
+    )
+    after = UserSpecReport(
+        commands=["c2"], note="n", label="range-fix",
+        rows=[user_row("u1", "simoe-fast", 8, "tuned", 8)],
+    )  # fmt: skip
+    outcomes = user_spec_outcomes(before) + user_spec_outcomes(after)
+    outcomes += user_spec_outcomes(before, "initial-samples-fix")
+    shares = {(m.method, m.trials): m for m in summarize(outcomes)}
+    assert shares[("simoe-fast", 8)].beaten == 0 and shares[("simoe-fast", 8)].tasks == 1
+    assert shares[("simoe-fast [range-fix]", 8)].beaten == 1
+    assert shares[("simoe-fast [initial-samples-fix]", 8)].tasks == 1

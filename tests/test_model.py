@@ -136,7 +136,7 @@ def test_version_1_file_loads_without_hardware_clip(
     save_model(trained, good)
     blob = torch.load(good, weights_only=True)
     header = json.loads(blob["header"])
-    assert header["version"] == 2 and header["config"]["hardware_clip"] == 2.0
+    assert header["version"] == 3 and header["config"]["hardware_clip"] == 2.0
     header["version"] = 1
     del header["config"]["hardware_clip"]
     torch.save({"header": json.dumps(header), "state": blob["state"]}, tmp_path / "v1.pt")
@@ -275,3 +275,45 @@ def test_local_round_proximal_term_keeps_the_encoder_near_the_global(
     plain = moved(local_batch=8)
     assert moved(local_batch=8, prox_mu=1000.0) < 0.5 * plain
     assert moved(local_batch=1) > plain
+
+
+def test_features_beyond_the_training_range_are_clamped_not_extrapolated(
+    trained: SiMoE, fleet: list[DeviceDataset], tmp_path: Path
+) -> None:
+    """Features that grow with the operator's shape (bytes, cache lines) far beyond every
+    training candidate's score as the largest trained value does: the model cannot rate a
+    candidate better for being further outside what it saw (issue 23: the starter model's
+    search chose such candidates on LLaMA's projections, and they were the slow ones)."""
+    import json
+
+    from simoe_model.features import pack_rows
+
+    ds = fleet[3]
+    norm = trained.program_encoder.norm
+    hi = norm.hi.numpy()
+    assert np.all(hi < 1e30) and np.all(norm.lo.numpy() > -1e30), "range fitted in training"
+    base = ds.tasks[0].features[0].copy()
+    far, further = base.copy(), base.copy()
+    # log-transformed features past the training maximum: 10x and 1000x the raw value
+    column = int(np.argmax(hi - norm.lo.numpy()))
+    raw_hi = float(np.expm1(hi[column]))
+    far[:, column], further[:, column] = raw_hi * 10, raw_hi * 1000
+    scores = predict(trained, [far, further], ds.hardware_vector)
+    assert scores[0] == pytest.approx(scores[1], abs=1e-6)
+    rows, _ = pack_rows([base])
+    inside = rows[rows[:, column] <= hi[column]]
+    assert len(inside), "the base candidate lies inside the range"
+    # the range survives a file, is the node's own (not in the federation's arrays), and a
+    # version-2 file (no range) loads unclamped
+    save_model(trained, tmp_path / "m.pt")
+    again = load_model(tmp_path / "m.pt")
+    assert torch.equal(again.program_encoder.norm.hi, norm.hi)
+    assert not any(k.endswith((".lo", ".hi")) for k in shared_arrays(trained))
+    blob = torch.load(tmp_path / "m.pt", weights_only=True)
+    header = json.loads(blob["header"])
+    header["version"] = 2
+    state = {k: v for k, v in blob["state"].items() if not k.endswith(("norm.lo", "norm.hi"))}
+    torch.save({"header": json.dumps(header), "state": state}, tmp_path / "v2.pt")
+    old = load_model(tmp_path / "v2.pt")
+    unclamped = predict(old, [far, further], ds.hardware_vector)
+    assert unclamped[0] != pytest.approx(unclamped[1], abs=1e-6)

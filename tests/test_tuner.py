@@ -228,3 +228,34 @@ def test_a_small_search_samples_fewer_random_schedules_first() -> None:
     assert initial_samples(search_population(32)) == 25
     assert initial_samples(4) == 4
     assert evolutionary(search_population(8)).init_min_unmeasured == 8
+
+
+def test_a_search_that_samples_nothing_runs_again_at_a_larger_population(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23: at population 64 the ViT patch embedding's search on a user-spec GPU sampled
+    no valid schedule and measured nothing (only `--population 512` helped). The tuner now
+    searches such a task once more at RETRY_POPULATION and says so. Here a first search that
+    proposes nothing stands in for the one that sampled nothing."""
+    import agent.tuner as tuner
+    from agent.devices import get_device
+    from agent.workloads import parse_workload
+    from simoe_model.model_search import ProposedCandidates
+
+    real = tuner.evolutionary
+    sizes: list[int] = []
+
+    def evolutionary(size: int, **kwargs: object) -> object:
+        sizes.append(size)
+        return real(size, **kwargs) if size >= tuner.RETRY_POPULATION else ProposedCandidates([])
+
+    monkeypatch.setattr(tuner, "evolutionary", evolutionary)
+    device, spec = get_device("sim:t4"), parse_workload("matmul:64,64,64")
+    with Store(tmp_path / "store.sqlite") as store:
+        result = tuner.tune_workload(
+            spec, device, store, trials=2, cost_model="random", population=16, baseline=False
+        )
+    assert sizes == [16, tuner.RETRY_POPULATION]
+    assert result.trials == 2 and result.tasks[0].trials == 2
+    assert result.population_retried == ["matmul:64,64,64"]
+    assert result.retry_population == tuner.RETRY_POPULATION

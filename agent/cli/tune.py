@@ -103,12 +103,20 @@ def _print_result(result: TuneResult) -> None:
     if used is not None:
         where = f" ({used.path})" if used.path else ""
         console.print(f"cost model: {used.label}{where}", markup=False, highlight=False)
+    if result.population_retried:
+        console.print(
+            f"{len(result.population_retried)} of {len(result.tasks)} tasks sampled no valid "
+            f"schedule for this GPU at the first population; searched again at population "
+            f"{result.retry_population}",
+            markup=False,
+            highlight=False,
+        )
     unsearched = [t for t in result.tasks if t.trials == 0]
     if unsearched:
         console.print(
             f"{len(unsearched)} of {len(result.tasks)} tasks measured no candidate: the search "
-            "sampled no valid schedule for this GPU (a larger --population, e.g. 512, samples "
-            "more); they keep TVM's default schedule",
+            "sampled no valid schedule for this GPU at any population tried; they keep "
+            "TVM's default schedule",
             markup=False,
             highlight=False,
         )

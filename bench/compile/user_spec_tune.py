@@ -113,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", default=",".join(map(str, TRIALS)))
     parser.add_argument("--gpus", default=",".join(map(str, GPUS)), help="spec files")
     parser.add_argument("--work", type=Path, default=Path(".simoe") / "user-spec-work")
+    parser.add_argument(
+        "--label", help="which code the rows come from (e.g. 'range fix'), kept in the report"
+    )
     args = parser.parse_args(argv)
     ops = [x for x in args.ops.split(",") if x]
     methods = [x for x in args.methods.split(",") if x]
@@ -139,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             earlier = UserSpecReport.model_validate_json(out.read_text())
             rows, commands = earlier.rows, [*earlier.commands, command]
+            if earlier.label != args.label:
+                parser.error(f"{out} holds rows labelled {earlier.label!r}, not {args.label!r}")
         except ValidationError:
             rows = []
     done = {(r.gpu, r.operator, r.method, r.trials) for r in rows if r.error is None}
@@ -159,7 +164,9 @@ def main(argv: list[str] | None = None) -> int:
                         f"{row.wall_s:.0f} s wall, {row.cpu_s:.0f} CPU s {row.error or ''}",
                         flush=True,
                     )
-                    report = UserSpecReport(commands=commands, note=note, rows=rows)
+                    report = UserSpecReport(
+                        commands=commands, note=note, rows=rows, label=args.label
+                    )
                     out.write_text(report.model_dump_json(indent=1))
     return 0
 

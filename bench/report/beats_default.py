@@ -148,9 +148,11 @@ def _row_outcomes(row: MethodRow, seed: int) -> list[TaskOutcome]:
     return out
 
 
-def user_spec_outcomes(report: UserSpecReport) -> list[TaskOutcome]:
+def user_spec_outcomes(report: UserSpecReport, label: str | None = None) -> list[TaskOutcome]:
     """The CLI runs of bench/compile/user_spec_tune.py with a measured default: the network
-    column is the operator, the task the CLI's task name."""
+    column is the operator, the task the CLI's task name. `label` (default: the report's own)
+    follows the method's name, `simoe-fast [range fix]`, so runs of different code stay apart."""
+    label = label or report.label
     out = []
     for r in report.rows:
         if r.error is not None or r.kept is None or r.default_s is None or not r.default_s > 0:
@@ -158,7 +160,7 @@ def user_spec_outcomes(report: UserSpecReport) -> list[TaskOutcome]:
         won = r.kept == "tuned" and r.tuned_s is not None
         out.append(
             TaskOutcome(
-                method=r.method,
+                method=f"{r.method} [{label}]" if label else r.method,
                 trials=r.trials,
                 gpu=r.gpu,
                 network=r.operator,
@@ -328,7 +330,9 @@ def markdown(report: BeatsDefaultReport) -> str:
                 "`--cost-model xgb`, MetaSchedule's default: one search of the trials with "
                 "XGB's warm-up of 100 not reached, so XGB never ranked a candidate. "
                 '"No candidate measured": the CLI\'s search could not sample its initial '
-                "population and measured nothing, so the default was kept by default.",
+                "population and measured nothing, so the default was kept by default. "
+                "A [label] after a method names the code its runs came from (the label after "
+                "its source above); runs of different code are never pooled.",
             ]
         for trials in sorted({m.trials for m in shares}):
             at = [m for m in shares if m.trials == trials]
@@ -401,6 +405,13 @@ def main(argv: list[str] | None = None) -> None:
         help="bench/compile/user_spec_tune.py reports (the user-spec group)",
     )
     parser.add_argument(
+        "--user-spec-labels",
+        nargs="+",
+        default=[],
+        help="one per --user-spec report: which code its rows come from, shown after the "
+        "method's name ('-': the report's own label, or none)",
+    )
+    parser.add_argument(
         "--long",
         type=Path,
         nargs="+",
@@ -431,10 +442,15 @@ def main(argv: list[str] | None = None) -> None:
             f"{settings.mlp_epochs} epochs"
         )
         held.update(report.sections.compile.settings.held_out_networks)
-    note, user_commands = None, []
-    for path in args.user_spec:
+    if args.user_spec_labels and len(args.user_spec_labels) != len(args.user_spec):
+        parser.error("--user-spec-labels: give one label per --user-spec report ('-': none)")
+    labels = args.user_spec_labels or ["-"] * len(args.user_spec)
+    note, user_commands, user_sources = None, [], []
+    for path, label in zip(args.user_spec, labels, strict=True):
         user = _read(path, UserSpecReport)
-        outcomes.extend(user_spec_outcomes(user))
+        shown = user.label if label == "-" else label
+        outcomes.extend(user_spec_outcomes(user, shown))
+        user_sources.append(f"{path} [{shown}]" if shown else str(path))
         note = user.note
         user_commands.extend(user.commands)
     long_rows = []
@@ -451,7 +467,7 @@ def main(argv: list[str] | None = None) -> None:
         held_out_networks=sorted(held),
         outcomes=outcomes,
         methods=summarize(outcomes),
-        user_spec_sources=[str(p) for p in args.user_spec],
+        user_spec_sources=user_sources,
         user_spec_note=note,
         user_spec_commands=user_commands,
         long_sources=[str(p) for p in args.long],

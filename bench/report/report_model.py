@@ -384,4 +384,7 @@ class UserSpecReport(_Row):
     simulated: bool = True
     commands: list[str]  # every invocation that added rows (a rerun adds the rest)
     note: str
+    # which code the rows came from (e.g. "range fix"): bench.report.beats_default shows it
+    # after the method name, so runs of different code are never pooled into one row
+    label: str | None = None
     rows: list[UserSpecRow]

@@ -37,6 +37,13 @@ WORKLOADS: tuple[str, ...] = (
     "dense:128,768,768",
     "batch_matmul:12,128,128,64",
     "matmul:512,512,512",
+    # BERT-base's feed-forward projections (bert_layer, a suite network: 128 tokens, 768 ->
+    # 3072 -> 768). Why: program features grow with the operator's shape, and with 768-wide
+    # operators at most the starter had never seen a transformer projection's K and N; on
+    # LLaMA-7B's (4096 -> 4096, 4096 -> 11008; held out, never trained on) its search went
+    # where the features lay outside that range (docs/results/starter_diagnosis.md).
+    "dense:128,3072,768",
+    "dense:128,768,3072",
 )
 PER_WORKLOAD = 32
 SEED = 0
