@@ -60,6 +60,12 @@ class ServerRunConfig(BaseModel):
     )
     local_batch: int = Field(default=8, ge=1, description="tasks per local training step")
     prox_mu: float = Field(default=0.0, ge=0, description="FedProx's mu (0: off)")
+    transfer_weight: float = Field(
+        default=0.0,
+        ge=0,
+        description="weight of each node's cross-node loss on the program encoder: the "
+        "delivered experts' mixture ranking its own records (0: off)",
+    )
     personal_epochs: int = Field(
         default=0,
         ge=0,

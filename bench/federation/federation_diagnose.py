@@ -16,8 +16,14 @@ by models that differ from the one it got in ONE respect:
   federation's encoder and experts under a centrally trained router;
 - `fed_encoder_central_experts`: fed_all with every expert retrained in one process on
   the federation's program encoder, frozen (is the encoder or the expert training short?);
+- `fed_encoder_central_all`: the federation's program encoder, frozen, under the central
+  pipeline (every expert trained in one process, then hardware encoder and gate): what the
+  federated encoder alone costs;
 - `central_all`: the central model (every expert); `central_k`: the central model with the
   newcomer's federated k experts only; `central_nearest_k`: with its own k nearest;
+- `central_fed_router`: the central model's program encoder and experts (the newcomer's
+  federated k) under the FEDERATED hardware encoder and gate: what the federated routing costs
+  on the central experts (the gate's program input is the central embedding);
 
 Everything is SIMULATED. Writes OUT/federation_diagnose_s<seed>.json and prints a table.
 """
@@ -43,7 +49,7 @@ def diagnose(settings: fh.FederationHelpsSettings, seed: int, work: Path) -> dic
     from bench.federation.fleet import protocol_gpus, split_tasks
     from bench.transfer.offline_transfer import split_device
     from server.registry import Registry
-    from simoe_model.model import add_expert
+    from simoe_model.model import SiMoE, add_expert
     from simoe_model.task_data import DeviceDataset
     from simoe_model.train import train_experts, train_shared
 
@@ -61,6 +67,9 @@ def diagnose(settings: fh.FederationHelpsSettings, seed: int, work: Path) -> dic
     for name, arrays in experts.items():
         add_expert(fed_all, name, arrays)
     routed = copy.deepcopy(fed_all)
+    # the federation's program encoder under the whole central pipeline
+    fed_encoder_central = SiMoE()
+    fed_encoder_central.program_encoder.load_state_dict(fed_all.program_encoder.state_dict())
     retrained = copy.deepcopy(fed_all)  # the federation's encoder, experts trained centrally
     data = [DeviceDataset(g.device, g.dataset.hardware_vector, splits[g.name][0]) for g in nodes]
     train_shared(
@@ -71,6 +80,14 @@ def diagnose(settings: fh.FederationHelpsSettings, seed: int, work: Path) -> dic
         retrained, [(g.name, d) for g, d in zip(nodes, data, strict=True)],
         epochs=central_epochs, seed=seed, train_encoder=False,
     )  # fmt: skip
+    train_experts(
+        fed_encoder_central, [(g.device, d) for g, d in zip(nodes, data, strict=True)],
+        epochs=central_epochs, seed=seed, train_encoder=False,
+    )  # fmt: skip
+    train_shared(fed_encoder_central, data, epochs=central_epochs, seed=seed)
+    central_fed_router = copy.deepcopy(central)  # the federated hardware encoder and gate
+    for part in ("hardware_encoder", "gate"):
+        getattr(central_fed_router, part).load_state_dict(getattr(sample, part).state_dict())
     rows = []
     for gpu, fed_row in zip(newcomers, report.newcomers, strict=True):
         test = split_device(gpu.dataset, seed).test
@@ -89,9 +106,13 @@ def diagnose(settings: fh.FederationHelpsSettings, seed: int, work: Path) -> dic
                 "fed_all": fh.top1(fed_all, test, hv),
                 "fed_all_central_gate": fh.top1(routed, test, hv),
                 "fed_encoder_central_experts": fh.top1(retrained, test, hv),
+                "fed_encoder_central_all": fh.top1(fed_encoder_central, test, hv),
                 "central_all": fh.top1(central, test, hv),
                 "central_k": _top1_with(central, test, hv, [f"sim:{n}" for n in fed_row.experts]),
                 "central_nearest_k": _top1_with(central, test, hv, nearest),
+                "central_fed_router": _top1_with(
+                    central_fed_router, test, hv, [f"sim:{n}" for n in fed_row.experts]
+                ),
             }
         )
     keys = [k for k in rows[0] if k not in {"gpu", "fed_experts", "central_nearest"}]
@@ -107,6 +128,7 @@ def diagnose(settings: fh.FederationHelpsSettings, seed: int, work: Path) -> dic
         "prox_mu": settings.prox_mu,
         "server_lr": settings.server_lr,
         "server_optimizer": settings.server_optimizer,
+        "similarity_steps": settings.similarity_steps,
         "rows": rows,
         "means": {key: float(np.mean([r[key] for r in rows])) for key in keys},
         "load_average": fh.load_average(),
@@ -167,6 +189,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prox-mu", type=float, default=0.0)
     parser.add_argument("--server-lr", type=float, default=1.0)
     parser.add_argument("--server-optimizer", choices=["sgd", "adam"], default="sgd")
+    parser.add_argument("--similarity-steps", type=int, default=0)
+    parser.add_argument("--tag", default="", help="suffix of the .json file")
     parser.add_argument("--out", type=Path, default=Path("runs/fed_diagnose"))
     parser.add_argument(
         "--summarize", type=Path, nargs="+", help="diagnostic .json files: one table, OUT/"
@@ -192,10 +216,11 @@ def main(argv: list[str] | None = None) -> None:
             prox_mu=args.prox_mu,
             server_lr=args.server_lr,
             server_optimizer=args.server_optimizer,
+            similarity_steps=args.similarity_steps,
         )
         result = diagnose(settings, args.seed, Path(tmp))
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"federation_diagnose_s{args.seed}.json"
+    path = args.out / f"federation_diagnose_s{args.seed}{'_' + args.tag if args.tag else ''}.json"
     path.write_text(json.dumps(result, indent=1))
     keys = list(result["means"])
     print("| newcomer | " + " | ".join(keys) + " |")
