@@ -148,6 +148,8 @@ COLUMNS = {
     "fed_all": "same global, all experts",
     "fed_all_central_gate": "+ gate trained centrally",
     "fed_encoder_central_experts": "federated encoder, experts trained centrally",
+    "fed_encoder_central_all": "federated encoder, experts, gate and hardware encoder central",
+    "central_fed_router": "central encoder and experts, federated router and expert choice",
     "central_k": "central, the newcomer's k experts",
     "central_all": "central (all experts)",
 }
@@ -159,21 +161,29 @@ def summary_markdown(results: list[dict]) -> str:
         "# Why the federated newcomer trails the central model (SIMULATED, validation units)",
         "",
         "Each row: `python -m bench.federation.federation_diagnose --seed S --rounds R --epochs E "
-        "[--local-batch B --prox-mu M --server-optimizer O --server-lr L]` (central: 12 "
+        "[--local-batch B --prox-mu M --server-optimizer O --server-lr L --similarity-steps N]` "
+        "(central: 12 "
         "epochs); the validation units' mean zero-shot top-1 when ONE part of the newcomer's "
-        "model is swapped (bench/federation/federation_diagnose.py's docstring says what each is).",
+        "model is swapped (bench/federation/federation_diagnose.py's docstring says what each is). "
+        "Rows whose similarity fit is not recorded predate 2026-12-02's third round and may have "
+        "run on an earlier fleet; n/a: a swap the run did not have yet.",
         "",
-        "| seed | rounds x epochs | local batch | prox mu | server | "
+        "| seed | rounds x epochs | local batch | prox mu | server | similarity fit | "
         + " | ".join(COLUMNS.values())
         + " | load at end |",
-        "|---|---|---|---|---|" + "---|" * len(COLUMNS) + "---|",
+        "|---|---|---|---|---|---|" + "---|" * len(COLUMNS) + "---|",
     ]
     for r in results:
         server = f"{r.get('server_optimizer', 'sgd')} {r.get('server_lr', 1.0):g}"
-        cells = " | ".join(f"{r['means'][k]:.3f}" for k in COLUMNS)
+        steps = r.get("similarity_steps")  # None: the run did not record it
+        fit = "not recorded" if steps is None else f"{steps} steps" if steps else "off"
+        cells = " | ".join(  # runs from before a swap existed: n/a
+            f"{r['means'][k]:.3f}" if k in r["means"] else "n/a" for k in COLUMNS
+        )
         lines.append(
             f"| {r['seed']} | {r['rounds']} x {r['epochs']} | {r.get('local_batch', 8)} | "
-            f"{r.get('prox_mu', 0.0):g} | {server} | {cells} | {r['load_average'][0]:.1f} |"
+            f"{r.get('prox_mu', 0.0):g} | {server} | {fit} | {cells} | "
+            f"{r['load_average'][0]:.1f} |"
         )
     return "\n".join(lines) + "\n"
 
