@@ -463,8 +463,9 @@ def main(argv: list[str] | None = None) -> None:
                 f"\nChosen by bench/protocol.py FEDERATION_VARIANT_RULE among the validation "
                 f"rows of fleet {fleet} ({', '.join(among)}): {choose_variant(among)}\n"
             )
-        r3 = [f"validation_{t}" for t in [*protocol.FEDERATION_VARIANTS_DA10_R3, R3_INCUMBENT]]
-        if any(t in among for t in r3[:-1]):
+        # the second round's pick first: the rule's last tie-break goes to it
+        r3 = [f"validation_{t}" for t in [R3_INCUMBENT, *protocol.FEDERATION_VARIANTS_DA10_R3]]
+        if any(t in among for t in r3[1:]):
             picked = choose_variant_r3(among, r3, protocol.FEDERATION_R3_MAX_NODE_LOSS)
             text += (
                 f"\nThird round: chosen by bench/protocol.py FEDERATION_VARIANT_RULE_R3 among "
