@@ -129,9 +129,62 @@ def diagnose(settings: fh.FederationHelpsSettings, seed: int, work: Path) -> dic
         "server_lr": settings.server_lr,
         "server_optimizer": settings.server_optimizer,
         "similarity_steps": settings.similarity_steps,
+        "transfer_weight": settings.transfer_weight,
         "rows": rows,
         "means": {key: float(np.mean([r[key] for r in rows])) for key in keys},
         "load_average": fh.load_average(),
+    }
+
+
+def agreement_check(registry_path: Path) -> dict:
+    """What the server's similarity fit was fed, against what it should follow: each
+    (checking node a, expert b) agreement a federation's registry holds (how well b's expert
+    ranks a's own records) beside the measured agreement of a's and b's latencies (mean
+    per-task Spearman on shared candidates, the figure newcomers are scored against), over the
+    protocol's training units (labels read for training). Also after removing each expert's
+    mean over its checkers (a generally good expert agrees with everyone) and each checker's
+    mean: how much of the reported figure is the pair, not the expert."""
+    from scipy.stats import spearmanr
+
+    from bench.federation.fleet import protocol_units
+    from bench.transfer.protocol_similarity import measured_agreements
+    from server.registry import Registry
+
+    with Registry(registry_path) as registry:
+        name_of = {row["node_key"]: row["name"] for row in registry.nodes()}
+        reported = {
+            (name_of[a], name_of[b]): value
+            for a, b, value in registry.expert_agreements()
+            if a in name_of and b in name_of
+        }
+    units = {g.name: g for g in protocol_units("train", "train")}
+    device = {g.dataset.device: name for name, g in units.items()}
+    measured_by_device = measured_agreements(
+        [g.dataset for g in units.values()], [g.dataset for g in units.values()]
+    )
+    measured = {
+        (device[a], device[b]): v for a, row in measured_by_device.items() for b, v in row.items()
+    }
+    pairs = sorted(p for p in reported if p in measured and p[0] != p[1])
+    rep = np.array([reported[p] for p in pairs])
+    mea = np.array([measured[p] for p in pairs])
+    experts = sorted({b for _, b in pairs})
+    checkers = sorted({a for a, _ in pairs})
+    expert_mean = {e: rep[[b == e for _, b in pairs]].mean() for e in experts}
+    residual = rep - np.array([expert_mean[b] for _, b in pairs])
+    checker_mean = {c: residual[[a == c for a, _ in pairs]].mean() for c in checkers}
+    centred = residual - np.array([checker_mean[a] for a, _ in pairs])
+    between = np.var([expert_mean[b] for _, b in pairs])
+    return {
+        "simulated": True,
+        "registry": str(registry_path),
+        "pairs": len(pairs),
+        "spearman_reported_vs_measured": float(spearmanr(rep, mea).statistic),
+        "spearman_expert_centred_vs_measured": float(spearmanr(residual, mea).statistic),
+        "spearman_double_centred_vs_measured": float(spearmanr(centred, mea).statistic),
+        "share_of_reported_variance_from_the_expert": float(between / np.var(rep)),
+        "reported_mean": float(rep.mean()),
+        "measured_mean": float(mea.mean()),
     }
 
 
@@ -200,13 +253,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--server-lr", type=float, default=1.0)
     parser.add_argument("--server-optimizer", choices=["sgd", "adam"], default="sgd")
     parser.add_argument("--similarity-steps", type=int, default=0)
+    parser.add_argument("--transfer-weight", type=float, default=0.0)
     parser.add_argument("--tag", default="", help="suffix of the .json file")
     parser.add_argument("--out", type=Path, default=Path("runs/fed_diagnose"))
     parser.add_argument(
         "--summarize", type=Path, nargs="+", help="diagnostic .json files: one table, OUT/"
         "federation_diagnose.md; runs nothing",
     )  # fmt: skip
+    parser.add_argument(
+        "--agreements", type=Path, help="a federation's registry.sqlite: its reported expert "
+        "agreements against measured agreement (OUT/federation_diagnose_agreements[_TAG].json); "
+        "runs nothing else",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.agreements:
+        result = agreement_check(args.agreements)
+        args.out.mkdir(parents=True, exist_ok=True)
+        name = f"federation_diagnose_agreements{'_' + args.tag if args.tag else ''}.json"
+        (args.out / name).write_text(json.dumps(result, indent=1))
+        print(json.dumps(result, indent=1))
+        return
     if args.summarize:
         text = summary_markdown([json.loads(p.read_text()) for p in args.summarize])
         args.out.mkdir(parents=True, exist_ok=True)
@@ -227,6 +293,7 @@ def main(argv: list[str] | None = None) -> None:
             server_lr=args.server_lr,
             server_optimizer=args.server_optimizer,
             similarity_steps=args.similarity_steps,
+            transfer_weight=args.transfer_weight,
         )
         result = diagnose(settings, args.seed, Path(tmp))
     args.out.mkdir(parents=True, exist_ok=True)
