@@ -221,10 +221,9 @@ def summary_markdown(results: list[dict]) -> str:
         "Rows whose similarity fit is not recorded predate 2026-12-02's third round and may have "
         "run on an earlier fleet; n/a: a swap the run did not have yet.",
         "",
-        "| seed | rounds x epochs | local batch | prox mu | server | similarity fit | "
-        + " | ".join(COLUMNS.values())
-        + " | load at end |",
-        "|---|---|---|---|---|---|" + "---|" * len(COLUMNS) + "---|",
+        "| seed | rounds x epochs | k | local batch | prox mu | transfer weight | server | "
+        "similarity fit | " + " | ".join(COLUMNS.values()) + " | load at end |",
+        "|---|---|---|---|---|---|---|---|" + "---|" * len(COLUMNS) + "---|",
     ]
     for r in results:
         server = f"{r.get('server_optimizer', 'sgd')} {r.get('server_lr', 1.0):g}"
@@ -234,8 +233,9 @@ def summary_markdown(results: list[dict]) -> str:
             f"{r['means'][k]:.3f}" if k in r["means"] else "n/a" for k in COLUMNS
         )
         lines.append(
-            f"| {r['seed']} | {r['rounds']} x {r['epochs']} | {r.get('local_batch', 8)} | "
-            f"{r.get('prox_mu', 0.0):g} | {server} | {fit} | {cells} | "
+            f"| {r['seed']} | {r['rounds']} x {r['epochs']} | {r.get('k_experts', 3)} | "
+            f"{r.get('local_batch', 8)} | {r.get('prox_mu', 0.0):g} | "
+            f"{r.get('transfer_weight', 0.0):g} | {server} | {fit} | {cells} | "
             f"{r['load_average'][0]:.1f} |"
         )
     return "\n".join(lines) + "\n"
