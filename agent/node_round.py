@@ -127,6 +127,7 @@ def node_round(
             seed=instruction.seed,
             local_batch=instruction.local_batch,
             prox_mu=instruction.prox_mu,
+            transfer_weight=instruction.transfer_weight,
         )
         metrics.update(result.metrics)
         metrics[WEIGHT_METRIC] = float(dataset.num_candidates)

@@ -158,6 +158,12 @@ class TrainInstruction(BaseModel):
     seed: int = 0
     local_batch: int = Field(default=8, ge=1, description="tasks per optimizer step, locally")
     prox_mu: float = Field(default=0.0, ge=0, description="FedProx term on the shared encoder")
+    transfer_weight: float = Field(
+        default=0.0,
+        ge=0,
+        description="weight of the cross-node loss on the encoder: the delivered experts' "
+        "mixture ranking the node's own records (0: off)",
+    )
     personal_epochs: int = Field(
         default=0,
         ge=0,

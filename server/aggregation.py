@@ -47,6 +47,7 @@ def make_strategy(
         "seed": config.seed,
         "local_batch": config.local_batch,
         "prox_mu": config.prox_mu,
+        "transfer_weight": config.transfer_weight,
         "personal_epochs": config.personal_epochs,
         "similarity_steps": config.similarity_steps,
     }

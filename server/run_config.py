@@ -60,6 +60,15 @@ class ServerRunConfig(BaseModel):
     )
     local_batch: int = Field(default=8, ge=1, description="tasks per local training step")
     prox_mu: float = Field(default=0.0, ge=0, description="FedProx's mu (0: off)")
+    # off by default: on the validation split of fleet da10b0fa (3 seeds), with k = 29 and the
+    # similarity fit at 50 steps, it did not close the newcomers' gap (+0.056, +0.050 without):
+    # docs/results/model_evaluation.md, third round
+    transfer_weight: float = Field(
+        default=0.0,
+        ge=0,
+        description="weight of each node's cross-node loss on the program encoder: the "
+        "delivered experts' mixture ranking its own records (0: off)",
+    )
     personal_epochs: int = Field(
         default=0,
         ge=0,

@@ -150,6 +150,7 @@ class SiMoEStrategy:
         seed: int = 0,
         local_batch: int = 8,
         prox_mu: float = 0.0,
+        transfer_weight: float = 0.0,
         personal_epochs: int = 0,
         server_lr: float = 1.0,
         server_optimizer: str = "sgd",
@@ -179,6 +180,7 @@ class SiMoEStrategy:
         # how each node trains its round (TrainInstruction): tasks per step, FedProx's mu
         self.local_batch = local_batch
         self.prox_mu = prox_mu
+        self.transfer_weight = transfer_weight  # the cross-node loss on the encoder (0: off)
         # each node's personal fine-tune, asked in a run's final round only: its cost is local
         self.personal_epochs = personal_epochs
         if not server_lr > 0:
@@ -397,6 +399,7 @@ class SiMoEStrategy:
                 seed=self.seed + server_round,
                 local_batch=self.local_batch,
                 prox_mu=self.prox_mu,
+                transfer_weight=self.transfer_weight,
                 personal_epochs=self.personal_epochs if inputs.final else 0,
             )
             content = RecordDict({REC_SHARED: arrays})

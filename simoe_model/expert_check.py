@@ -17,11 +17,12 @@ import logging
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+import torch
 from scipy.stats import spearmanr
 
 from simoe_model.model import SiMoE, remove_expert
 from simoe_model.task_data import DeviceDataset, TaskData
-from simoe_model.train import predict_expert
+from simoe_model.train import embed
 
 MIN_CANDIDATES = 4  # a task with fewer says nothing about a ranking
 DROP_BELOW = 0.0  # the correlation of a random ranking
@@ -31,28 +32,36 @@ log = logging.getLogger("simoe.model.expert_check")
 
 def rank_agreement(model: SiMoE, name: str, tasks: Sequence[TaskData]) -> float | None:
     """Mean over tasks of Spearman(expert score, -latency); None if no task can tell."""
-    values = []
+    return rank_agreements(model, [name], tasks).get(name)
+
+
+def rank_agreements(
+    model: SiMoE, names: Sequence[str], tasks: Sequence[TaskData]
+) -> dict[str, float]:
+    """`rank_agreement` of each named expert (those no task can tell about left out); each
+    task's candidates are embedded once for all experts, so checking every expert of a
+    fleet costs one encoder pass, not one per expert."""
+    values: dict[str, list[float]] = {name: [] for name in names}
     for task in tasks:
         if len(task) < MIN_CANDIDATES or np.ptp(task.latencies) == 0:
             continue
-        scores = predict_expert(model, name, task.features)
-        if np.ptp(scores) == 0:
-            values.append(0.0)  # a constant expert ranks nothing
-            continue
-        rho = spearmanr(scores, -task.latencies).statistic
-        values.append(float(rho) if np.isfinite(rho) else 0.0)
-    return float(np.mean(values)) if values else None
+        e = embed(model, task.features)
+        for name in names:
+            with torch.no_grad():
+                scores = model.expert(name)(e).numpy().astype(np.float64)
+            if np.ptp(scores) == 0:
+                values[name].append(0.0)  # a constant expert ranks nothing
+                continue
+            rho = spearmanr(scores, -task.latencies).statistic
+            values[name].append(float(rho) if np.isfinite(rho) else 0.0)
+    return {name: float(np.mean(v)) for name, v in values.items() if v}
 
 
 def screen_experts(
     model: SiMoE, names: Iterable[str], tasks: Sequence[TaskData], threshold: float = DROP_BELOW
 ) -> tuple[list[str], dict[str, float]]:
     """(experts to drop, each checked expert's agreement): drop those below `threshold`."""
-    agreement: dict[str, float] = {}
-    for name in names:
-        value = rank_agreement(model, name, tasks)
-        if value is not None:
-            agreement[name] = value
+    agreement = rank_agreements(model, list(names), tasks)
     drop = sorted(name for name, value in agreement.items() if value < threshold)
     return drop, agreement
 

@@ -173,6 +173,7 @@ def train_experts(
     replay: Sequence[tuple[str, TaskData]] = (),
     through_mixture: bool = False,
     prox_mu: float = 0.0,
+    transfer_weight: float = 0.0,
 ) -> dict[str, float]:
     """Train each named expert on its own device's tasks (one joint loop).
 
@@ -181,6 +182,11 @@ def train_experts(
     named experts are trained. `prox_mu` > 0 adds FedProx's proximal term
     mu/2 * ||w - w_start||^2 on the program encoder (w_start: its weights at the call,
     the global ones in a node's round), so local steps cannot drift it far.
+    `transfer_weight` > 0 adds, on each task, that weight times the ranking loss of the
+    mixture of the model's OTHER experts (those not trained here: in a node's round, the ones
+    the server delivered) on the task's device, so the program encoder also learns what
+    makes the other hardware's experts rank this device's programs right: the zero-shot
+    situation of a newcomer. Those experts, the gate and the hardware encoder stay fixed.
     """
     rng = _generator(seed)
     started = time.perf_counter()
@@ -203,6 +209,8 @@ def train_experts(
     names = list(dict.fromkeys(n for n, _ in work))
     params = [p for name in names for p in model.expert(name).parameters()]
     hardware_of = {n: model.expert(n).hardware for n in names}
+    others = [n for n in model.expert_names if n not in set(names)]
+    transfer = transfer_weight > 0 and train_encoder and bool(others)
     anchor: list[tuple[torch.Tensor, torch.Tensor]] = []
     if train_encoder:
         params += list(model.program_encoder.parameters())
@@ -242,7 +250,14 @@ def train_experts(
                 loss = loss + ranking_loss(scores, task.latencies[idx])
                 start += size
             loss = loss / len(batch)
-            total += loss.item()  # the ranking loss, without the proximal term
+            total += loss.item()  # the ranking loss, without the proximal and transfer terms
+            if transfer:
+                start, cross = 0, e.new_zeros(())
+                for (name, task), idx, size in zip(batch, picks, sizes, strict=True):
+                    mixed = model.mixture(e[start : start + size], hardware_of[name], others)[0]
+                    cross = cross + ranking_loss(mixed, task.latencies[idx])
+                    start += size
+                loss = loss + transfer_weight * cross / len(batch)
             if anchor:
                 loss = loss + prox_mu / 2 * sum(((p - p0) ** 2).sum() for p, p0 in anchor)
             optimizer.zero_grad()
@@ -471,6 +486,7 @@ def local_round(
     seed: int,
     local_batch: int = 8,
     prox_mu: float = 0.0,
+    transfer_weight: float = 0.0,
 ) -> LocalRound:
     """One node's round on its own data, on a model holding the global shared parts.
 
@@ -489,6 +505,8 @@ def local_round(
     central default (8) an epoch is ONE step and a round a few: FedAvg then averages
     updates of a few steps each, far fewer than a central model takes over the same
     epochs. `prox_mu`: FedProx's proximal term on the program encoder (see train_experts).
+    `transfer_weight`: the contribution's encoder also learns to make the delivered experts'
+    mixture rank this node's records (see train_experts); only with a bank.
     """
     metrics: dict[str, float] = {}
     if with_bank and epochs > 0:
@@ -507,7 +525,9 @@ def local_round(
     step = {"epochs": epochs, "seed": seed, "tasks_per_step": local_batch}
     if with_bank:
         contribution = copy.deepcopy(model)
-        train_expert(contribution, name, dataset, prox_mu=prox_mu, **step)
+        train_expert(
+            contribution, name, dataset, prox_mu=prox_mu, transfer_weight=transfer_weight, **step
+        )
         shared_update = shared_arrays(contribution)
         own = train_expert(model, name, dataset, train_encoder=False, **step)
         load_shared_arrays(model, global_shared)
@@ -598,12 +618,17 @@ def predict(
 
 
 @torch.no_grad()
-def predict_expert(model: SiMoE, name: str, features: Sequence[np.ndarray]) -> np.ndarray:
-    """Scores of one expert alone (no gate): the nearest-GPU baseline."""
+def embed(model: SiMoE, features: Sequence[np.ndarray]) -> torch.Tensor:
+    """Program embeddings [n, program_dim] of raw PerStoreFeature arrays."""
     rows, offsets = pack_rows(features)
     seg = torch.from_numpy(np.repeat(np.arange(len(features)), np.diff(offsets)))
-    e = model.embed(torch.from_numpy(rows), seg, len(features))
-    return model.expert(name)(e).numpy().astype(np.float64)
+    return model.embed(torch.from_numpy(rows), seg, len(features))
+
+
+@torch.no_grad()
+def predict_expert(model: SiMoE, name: str, features: Sequence[np.ndarray]) -> np.ndarray:
+    """Scores of one expert alone (no gate): the nearest-GPU baseline."""
+    return model.expert(name)(embed(model, features)).numpy().astype(np.float64)
 
 
 def fit_similarity(

@@ -335,10 +335,13 @@ def test_server_learning_rate_steps_params_but_not_normalizer_statistics(tmp_pat
 
 def test_local_training_settings_travel_in_the_instruction(tmp_path: Path) -> None:
     node = ToyNode("a", 1000)
-    grid, strategy, _ = make_fleet(tmp_path, [node], local_batch=2, prox_mu=0.5, epochs=3)
+    grid, strategy, _ = make_fleet(
+        tmp_path, [node], local_batch=2, prox_mu=0.5, epochs=3, transfer_weight=0.25
+    )
     run(grid, strategy)
     [instruction] = node.instructions
     assert (instruction.local_batch, instruction.prox_mu, instruction.epochs) == (2, 0.5, 3)
+    assert instruction.transfer_weight == 0.25
 
 
 def test_server_adam_first_step_is_a_sign_step_and_statistics_pass() -> None:

@@ -281,6 +281,37 @@ def test_the_variant_rule_prefers_the_smallest_gap_among_gaining_nodes(run) -> N
     assert choose_variant(tie) == "short"
 
 
+def test_the_third_round_rule_keeps_nodes_within_a_loss_and_takes_the_smallest_gap(run) -> None:
+    """FEDERATION_VARIANT_RULE_R3: among the listed variants that were run, those whose nodes
+    lose at most the allowed amount; the smallest gap to 3 decimals; ties to the fewer epochs,
+    then to the earlier listed; none qualifying: None."""
+    from bench.federation.federation_report import FederationHelpsSeeds, choose_variant_r3
+
+    report, _ = run
+
+    def variant(node_gain: float, gap: float, rounds: int = 2) -> FederationHelpsSeeds:
+        nodes = [
+            r.model_copy(update={"federated_top1": r.own_only_top1 + node_gain})
+            for r in report.nodes
+        ]
+        newcomers = [
+            r.model_copy(update={"central_top1": r.zero_shot_top1 + gap}) for r in report.newcomers
+        ]
+        one = report.model_copy(update={"nodes": nodes, "newcomers": newcomers, "rounds": rounds})
+        return FederationHelpsSeeds(command="c", runs=[one])
+
+    reports = {"incumbent": variant(0.002, 0.05), "new": variant(-0.008, 0.03),
+               "lossy": variant(-0.02, 0.0), "other_round": variant(0.1, 0.0)}  # fmt: skip
+    among = ["new", "lossy", "not_run", "incumbent"]
+    assert choose_variant_r3(reports, among, 0.01) == "new"
+    assert choose_variant_r3(reports, among, 0.05) == "lossy"
+    tied = {"new": variant(0.0, 0.0501, rounds=4), "incumbent": variant(0.0, 0.0499)}
+    assert choose_variant_r3(tied, ["new", "incumbent"], 0.01) == "incumbent"  # fewer epochs
+    same = {"new": variant(0.0, 0.04), "incumbent": variant(0.0, 0.04)}
+    assert choose_variant_r3(same, ["incumbent", "new"], 0.01) == "incumbent"  # listed first
+    assert choose_variant_r3({"lossy": variant(-0.5, 0.0)}, ["lossy"], 0.01) is None
+
+
 def test_node_diagnosis_scores_each_node_four_ways(fleet, tmp_path: Path) -> None:
     """federation_node_diagnose: the mixture is what federation_helps scores, own-only at the
     chosen budget is its baseline, and the equal-effort own-only is the federation's epochs."""

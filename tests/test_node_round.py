@@ -143,3 +143,33 @@ def test_a_personal_fine_tune_is_kept_apart_and_the_reply_stays_the_averaged_par
     )  # what it sends is not its personal encoder
     node_round(node, instruction(experts=["x"]), bank, check_experts=False)
     assert node.load_personal_model() is None and choose_model(node).source == "federation"
+
+
+def test_the_cross_node_transfer_loss_changes_only_the_encoder_the_node_sends(
+    tmp_path: Path,
+) -> None:
+    """`transfer_weight`: the node's contribution to the average is trained also on how the
+    delivered experts' mixture ranks its records, so the encoder it sends differs from the
+    round without it (same seed); the own expert it keeps and sends is trained on the
+    global encoder, frozen, either way, and model.pt keeps the global parts."""
+    shared = initial_shared_arrays(0)
+    replies = {}
+    for weight in (0.0, 5.0):
+        node = node_with(tmp_path / str(weight), records=True)
+        bank = Received(shared, {"x": expert()})
+        replies[weight] = node_round(
+            node, instruction(experts=["x"], transfer_weight=weight), bank, check_experts=False
+        )
+        for key, value in shared_arrays(node.load_model()).items():
+            np.testing.assert_array_equal(value, shared[key])
+    plain, crossed = replies[0.0], replies[5.0]
+    assert plain.shared_update is not None and crossed.shared_update is not None
+    moved = [
+        k
+        for k in shared
+        if not np.allclose(plain.shared_update[k], crossed.shared_update[k], atol=1e-7)
+    ]
+    assert moved and all(k.startswith("program_encoder.") for k in moved)
+    assert plain.own_expert is not None and crossed.own_expert is not None
+    for key, value in plain.own_expert.items():
+        np.testing.assert_array_equal(value, crossed.own_expert[key])

@@ -16,8 +16,14 @@ by models that differ from the one it got in ONE respect:
   federation's encoder and experts under a centrally trained router;
 - `fed_encoder_central_experts`: fed_all with every expert retrained in one process on
   the federation's program encoder, frozen (is the encoder or the expert training short?);
+- `fed_encoder_central_all`: the federation's program encoder, frozen, under the central
+  pipeline (every expert trained in one process, then hardware encoder and gate): what the
+  federated encoder alone costs;
 - `central_all`: the central model (every expert); `central_k`: the central model with the
   newcomer's federated k experts only; `central_nearest_k`: with its own k nearest;
+- `central_fed_router`: the central model's program encoder and experts (the newcomer's
+  federated k) under the FEDERATED hardware encoder and gate: what the federated routing costs
+  on the central experts (the gate's program input is the central embedding);
 
 Everything is SIMULATED. Writes OUT/federation_diagnose_s<seed>.json and prints a table.
 """
@@ -43,7 +49,7 @@ def diagnose(settings: fh.FederationHelpsSettings, seed: int, work: Path) -> dic
     from bench.federation.fleet import protocol_gpus, split_tasks
     from bench.transfer.offline_transfer import split_device
     from server.registry import Registry
-    from simoe_model.model import add_expert
+    from simoe_model.model import SiMoE, add_expert
     from simoe_model.task_data import DeviceDataset
     from simoe_model.train import train_experts, train_shared
 
@@ -61,6 +67,9 @@ def diagnose(settings: fh.FederationHelpsSettings, seed: int, work: Path) -> dic
     for name, arrays in experts.items():
         add_expert(fed_all, name, arrays)
     routed = copy.deepcopy(fed_all)
+    # the federation's program encoder under the whole central pipeline
+    fed_encoder_central = SiMoE()
+    fed_encoder_central.program_encoder.load_state_dict(fed_all.program_encoder.state_dict())
     retrained = copy.deepcopy(fed_all)  # the federation's encoder, experts trained centrally
     data = [DeviceDataset(g.device, g.dataset.hardware_vector, splits[g.name][0]) for g in nodes]
     train_shared(
@@ -71,6 +80,14 @@ def diagnose(settings: fh.FederationHelpsSettings, seed: int, work: Path) -> dic
         retrained, [(g.name, d) for g, d in zip(nodes, data, strict=True)],
         epochs=central_epochs, seed=seed, train_encoder=False,
     )  # fmt: skip
+    train_experts(
+        fed_encoder_central, [(g.device, d) for g, d in zip(nodes, data, strict=True)],
+        epochs=central_epochs, seed=seed, train_encoder=False,
+    )  # fmt: skip
+    train_shared(fed_encoder_central, data, epochs=central_epochs, seed=seed)
+    central_fed_router = copy.deepcopy(central)  # the federated hardware encoder and gate
+    for part in ("hardware_encoder", "gate"):
+        getattr(central_fed_router, part).load_state_dict(getattr(sample, part).state_dict())
     rows = []
     for gpu, fed_row in zip(newcomers, report.newcomers, strict=True):
         test = split_device(gpu.dataset, seed).test
@@ -89,9 +106,13 @@ def diagnose(settings: fh.FederationHelpsSettings, seed: int, work: Path) -> dic
                 "fed_all": fh.top1(fed_all, test, hv),
                 "fed_all_central_gate": fh.top1(routed, test, hv),
                 "fed_encoder_central_experts": fh.top1(retrained, test, hv),
+                "fed_encoder_central_all": fh.top1(fed_encoder_central, test, hv),
                 "central_all": fh.top1(central, test, hv),
                 "central_k": _top1_with(central, test, hv, [f"sim:{n}" for n in fed_row.experts]),
                 "central_nearest_k": _top1_with(central, test, hv, nearest),
+                "central_fed_router": _top1_with(
+                    central_fed_router, test, hv, [f"sim:{n}" for n in fed_row.experts]
+                ),
             }
         )
     keys = [k for k in rows[0] if k not in {"gpu", "fed_experts", "central_nearest"}]
@@ -107,9 +128,63 @@ def diagnose(settings: fh.FederationHelpsSettings, seed: int, work: Path) -> dic
         "prox_mu": settings.prox_mu,
         "server_lr": settings.server_lr,
         "server_optimizer": settings.server_optimizer,
+        "similarity_steps": settings.similarity_steps,
+        "transfer_weight": settings.transfer_weight,
         "rows": rows,
         "means": {key: float(np.mean([r[key] for r in rows])) for key in keys},
         "load_average": fh.load_average(),
+    }
+
+
+def agreement_check(registry_path: Path) -> dict:
+    """What the server's similarity fit was fed, against what it should follow: each
+    (checking node a, expert b) agreement a federation's registry holds (how well b's expert
+    ranks a's own records) beside the measured agreement of a's and b's latencies (mean
+    per-task Spearman on shared candidates, the figure newcomers are scored against), over the
+    protocol's training units (labels read for training). Also after removing each expert's
+    mean over its checkers (a generally good expert agrees with everyone) and each checker's
+    mean: how much of the reported figure is the pair, not the expert."""
+    from scipy.stats import spearmanr
+
+    from bench.federation.fleet import protocol_units
+    from bench.transfer.protocol_similarity import measured_agreements
+    from server.registry import Registry
+
+    with Registry(registry_path) as registry:
+        name_of = {row["node_key"]: row["name"] for row in registry.nodes()}
+        reported = {
+            (name_of[a], name_of[b]): value
+            for a, b, value in registry.expert_agreements()
+            if a in name_of and b in name_of
+        }
+    units = {g.name: g for g in protocol_units("train", "train")}
+    device = {g.dataset.device: name for name, g in units.items()}
+    measured_by_device = measured_agreements(
+        [g.dataset for g in units.values()], [g.dataset for g in units.values()]
+    )
+    measured = {
+        (device[a], device[b]): v for a, row in measured_by_device.items() for b, v in row.items()
+    }
+    pairs = sorted(p for p in reported if p in measured and p[0] != p[1])
+    rep = np.array([reported[p] for p in pairs])
+    mea = np.array([measured[p] for p in pairs])
+    experts = sorted({b for _, b in pairs})
+    checkers = sorted({a for a, _ in pairs})
+    expert_mean = {e: rep[[b == e for _, b in pairs]].mean() for e in experts}
+    residual = rep - np.array([expert_mean[b] for _, b in pairs])
+    checker_mean = {c: residual[[a == c for a, _ in pairs]].mean() for c in checkers}
+    centred = residual - np.array([checker_mean[a] for a, _ in pairs])
+    between = np.var([expert_mean[b] for _, b in pairs])
+    return {
+        "simulated": True,
+        "registry": str(registry_path),
+        "pairs": len(pairs),
+        "spearman_reported_vs_measured": float(spearmanr(rep, mea).statistic),
+        "spearman_expert_centred_vs_measured": float(spearmanr(residual, mea).statistic),
+        "spearman_double_centred_vs_measured": float(spearmanr(centred, mea).statistic),
+        "share_of_reported_variance_from_the_expert": float(between / np.var(rep)),
+        "reported_mean": float(rep.mean()),
+        "measured_mean": float(mea.mean()),
     }
 
 
@@ -126,6 +201,8 @@ COLUMNS = {
     "fed_all": "same global, all experts",
     "fed_all_central_gate": "+ gate trained centrally",
     "fed_encoder_central_experts": "federated encoder, experts trained centrally",
+    "fed_encoder_central_all": "federated encoder, experts, gate and hardware encoder central",
+    "central_fed_router": "central encoder and experts, federated router and expert choice",
     "central_k": "central, the newcomer's k experts",
     "central_all": "central (all experts)",
 }
@@ -137,21 +214,29 @@ def summary_markdown(results: list[dict]) -> str:
         "# Why the federated newcomer trails the central model (SIMULATED, validation units)",
         "",
         "Each row: `python -m bench.federation.federation_diagnose --seed S --rounds R --epochs E "
-        "[--local-batch B --prox-mu M --server-optimizer O --server-lr L]` (central: 12 "
+        "[--local-batch B --prox-mu M --server-optimizer O --server-lr L --similarity-steps N]` "
+        "(central: 12 "
         "epochs); the validation units' mean zero-shot top-1 when ONE part of the newcomer's "
-        "model is swapped (bench/federation/federation_diagnose.py's docstring says what each is).",
+        "model is swapped (bench/federation/federation_diagnose.py's docstring says what each is). "
+        "Rows whose similarity fit is not recorded predate 2026-12-02's third round and may have "
+        "run on an earlier fleet; n/a: a swap the run did not have yet.",
         "",
-        "| seed | rounds x epochs | local batch | prox mu | server | "
-        + " | ".join(COLUMNS.values())
-        + " | load at end |",
-        "|---|---|---|---|---|" + "---|" * len(COLUMNS) + "---|",
+        "| seed | rounds x epochs | k | local batch | prox mu | transfer weight | server | "
+        "similarity fit | " + " | ".join(COLUMNS.values()) + " | load at end |",
+        "|---|---|---|---|---|---|---|---|" + "---|" * len(COLUMNS) + "---|",
     ]
     for r in results:
         server = f"{r.get('server_optimizer', 'sgd')} {r.get('server_lr', 1.0):g}"
-        cells = " | ".join(f"{r['means'][k]:.3f}" for k in COLUMNS)
+        steps = r.get("similarity_steps")  # None: the run did not record it
+        fit = "not recorded" if steps is None else f"{steps} steps" if steps else "off"
+        cells = " | ".join(  # runs from before a swap existed: n/a
+            f"{r['means'][k]:.3f}" if k in r["means"] else "n/a" for k in COLUMNS
+        )
         lines.append(
-            f"| {r['seed']} | {r['rounds']} x {r['epochs']} | {r.get('local_batch', 8)} | "
-            f"{r.get('prox_mu', 0.0):g} | {server} | {cells} | {r['load_average'][0]:.1f} |"
+            f"| {r['seed']} | {r['rounds']} x {r['epochs']} | {r.get('k_experts', 3)} | "
+            f"{r.get('local_batch', 8)} | {r.get('prox_mu', 0.0):g} | "
+            f"{r.get('transfer_weight', 0.0):g} | {server} | {fit} | {cells} | "
+            f"{r['load_average'][0]:.1f} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -167,12 +252,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prox-mu", type=float, default=0.0)
     parser.add_argument("--server-lr", type=float, default=1.0)
     parser.add_argument("--server-optimizer", choices=["sgd", "adam"], default="sgd")
+    parser.add_argument("--similarity-steps", type=int, default=0)
+    parser.add_argument("--transfer-weight", type=float, default=0.0)
+    parser.add_argument("--tag", default="", help="suffix of the .json file")
     parser.add_argument("--out", type=Path, default=Path("runs/fed_diagnose"))
     parser.add_argument(
         "--summarize", type=Path, nargs="+", help="diagnostic .json files: one table, OUT/"
         "federation_diagnose.md; runs nothing",
     )  # fmt: skip
+    parser.add_argument(
+        "--agreements", type=Path, help="a federation's registry.sqlite: its reported expert "
+        "agreements against measured agreement (OUT/federation_diagnose_agreements[_TAG].json); "
+        "runs nothing else",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.agreements:
+        result = agreement_check(args.agreements)
+        args.out.mkdir(parents=True, exist_ok=True)
+        name = f"federation_diagnose_agreements{'_' + args.tag if args.tag else ''}.json"
+        (args.out / name).write_text(json.dumps(result, indent=1))
+        print(json.dumps(result, indent=1))
+        return
     if args.summarize:
         text = summary_markdown([json.loads(p.read_text()) for p in args.summarize])
         args.out.mkdir(parents=True, exist_ok=True)
@@ -192,10 +292,12 @@ def main(argv: list[str] | None = None) -> None:
             prox_mu=args.prox_mu,
             server_lr=args.server_lr,
             server_optimizer=args.server_optimizer,
+            similarity_steps=args.similarity_steps,
+            transfer_weight=args.transfer_weight,
         )
         result = diagnose(settings, args.seed, Path(tmp))
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"federation_diagnose_s{args.seed}.json"
+    path = args.out / f"federation_diagnose_s{args.seed}{'_' + args.tag if args.tag else ''}.json"
     path.write_text(json.dumps(result, indent=1))
     keys = list(result["means"])
     print("| newcomer | " + " | ".join(keys) + " |")

@@ -2,7 +2,7 @@
 
     python -m bench.federation.federation_helps --protocol validation|test [--seeds 0,1,2]
         [--rounds R --epochs E --central-epochs R*E] [--server-optimizer adam --server-lr L]
-        [--local-batch B] [--prox-mu M] [--k-experts K] [--matched-global]
+        [--local-batch B] [--prox-mu M] [--transfer-weight W] [--k-experts K] [--matched-global]
         [--similarity-steps N] [--personal-epochs E] [--tag T]
     python -m bench.federation.federation_helps --compare OUT/federation_helps_*.json --tag T
     python -m bench.federation.federation_helps --data DIR [DIR2 ...]     # the fleet dataset
@@ -88,6 +88,7 @@ from bench.federation.federation_report import (  # noqa: F401 (the report's nam
     NewcomerRow,
     NodeRow,
     choose_variant,
+    choose_variant_r3,
     markdown,
     markdown_seeds,
     offline_figures,
@@ -115,6 +116,8 @@ DEFAULT_NODES = (
 )
 # the held-out GPUs of docs/results/offline_transfer.md: never nodes here
 DEFAULT_NEWCOMERS = "k80,titanxp,2080ti,a30,4090,h100-pcie,xavier"
+# the second round's pick, scored on test: the third round's rule weighs its variants against it
+R3_INCUMBENT = "da10r2_sim0_pers24"
 
 Say = Callable[[str], None]
 # the settings the command line gives as they are (its options of those names)
@@ -127,6 +130,7 @@ OPTIONS = [
     "central_epochs",
     "local_batch",
     "prox_mu",
+    "transfer_weight",
     "server_lr",
     "server_optimizer",
     "matched_global",
@@ -153,6 +157,7 @@ class FederationHelpsSettings(BaseModel):
     # the federation's training variant (TrainInstruction / the strategy's server step)
     local_batch: int = 8
     prox_mu: float = 0.0
+    transfer_weight: float = 0.0  # the node's cross-node loss on the encoder (0: off)
     server_lr: float = 1.0  # 1 with sgd: plain FedAvg, the strategy class's default
     server_optimizer: Literal["sgd", "adam"] = "sgd"
     matched_global: bool = False
@@ -379,6 +384,13 @@ def main(argv: list[str] | None = None) -> None:
         "--prox-mu", type=float, default=0.0, help="FedProx term on the shared encoder (0: off)"
     )
     parser.add_argument(
+        "--transfer-weight",
+        type=float,
+        default=0.0,
+        help="each node's cross-node loss on the encoder: the delivered experts' mixture "
+        "ranking its records (ServerRunConfig; 0: off)",
+    )
+    parser.add_argument(
         "--server-lr", type=float, default=1.0, help="server learning rate (1: FedAvg)"
     )
     parser.add_argument(
@@ -426,6 +438,8 @@ def main(argv: list[str] | None = None) -> None:
         help="with --render: take the offline figures from the current offline report",
     )
     args = parser.parse_args(argv)
+    from bench import protocol
+
     if args.compare:
         reports = {
             path.stem.removeprefix("federation_helps_"): reporting.read_report(
@@ -448,6 +462,14 @@ def main(argv: list[str] | None = None) -> None:
             text += (
                 f"\nChosen by bench/protocol.py FEDERATION_VARIANT_RULE among the validation "
                 f"rows of fleet {fleet} ({', '.join(among)}): {choose_variant(among)}\n"
+            )
+        # the second round's pick first: the rule's last tie-break goes to it
+        r3 = [f"validation_{t}" for t in [R3_INCUMBENT, *protocol.FEDERATION_VARIANTS_DA10_R3]]
+        if any(t in among for t in r3[1:]):
+            picked = choose_variant_r3(among, r3, protocol.FEDERATION_R3_MAX_NODE_LOSS)
+            text += (
+                f"\nThird round: chosen by bench/protocol.py FEDERATION_VARIANT_RULE_R3 among "
+                f"{', '.join(t for t in r3 if t in among)}: {picked or 'none qualifies'}\n"
             )
         (args.out / f"federation_helps_variants{'_' + args.tag if args.tag else ''}.md").write_text(
             text
@@ -473,8 +495,6 @@ def main(argv: list[str] | None = None) -> None:
     newcomer_names = [g for g in args.newcomers.split(",") if g]
     held_out_tasks, fleet_digest = None, None
     own_only_epochs = None  # outside the protocol: the federation's rounds x epochs
-    from bench import protocol
-
     if args.select_own_only:
         seeds = [int(v) for v in args.seeds.split(",")] if args.seeds else list(protocol.SEEDS)
         units = protocol_units("validation", "select")

@@ -6,6 +6,7 @@ Everything it shows is SIMULATED (the fleet's latencies come from the analytical
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +80,8 @@ class FederationHelpsReport(BaseModel):
     # the federation's training variant (TrainInstruction / SiMoEStrategy settings)
     local_batch: int = 8  # tasks per optimizer step in a node's local round
     prox_mu: float = 0.0  # FedProx proximal term on the shared parts (0: plain FedAvg)
+    # the node's cross-node loss on the encoder: the delivered experts' mixture on its records
+    transfer_weight: float = 0.0
     server_lr: float = 1.0  # server learning rate on the averaged change (1: FedAvg)
     server_optimizer: str = "sgd"  # sgd: FedAvg(M without momentum); adam: FedAdam
     matched_global: bool = False  # newcomers get the global their experts were trained on
@@ -311,7 +314,8 @@ def _variant_text(report: FederationHelpsReport) -> str:
     """The local-training and aggregation settings the run used (the deployment's own)."""
     return (
         f"local batch {report.local_batch} tasks per step, proximal term mu = "
-        f"{report.prox_mu:g}, server optimizer {report.server_optimizer} at learning rate "
+        f"{report.prox_mu:g}, cross-node transfer loss weight {report.transfer_weight:g}, "
+        f"server optimizer {report.server_optimizer} at learning rate "
         f"{report.server_lr:g}; server similarity fit after each average: {_fit_text(report)}; "
         "newcomers get "
         + ("the global their experts were trained on" if report.matched_global else "the latest")
@@ -481,6 +485,29 @@ def choose_variant(reports: dict[str, FederationHelpsSeeds]) -> str:
     return min(summaries, key=lambda t: (-summaries[t]["node_difference"][0], epochs(t)))
 
 
+def choose_variant_r3(
+    reports: dict[str, FederationHelpsSeeds], among: Sequence[str], max_node_loss: float
+) -> str | None:
+    """bench/protocol.py FEDERATION_VARIANT_RULE_R3 over validation reports (tag -> report):
+    among the tags `among` that were run, those whose nodes do not lose to own-only by more
+    than `max_node_loss` on average, the smallest mean newcomer gap (rounded to 3 decimals);
+    ties to the fewer training epochs, then to the earlier tag of `among`. None: none run
+    qualifies."""
+    order = [t for t in among if t in reports]
+    summaries = {t: summary(reports[t]) for t in order}
+    kept = [t for t in order if summaries[t]["node_difference"][0] >= -max_node_loss]
+    if not kept:
+        return None
+
+    def epochs(tag: str) -> int:
+        first = reports[tag].runs[0]
+        return first.rounds * first.epochs + first.personal_epochs
+
+    return min(
+        kept, key=lambda t: (round(summaries[t]["newcomer_gap"][0], 3), epochs(t), order.index(t))
+    )
+
+
 def variants_markdown(reports: dict[str, FederationHelpsSeeds]) -> str:
     """One row per run (variant): its settings, the nodes' difference and the newcomer gap,
     each with its interval: the table a variant is chosen from (on validation)."""
@@ -502,11 +529,12 @@ def variants_markdown(reports: dict[str, FederationHelpsSeeds]) -> str:
         "newcomer, the Spearman of the final model's cos(z) to each node against their measured "
         "agreement, mean over newcomers (goal >= 0.7).",
         "",
-        "| tag | fleet | split | rounds x epochs | local batch | prox mu | server | similarity "
+        "| tag | fleet | split | rounds x epochs | local batch | prox mu | transfer weight "
+        "| server | similarity "
         "fit | newcomers get | personal epochs | own-only epochs | nodes: federated - own-only "
         "| better | newcomer gap (central - federated) | gap per seed | similarity vs agreement "
         "| wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for tag, report in reports.items():
         first, s = report.runs[0], summary(report)
@@ -514,11 +542,13 @@ def variants_markdown(reports: dict[str, FederationHelpsSeeds]) -> str:
         per_seed = ", ".join(f"{v:+.3f}" for v in s.get("newcomer_gap_per_seed", []))
         split = "test" if "test split" in first.data else "validation"
         matched = "experts' global" if first.matched_global else "latest"
+        matched += f", k = {first.k_experts}"
         rho = _ci(s["similarity_rank_correlation"]) if "similarity_rank_correlation" in s else "n/a"
         own = first.own_only_epochs or f"{first.rounds * first.epochs} (not chosen)"
         lines.append(
             f"| {tag} | {_fleet_text(first)} | {split} | {first.rounds} x {first.epochs} | "
-            f"{first.local_batch} | {first.prox_mu:g} | {first.server_optimizer} "
+            f"{first.local_batch} | {first.prox_mu:g} | {first.transfer_weight:g} | "
+            f"{first.server_optimizer} "
             f"{first.server_lr:g} | {_fit_text(first)} | {matched} | {first.personal_epochs} | "
             f"{own} | "
             f"{_ci(s['node_difference'])} | {s['nodes_better']}/{s['nodes']} | {gap} | "
