@@ -341,6 +341,12 @@ def start(
         "--prox-mu",
         help="FedProx's mu: each node's local training is pulled toward the global (0: off)",
     ),
+    transfer_weight: float = typer.Option(
+        DEFAULTS.transfer_weight,
+        "--transfer-weight",
+        help="weight of each node's cross-node loss on the program encoder: the delivered "
+        "experts' mixture ranking its own records (0: off)",
+    ),
     personal_epochs: int = typer.Option(
         DEFAULTS.personal_epochs,
         "--personal-epochs",
@@ -418,6 +424,7 @@ def start(
         epochs=epochs,
         local_batch=local_batch,
         prox_mu=prox_mu,
+        transfer_weight=transfer_weight,
         personal_epochs=personal_epochs,
         min_nodes=min_nodes,
         round_timeout=round_timeout,
