@@ -8,6 +8,18 @@ factory returns one layer of a public architecture and example inputs (static sh
   config's intermediate_size), the same 128 tokens.
 - vit_patch_embed: ViT-B/16's patch embedding (3 -> 768 channels, 16x16 kernel, stride 16,
   one 224x224 image; Dosovitskiy et al., 2021, Table 1).
+
+A second, fresh set, written after the starter model's fix (feature clamp and coverage,
+commits 04163b7 and de0af06) and before any run of it, so the fix is checked on operators
+nobody diagnosed or tuned on (the three above were the diagnosis's):
+
+- llama13b_mlp_down: LLaMA-13B's MLP down-projection (13824 -> 5120, no bias; the released
+  13B config's intermediate_size and hidden size), 128 tokens.
+- mistral_k_proj: Mistral-7B's key projection under grouped-query attention (4096 -> 1024:
+  8 KV heads of 128; Jiang et al., 2023, "Mistral 7B", Table 1), 128 tokens.
+- convnext_pwconv: ConvNeXt-T's first-stage inverted-bottleneck expansion, a pointwise
+  Linear 96 -> 384 over the 56x56 positions of one 224x224 image (Liu et al., 2022, "A
+  ConvNet for the 2020s": stage 1, C = 96, expansion 4).
 """
 
 from __future__ import annotations
@@ -32,3 +44,18 @@ def vit_patch_embed() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     torch.manual_seed(0)
     conv = nn.Conv2d(3, 768, kernel_size=16, stride=16).eval()
     return conv, (torch.randn(1, 3, 224, 224),)
+
+
+def llama13b_mlp_down() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(0)
+    return nn.Linear(13824, 5120, bias=False).eval(), (torch.randn(1, TOKENS, 13824),)
+
+
+def mistral_k_proj() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(0)
+    return nn.Linear(4096, 1024, bias=False).eval(), (torch.randn(1, TOKENS, 4096),)
+
+
+def convnext_pwconv() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(0)
+    return nn.Linear(96, 384).eval(), (torch.randn(1, 56, 56, 96),)
