@@ -203,7 +203,9 @@ def markdown(report: dict) -> str:
     lines = [
         "# Why the starter model misranks the LLaMA projections (SIMULATED GPUs)",
         "",
-        f"Command: `{report['command']}`. Model: `{report['model']}` "
+        "Commands: "
+        + "; ".join(f"`{c}`" for c in report.get("commands", [report["command"]]))
+        + f". Model of the sampled rows: `{report['model']}` "
         f"({report['model_label']}). Candidates: ReplayTrace samples of MetaSchedule's design "
         f"space, seed {report['seed']}; latencies modelled by the simulator, none measured.",
         "",
@@ -255,7 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("docs/results/starter_diagnosis"))
     parser.add_argument("--gpus", default=",".join(GPUS))
-    parser.add_argument("--ops", nargs="+", default=OPS, help="operators or workloads")
+    parser.add_argument(
+        "--ops", nargs="*", default=OPS, help="operators or workloads (none: fast mode only)"
+    )
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", type=Path, default=ROOT / "simoe_model/starter/starter.pt")
@@ -266,6 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--fast-op", default="llama_mlp_up")
     parser.add_argument("--findings", type=Path, help="a text file: the findings, appended")
+    parser.add_argument(
+        "--add",
+        action="store_true",
+        help="keep the rows of the report at --out and add this run's (its command is kept)",
+    )
     parser.add_argument("--fast-trials", type=int, default=16)
     args = parser.parse_args(argv)
     if not args.model.is_file():
@@ -307,8 +316,14 @@ def main(argv: list[str] | None = None) -> int:
         fast.append(row)
         print(json.dumps(row), flush=True)
     findings = args.findings.read_text().splitlines() if args.findings else []
+    earlier: dict[str, Any] = {}
+    if args.add and args.out.with_suffix(".json").exists():
+        earlier = json.loads(args.out.with_suffix(".json").read_text())
+        rows, fast = earlier["rows"] + rows, earlier["fast"] + fast
+        findings = findings or earlier.get("findings", [])
     report = {
         "command": command,
+        "commands": [*earlier.get("commands", [earlier["command"]] if earlier else []), command],
         "model": str(
             args.model.relative_to(ROOT) if args.model.is_relative_to(ROOT) else args.model
         ),
@@ -320,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
         "fast": fast,
         "findings": findings,
     }
+    if earlier and earlier["rows"]:  # the sampled rows' model stays the one named
+        report.update({k: earlier[k] for k in ("model", "model_label", "samples")})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=1))
     args.out.with_suffix(".md").write_text(markdown(report))
