@@ -471,6 +471,13 @@ def main(argv: list[str] | None = None) -> None:
                 f"\nThird round: chosen by bench/protocol.py FEDERATION_VARIANT_RULE_R3 among "
                 f"{', '.join(t for t in r3 if t in among)}: {picked or 'none qualifies'}\n"
             )
+        r4 = [f"validation_{t}" for t in [R3_INCUMBENT, *protocol.FEDERATION_VARIANTS_DA10_R4]]
+        if any(t in among for t in r4[1:]):
+            picked = choose_variant_r3(among, r4, protocol.FEDERATION_R3_MAX_NODE_LOSS)
+            text += (
+                f"\nFourth round: chosen by bench/protocol.py FEDERATION_VARIANT_RULE_R4 among "
+                f"{', '.join(t for t in r4 if t in among)}: {picked or 'none qualifies'}\n"
+            )
         (args.out / f"federation_helps_variants{'_' + args.tag if args.tag else ''}.md").write_text(
             text
         )
