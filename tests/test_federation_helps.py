@@ -254,12 +254,10 @@ def test_seeds_summary_reports_the_similarity_goal(run) -> None:
     assert "| none (the run predates" in rows["| old"] and "| not recorded |" in rows["| old"]
 
 
-def test_the_variant_rule_prefers_the_smallest_gap_among_gaining_nodes(run) -> None:
-    """FEDERATION_VARIANT_RULE: smallest newcomer gap among variants whose nodes gain; if no
-    variant's nodes gain, the largest node difference; ties to the fewer epochs."""
-    from bench.federation.federation_report import FederationHelpsSeeds, choose_variant
-
-    report, _ = run
+def _variant_of(report: fh.FederationHelpsReport):  # noqa: ANN202
+    """A variant's report over seeds made from `report`: its nodes gain `node_gain` over
+    own-only, its newcomers trail central by `gap`, over `rounds` rounds."""
+    from bench.federation.federation_report import FederationHelpsSeeds
 
     def variant(node_gain: float, gap: float, rounds: int = 2) -> FederationHelpsSeeds:
         nodes = [
@@ -271,6 +269,16 @@ def test_the_variant_rule_prefers_the_smallest_gap_among_gaining_nodes(run) -> N
         ]
         one = report.model_copy(update={"nodes": nodes, "newcomers": newcomers, "rounds": rounds})
         return FederationHelpsSeeds(command="c", runs=[one])
+
+    return variant
+
+
+def test_the_variant_rule_prefers_the_smallest_gap_among_gaining_nodes(run) -> None:
+    """FEDERATION_VARIANT_RULE: smallest newcomer gap among variants whose nodes gain; if no
+    variant's nodes gain, the largest node difference; ties to the fewer epochs."""
+    from bench.federation.federation_report import choose_variant
+
+    variant = _variant_of(run[0])
 
     gaining = {"small_gap_loses": variant(-0.01, 0.01), "gains": variant(0.02, 0.05),
                "gains_smaller_gap": variant(0.01, 0.04)}  # fmt: skip
@@ -285,20 +293,9 @@ def test_the_third_round_rule_keeps_nodes_within_a_loss_and_takes_the_smallest_g
     """FEDERATION_VARIANT_RULE_R3: among the listed variants that were run, those whose nodes
     lose at most the allowed amount; the smallest gap to 3 decimals; ties to the fewer epochs,
     then to the earlier listed; none qualifying: None."""
-    from bench.federation.federation_report import FederationHelpsSeeds, choose_variant_r3
+    from bench.federation.federation_report import choose_variant_r3
 
-    report, _ = run
-
-    def variant(node_gain: float, gap: float, rounds: int = 2) -> FederationHelpsSeeds:
-        nodes = [
-            r.model_copy(update={"federated_top1": r.own_only_top1 + node_gain})
-            for r in report.nodes
-        ]
-        newcomers = [
-            r.model_copy(update={"central_top1": r.zero_shot_top1 + gap}) for r in report.newcomers
-        ]
-        one = report.model_copy(update={"nodes": nodes, "newcomers": newcomers, "rounds": rounds})
-        return FederationHelpsSeeds(command="c", runs=[one])
+    variant = _variant_of(run[0])
 
     reports = {"incumbent": variant(0.002, 0.05), "new": variant(-0.008, 0.03),
                "lossy": variant(-0.02, 0.0), "other_round": variant(0.1, 0.0)}  # fmt: skip

@@ -463,21 +463,19 @@ def main(argv: list[str] | None = None) -> None:
                 f"\nChosen by bench/protocol.py FEDERATION_VARIANT_RULE among the validation "
                 f"rows of fleet {fleet} ({', '.join(among)}): {choose_variant(among)}\n"
             )
-        # the second round's pick first: the rule's last tie-break goes to it
-        r3 = [f"validation_{t}" for t in [R3_INCUMBENT, *protocol.FEDERATION_VARIANTS_DA10_R3]]
-        if any(t in among for t in r3[1:]):
-            picked = choose_variant_r3(among, r3, protocol.FEDERATION_R3_MAX_NODE_LOSS)
-            text += (
-                f"\nThird round: chosen by bench/protocol.py FEDERATION_VARIANT_RULE_R3 among "
-                f"{', '.join(t for t in r3 if t in among)}: {picked or 'none qualifies'}\n"
-            )
-        r4 = [f"validation_{t}" for t in [R3_INCUMBENT, *protocol.FEDERATION_VARIANTS_DA10_R4]]
-        if any(t in among for t in r4[1:]):
-            picked = choose_variant_r3(among, r4, protocol.FEDERATION_R3_MAX_NODE_LOSS)
-            text += (
-                f"\nFourth round: chosen by bench/protocol.py FEDERATION_VARIANT_RULE_R4 among "
-                f"{', '.join(t for t in r4 if t in among)}: {picked or 'none qualifies'}\n"
-            )
+        # later rounds, each against the second round's pick, listed first: the rule's last
+        # tie-break goes to it
+        later = [("Third", "R3", protocol.FEDERATION_VARIANTS_DA10_R3),
+                 ("Fourth", "R4", protocol.FEDERATION_VARIANTS_DA10_R4)]  # fmt: skip
+        for name, rule, variants in later:
+            listed = [f"validation_{t}" for t in [R3_INCUMBENT, *variants]]
+            if any(t in among for t in listed[1:]):
+                picked = choose_variant_r3(among, listed, protocol.FEDERATION_R3_MAX_NODE_LOSS)
+                text += (
+                    f"\n{name} round: chosen by bench/protocol.py FEDERATION_VARIANT_RULE_{rule} "
+                    f"among {', '.join(t for t in listed if t in among)}: "
+                    f"{picked or 'none qualifies'}\n"
+                )
         (args.out / f"federation_helps_variants{'_' + args.tag if args.tag else ''}.md").write_text(
             text
         )
