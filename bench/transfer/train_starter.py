@@ -44,6 +44,23 @@ WORKLOADS: tuple[str, ...] = (
     # where the features lay outside that range (docs/results/starter_diagnosis.md).
     "dense:128,3072,768",
     "dense:128,768,3072",
+    # Wider coverage (issue 23, written 2026-12-02 before any development run of it): more
+    # operators of the suite networks at their real widths, so the shapes a user's operator
+    # has are less often outside the training range where the features are clamped. BERT-base
+    # at 512 tokens (its maximum sequence: more rows per projection), the suite's larger GEMM,
+    # ResNet-50's widest 1x1 conv, MobileNetV2's last 1x1 conv and its depthwise convs at
+    # three more resolutions/widths. Not GPT-2's operators: gpt2_block is the compile
+    # section's held-out network. Not the federation protocol's held-out tasks
+    # (bench.protocol.HELD_OUT_TASKS), nor any operator of bench/inputs/outside_ops.py.
+    "dense:512,768,768",
+    "dense:512,3072,768",
+    "dense:512,768,3072",
+    "matmul:1024,1024,1024",
+    "conv2d:1,1024,14,14,512,1,1,1,0",
+    "conv2d:1,320,7,7,1280,1,1,1,0",
+    "depthwise_conv2d:1,32,112,112,3,3,1,1",
+    "depthwise_conv2d:1,192,28,28,3,3,1,1",
+    "depthwise_conv2d:1,960,7,7,3,3,1,1",
 )
 PER_WORKLOAD = 32
 SEED = 0
