@@ -259,3 +259,47 @@ def test_a_search_that_samples_nothing_runs_again_at_a_larger_population(
     assert result.trials == 2 and result.tasks[0].trials == 2
     assert result.population_retried == ["matmul:64,64,64"]
     assert result.retry_population == tuner.RETRY_POPULATION
+
+
+def _simulated_scorer(device: object, inverted: bool) -> object:
+    """The simulator's latency as a cost model's score; `inverted`: ranked backwards."""
+    import numpy as np
+
+    from simoe_model.model_search import ScoreCostModel
+
+    def score(_task: object, mods: list) -> np.ndarray:
+        runs = device.simulate_batch(list(mods), repeat=1)  # type: ignore[attr-defined]
+        lat = np.array([np.inf if isinstance(r, str) else r[0] for r in runs], dtype=float)
+        return 1.0 / lat if inverted else lat
+
+    return ScoreCostModel(score)
+
+
+@pytest.mark.parametrize("inverted", [True, False])
+def test_fast_mode_hands_a_contradicted_models_budget_to_evolutionary_search(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inverted: bool
+) -> None:
+    """Issue 23: fast mode measured only the model's picks, even where its first measured
+    batch ranked backwards. With the hedge, a first batch whose Spearman rho is below the
+    threshold hands the rest of the trials to MetaSchedule's evolutionary search; a model
+    the measurements agree with keeps its picks."""
+    import agent.tuner as tuner
+    from agent.devices import get_device
+    from agent.workloads import parse_workload
+
+    device, spec = get_device("sim:t4"), parse_workload("matmul:64,64,64")
+    model = _simulated_scorer(device, inverted)
+    monkeypatch.setattr(tuner, "make_cost_model", lambda *_a, **_k: model)
+    with Store(tmp_path / "store.sqlite") as store:
+        result = tuner.tune_workload(
+            spec, device, store, trials=16, cost_model="simoe", population=16, model_rounds=1,
+            baseline=False, hedge_below=0.3,
+        )  # fmt: skip
+        measured = store.count_records(device=device.name)
+    rho = result.hedge_spearman["matmul:64,64,64"]
+    assert result.hedge_below == 0.3
+    if inverted:
+        assert rho < 0.3 and result.hedged == ["matmul:64,64,64"]
+        assert result.trials == 16 and measured == 16  # the evolutionary search measured 8
+    else:
+        assert rho > 0.3 and result.hedged == []
