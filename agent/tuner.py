@@ -110,6 +110,10 @@ def search_population(trials_per_task: int, population: int | None = None) -> in
 # a user-spec GPU at population 64: most random schedules exceed its limits) runs once more
 # at MetaSchedule's own default population, which samples enough (issue 23).
 RETRY_POPULATION = 512
+# Fast mode's retry chains one model-only search, not `--model-rounds`: what the retry
+# needs is the larger population's initial sampling, and five chained rounds at 512 cost the
+# ViT patch embedding ~700 CPU s for a best 3.2x slower than the default (issue 23).
+RETRY_MODEL_ROUNDS = 1
 
 
 def _default_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
@@ -202,15 +206,16 @@ def _run_search(
     started = time.perf_counter()
     modelled_before = getattr(device, "modelled_measure_seconds", None)
 
-    def search(picked: list[int], size: int) -> None:
-        """Search the tasks `picked` (indices) with populations of `size`, into `counts`."""
+    def search(picked: list[int], size: int, rounds: int) -> None:
+        """Search the tasks `picked` (indices) with populations of `size` (fast mode:
+        `rounds` chained model-only searches), into `counts`."""
         sub = [tasks[i] for i in picked]
         sub_counts = [0] * len(sub)
         budgets = [trials_per_task] * len(sub)
         callback = _progress_callback([t.name for t in sub], budgets, progress, sub_counts)
         try:
             strategies = (
-                [model_picks(tasks[i], target, model, trials_per_task, rounds=model_rounds,
+                [model_picks(tasks[i], target, model, trials_per_task, rounds=rounds,
                              population=size, seed=seed or 0,
                              seeds=seeds[i] if seeds else (), hedge_below=hedge_below,
                              hedge_log=hedge.spearman, hedged=hedge.switched)
@@ -233,10 +238,10 @@ def _run_search(
         for i, n in zip(picked, sub_counts, strict=True):
             counts[i] += n
 
-    search(list(range(len(tasks))), population)
+    search(list(range(len(tasks))), population, model_rounds)
     empty = [i for i, n in enumerate(counts) if n == 0]
     if empty and population < RETRY_POPULATION:
-        search(empty, RETRY_POPULATION)
+        search(empty, RETRY_POPULATION, min(model_rounds, RETRY_MODEL_ROUNDS))
     else:
         empty = []
     wall = time.perf_counter() - started

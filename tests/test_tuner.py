@@ -303,3 +303,37 @@ def test_fast_mode_hands_a_contradicted_models_budget_to_evolutionary_search(
         assert result.trials == 16 and measured == 16  # the evolutionary search measured 8
     else:
         assert rho > 0.3 and result.hedged == []
+
+
+def test_fast_modes_retry_chains_one_model_only_search_at_the_larger_population(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23: the ViT patch embedding's retry ran all five model-only rounds at population
+    512 (~700 CPU s); it needs only the larger population's sampling. Here the first
+    search's picks are empty, standing in for one that sampled nothing."""
+    import agent.tuner as tuner
+    from agent.devices import get_device
+    from agent.workloads import parse_workload
+    from simoe_model.model_search import ProposedCandidates
+
+    device, spec = get_device("sim:t4"), parse_workload("matmul:64,64,64")
+    monkeypatch.setattr(
+        tuner, "make_cost_model", lambda *_a, **_k: _simulated_scorer(device, False)
+    )
+    real = tuner.model_picks
+    calls: list[tuple[int, int]] = []
+
+    def model_picks(*args: object, rounds: int, population: int, **kwargs: object) -> object:
+        calls.append((population, rounds))
+        if population < tuner.RETRY_POPULATION:
+            return ProposedCandidates([])
+        return real(*args, rounds=rounds, population=population, **kwargs)
+
+    monkeypatch.setattr(tuner, "model_picks", model_picks)
+    with Store(tmp_path / "store.sqlite") as store:
+        result = tuner.tune_workload(
+            spec, device, store, trials=2, cost_model="simoe", population=16, model_rounds=5,
+            baseline=False,
+        )  # fmt: skip
+    assert calls == [(16, 5), (tuner.RETRY_POPULATION, 1)]
+    assert result.population_retried == ["matmul:64,64,64"] and result.trials == 2
