@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from agent.networks import one_line_of
 from agent.tuning_logs import close_loggers, task_loggers
 from schemas import BadInputError, RunFailure, SimoeError
+from schemas.tuning import HEDGE_RANKING as HEDGE_RANKING
 from schemas.tuning import HEDGE_SPEARMAN as HEDGE_SPEARMAN
 from simoe_model import tvm_compat
 
@@ -197,6 +198,16 @@ def SeededSearch(inner: Any, seeds: list[Any], reserve: float | None = None) -> 
 GATE_BATCH = 8
 
 
+HEDGE_RANKINGS = ("model", "random")
+
+
+def random_ranking(seed: int) -> ms.cost_model.CostModel:
+    """Random scores: how MetaSchedule's XGB ranks before its warm-up of 100 measurements."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.cost_model.RandomModel(seed=seed)
+
+
 def model_picks(
     task: TuneTask,
     target: tvm.target.Target,
@@ -215,6 +226,7 @@ def model_picks(
     hedge_below: float | None = None,
     hedge_log: dict[str, float] | None = None,
     hedged: list[str] | None = None,
+    hedge_ranking: str = "model",
 ) -> ms.search_strategy.SearchStrategy:
     """Fast mode's strategy for one task: `rounds` chained model-only searches of `per_round`
     (default: min(64, trials)), then the device measures the model's top `trials` (a
@@ -231,8 +243,9 @@ def model_picks(
     `hedge_below` (the hedge, e.g. HEDGE_SPEARMAN): the first batch is `GATE_BATCH` picks;
     if the Spearman rho of their scores against their measured latencies is below it, the
     rest of the budget goes to MetaSchedule's evolutionary search at `population`
-    (`ProposedCandidates`); `hedge_log` and `hedged` collect each task's rho and the tasks
-    that switched."""
+    (`ProposedCandidates`), ranked by `model` (`hedge_ranking` "model") or by random scores
+    ("random": MetaSchedule's own ranking at such budgets, its XGB before its warm-up of
+    100); `hedge_log` and `hedged` collect each task's rho and the tasks that switched."""
     from simoe_model.model_search import ProposedCandidates, model_only_search
 
     if isinstance(model, str):
@@ -254,6 +267,7 @@ def model_picks(
         hedge = {
             "fallback": evolutionary(population), "hedge_below": hedge_below,
             "hedge_log": hedge_log, "hedged": hedged,
+            "fallback_model": random_ranking(seed) if hedge_ranking == "random" else None,
         }  # fmt: skip
     if getattr(model, "sharpness", 0.0) > 0:  # measurements move the gate: re-rank
         return ProposedCandidates(found[: 4 * trials], rerank=model, first=first, **hedge)

@@ -27,6 +27,7 @@ from agent.progress import ProgressCallback
 from agent.search_start import SharedSeeds, observe_stored, warm_start_seeds
 from agent.task_selection import TaskChoice, select_tasks
 from agent.tune_harness import (
+    HEDGE_RANKING,
     HEDGE_SPEARMAN,
     SHARED_RESERVE,
     TuneTask,
@@ -162,6 +163,7 @@ def _run_search(
     shared: SharedSeeds | None = None,
     shared_reserve: float = SHARED_RESERVE,
     hedge_below: float | None = HEDGE_SPEARMAN,
+    hedge_ranking: str = HEDGE_RANKING,
 ) -> tuple[ms.database.Database, list[int], float, float | None, ModelUsed, list[str], Hedge]:
     """Run MetaSchedule over `tasks`.
 
@@ -177,7 +179,8 @@ def _run_search(
     `warm_start`) and in MetaSchedule's evolutionary search (`shared_reserve` of its first
     batch in offer order, default `SHARED_RESERVE`; the rest ranked with its own
     candidates); `shared.used` and `shared.skipped` count them. `hedge_below`: fast mode's
-    hedge (`model_picks`; None: off); what it did comes back as a `Hedge`.
+    hedge (`model_picks`; None: off), `hedge_ranking` what ranks its evolutionary search
+    ("model" or "random"); what it did comes back as a `Hedge`.
     """
     check_reserve(shared_reserve)
     import tvm
@@ -218,7 +221,8 @@ def _run_search(
                 [model_picks(tasks[i], target, model, trials_per_task, rounds=rounds,
                              population=size, seed=seed or 0,
                              seeds=seeds[i] if seeds else (), hedge_below=hedge_below,
-                             hedge_log=hedge.spearman, hedged=hedge.switched)
+                             hedge_log=hedge.spearman, hedged=hedge.switched,
+                             hedge_ranking=hedge_ranking)
                  for i in picked]
                 if model_rounds > 0
                 else [seeded(evolutionary(size), seeds[i] if seeds else (), shared_reserve)
@@ -367,6 +371,7 @@ def tune_workload(
     shared: SharedSeeds | None = None,
     shared_reserve: float = SHARED_RESERVE,
     hedge_below: float | None = HEDGE_SPEARMAN,
+    hedge_ranking: str = HEDGE_RANKING,
 ) -> TuneResult:
     """Tune one operator for `trials` candidates; every measurement goes to `store`.
 
@@ -386,7 +391,7 @@ def tune_workload(
         node=node, progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
         log_level=log_level, population=population, model_rounds=model_rounds,
         warm_start=warm_start, shared=shared, shared_reserve=shared_reserve,
-        hedge_below=hedge_below,
+        hedge_below=hedge_below, hedge_ranking=hedge_ranking,
     )  # fmt: skip
     result = _task_result(task, database, device, counts[0], baseline=baseline, repeat=repeat)
     return TuneResult(
@@ -407,6 +412,7 @@ def tune_workload(
         hedge_spearman=hedge.spearman if model_rounds > 0 else None,
         hedge_below=hedge_below if model_rounds > 0 else None,
         hedged=hedge.switched,
+        hedge_ranking=hedge_ranking if model_rounds > 0 else None,
     )
 
 
@@ -434,6 +440,7 @@ def tune_network(
     shared: SharedSeeds | None = None,
     shared_reserve: float = SHARED_RESERVE,
     hedge_below: float | None = HEDGE_SPEARMAN,
+    hedge_ranking: str = HEDGE_RANKING,
 ) -> TuneResult:
     """Tune a network's tasks, compile it from the store's best schedules and check it.
 
@@ -465,7 +472,7 @@ def tune_network(
         node=node, progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
         log_level=log_level, population=population, model_rounds=model_rounds,
         warm_start=warm_start, shared=shared, shared_reserve=shared_reserve,
-        hedge_below=hedge_below,
+        hedge_below=hedge_below, hedge_ranking=hedge_ranking,
     )  # fmt: skip
     stage(f"{network.name}: measuring the best and the untuned schedules")
     results = [
@@ -496,6 +503,7 @@ def tune_network(
         hedge_spearman=hedge.spearman if model_rounds > 0 else None,
         hedge_below=hedge_below if model_rounds > 0 else None,
         hedged=hedge.switched,
+        hedge_ranking=hedge_ranking if model_rounds > 0 else None,
     )
 
 

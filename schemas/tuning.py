@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field
 # Chosen on the development sets only (docs/results/beats_default.md); None: never hedge.
 # Here, not in agent.tune_harness, so the CLI's help names it without importing torch.
 HEDGE_SPEARMAN: float | None = 0.3
+# What ranks the hedge's evolutionary search: "model" (the run's cost model, which has seen
+# the first batch) or "random" (MetaSchedule's own ranking below its XGB warm-up).
+HEDGE_RANKING = "model"
 
 
 class TaskResult(BaseModel):
@@ -128,6 +131,9 @@ class TuneResult(BaseModel):
     )
     hedge_spearman: dict[str, float] | None = Field(
         default=None, description="fast mode: each task's first-batch Spearman rho"
+    )
+    hedge_ranking: str | None = Field(
+        default=None, description="what ranked the hedge's evolutionary search (fast mode)"
     )
     hedged: list[str] = Field(
         default_factory=list,

@@ -391,8 +391,9 @@ class ProposedCandidates(ms.search_strategy.PySearchStrategy):
     scores against the latencies measured for them (`first_batch_spearman`) is below
     `hedge_below`, the model is contradicted and the rest of the budget goes to `fallback`,
     which starts from the database (the measured batch's best among its seeds) and ranks
-    with the run's cost model. `hedge_log` (shared by clones) gets task name -> rho, and
-    `hedged` the names of the tasks that switched."""
+    with the run's cost model (`fallback_model`, if given, instead: e.g. random scores, as
+    MetaSchedule's XGB gives before its warm-up). `hedge_log` (shared by clones) gets task
+    name -> rho, and `hedged` the names of the tasks that switched."""
 
     def __init__(
         self,
@@ -403,6 +404,7 @@ class ProposedCandidates(ms.search_strategy.PySearchStrategy):
         hedge_below: float | None = None,
         hedge_log: dict[str, float] | None = None,
         hedged: list[str] | None = None,
+        fallback_model: Any = None,
     ) -> None:
         super().__init__()
         self.candidates = candidates
@@ -412,6 +414,7 @@ class ProposedCandidates(ms.search_strategy.PySearchStrategy):
         self.hedge_below = hedge_below
         self.hedge_log = {} if hedge_log is None else hedge_log
         self.hedged = [] if hedged is None else hedged
+        self.fallback_model = fallback_model
         self.schedules: list[Any] = []
         self.args: list[Any] = []
         self.context: Any = None
@@ -514,11 +517,12 @@ class ProposedCandidates(ms.search_strategy.PySearchStrategy):
             self.switched = True
             self.seen = {int(tvm_ffi.structural_hash(c.sch.mod)) for c in candidates}
             self.hedged.append(name)
-            self.fallback.pre_tuning(left, per_iter, spaces, database, cost_model)
+            ranking = cost_model if self.fallback_model is None else self.fallback_model
+            self.fallback.pre_tuning(left, per_iter, spaces, database, ranking)
 
     def clone(self) -> ProposedCandidates:
         return ProposedCandidates(
             self.candidates, self.rerank, self.first, self.fallback.clone()
             if self.fallback is not None else None, self.hedge_below, self.hedge_log,
-            self.hedged,
+            self.hedged, self.fallback_model,
         )  # fmt: skip

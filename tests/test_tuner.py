@@ -337,3 +337,33 @@ def test_fast_modes_retry_chains_one_model_only_search_at_the_larger_population(
         )  # fmt: skip
     assert calls == [(16, 5), (tuner.RETRY_POPULATION, 1)]
     assert result.population_retried == ["matmul:64,64,64"] and result.trials == 2
+
+
+def test_the_hedges_search_ranks_randomly_on_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--hedge-ranking random: the hedge's evolutionary search ranks as MetaSchedule's XGB
+    does before its warm-up (random scores), not with the contradicted model."""
+    from types import SimpleNamespace
+
+    from tvm.s_tir import meta_schedule as ms
+
+    from agent import tune_harness
+
+    found = [SimpleNamespace(score=float(i)) for i in range(64)]
+    monkeypatch.setattr("simoe_model.model_search.model_only_search", lambda *a, **k: found)
+    task, model = SimpleNamespace(mod=None, name="t"), SimpleNamespace(sharpness=0.0)
+    picks = {
+        ranking: tune_harness.model_picks(
+            task,
+            None,
+            model,
+            32,
+            rounds=1,
+            population=16,
+            hedge_below=0.3,
+            hedge_ranking=ranking,
+        )  # fmt: skip
+        for ranking in ("model", "random")
+    }
+    assert picks["model"].fallback_model is None
+    assert isinstance(picks["random"].fallback_model, ms.cost_model.RandomModel)
+    assert picks["random"].fallback is not None and picks["random"].first == 8

@@ -24,7 +24,7 @@ from schemas.cli import (
     print_table,
 )
 from schemas.tables import Column
-from schemas.tuning import HEDGE_SPEARMAN, TuneResult
+from schemas.tuning import HEDGE_RANKING, HEDGE_SPEARMAN, TuneResult
 
 
 class _TuningBar:
@@ -198,6 +198,13 @@ def tune(
         f"scores against their latencies below this hands the rest of the trials to "
         f"MetaSchedule's evolutionary search (default {HEDGE_SPEARMAN}; -2 never, 2 always)",
     ),
+    hedge_ranking: str = typer.Option(
+        HEDGE_RANKING,
+        "--hedge-ranking",
+        help="fast mode: what ranks the hedge's evolutionary search: model (the cost model, "
+        "having seen the first batch) or random (MetaSchedule's own ranking below XGB's "
+        "warm-up)",
+    ),
     warm_start: Path | None = typer.Option(
         None,
         "--warm-start",
@@ -254,6 +261,8 @@ def tune(
     search_population(trials, population)  # a bad --population fails before any work
     if model_rounds < 0:
         raise BadInputError(f"--model-rounds must be 0 or more, got {model_rounds}")
+    if hedge_ranking not in ("model", "random"):
+        raise BadInputError(f"--hedge-ranking must be model or random, got {hedge_ranking!r}")
     hedge_below = HEDGE_SPEARMAN if hedge is None else hedge
     if hedge is not None and not -2.0 <= hedge <= 2.0:  # also catches NaN
         raise BadInputError(f"--hedge-spearman must be in [-2, 2], got {hedge}")
@@ -296,6 +305,7 @@ def tune(
                 progress=bars, seed=seed, baseline=baseline, profile_id=profile_id,
                 log_level=log_level, population=population, model_rounds=model_rounds,
                 warm_start=warm_start, shared=shared, hedge_below=hedge_below,
+                hedge_ranking=hedge_ranking,
             )  # fmt: skip
         else:
             assert network is not None
@@ -306,6 +316,7 @@ def tune(
                 log_level=log_level, population=population, model_rounds=model_rounds,
                 choice=choice, on_stage=lambda text: progress.update(status, description=text),
                 warm_start=warm_start, shared=shared, hedge_below=hedge_below,
+                hedge_ranking=hedge_ranking,
             )  # fmt: skip
             progress.update(status, visible=False)
     if json_out:
