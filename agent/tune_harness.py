@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 from agent.networks import one_line_of
 from agent.tuning_logs import close_loggers, task_loggers
 from schemas import BadInputError, RunFailure, SimoeError
+from schemas.tuning import HEDGE_RANKING as HEDGE_RANKING
+from schemas.tuning import HEDGE_SPEARMAN as HEDGE_SPEARMAN
 from simoe_model import tvm_compat
 
 if TYPE_CHECKING:
@@ -196,6 +198,16 @@ def SeededSearch(inner: Any, seeds: list[Any], reserve: float | None = None) -> 
 GATE_BATCH = 8
 
 
+HEDGE_RANKINGS = ("model", "random")
+
+
+def random_ranking(seed: int) -> ms.cost_model.CostModel:
+    """Random scores: how MetaSchedule's XGB ranks before its warm-up of 100 measurements."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.cost_model.RandomModel(seed=seed)
+
+
 def model_picks(
     task: TuneTask,
     target: tvm.target.Target,
@@ -211,6 +223,10 @@ def model_picks(
     num_threads: int | str = "physical",
     score: Score | None = None,
     seeds: Sequence[Any] = (),
+    hedge_below: float | None = None,
+    hedge_log: dict[str, float] | None = None,
+    hedged: list[str] | None = None,
+    hedge_ranking: str = "model",
 ) -> ms.search_strategy.SearchStrategy:
     """Fast mode's strategy for one task: `rounds` chained model-only searches of `per_round`
     (default: min(64, trials)), then the device measures the model's top `trials` (a
@@ -222,7 +238,14 @@ def model_picks(
     so far moving its gate (`ProposedCandidates(rerank=model)`).
 
     `score` None: the search scores with `model` itself, frozen and cached (one prediction
-    per distinct candidate; it learns from real measurements only, after the search)."""
+    per distinct candidate; it learns from real measurements only, after the search).
+
+    `hedge_below` (the hedge, e.g. HEDGE_SPEARMAN): the first batch is `GATE_BATCH` picks;
+    if the Spearman rho of their scores against their measured latencies is below it, the
+    rest of the budget goes to MetaSchedule's evolutionary search at `population`
+    (`ProposedCandidates`), ranked by `model` (`hedge_ranking` "model") or by random scores
+    ("random": MetaSchedule's own ranking at such budgets, its XGB before its warm-up of
+    100); `hedge_log` and `hedged` collect each task's rho and the tasks that switched."""
     from simoe_model.model_search import ProposedCandidates, model_only_search
 
     if isinstance(model, str):
@@ -238,10 +261,17 @@ def model_picks(
         else init_min_unmeasured,
         seed=seed, task_name=task.name, num_threads=num_threads, seeds=seeds,
     )  # fmt: skip
+    first = max(1, min(GATE_BATCH, trials))
+    hedge = {}
+    if hedge_below is not None and trials > first:
+        hedge = {
+            "fallback": evolutionary(population), "hedge_below": hedge_below,
+            "hedge_log": hedge_log, "hedged": hedged,
+            "fallback_model": random_ranking(seed) if hedge_ranking == "random" else None,
+        }  # fmt: skip
     if getattr(model, "sharpness", 0.0) > 0:  # measurements move the gate: re-rank
-        first = max(1, min(GATE_BATCH, trials))
-        return ProposedCandidates(found[: 4 * trials], rerank=model, first=first)
-    return ProposedCandidates(found[:trials])
+        return ProposedCandidates(found[: 4 * trials], rerank=model, first=first, **hedge)
+    return ProposedCandidates(found[:trials], first=first, **hedge)
 
 
 def warm_worker() -> None:

@@ -14,6 +14,7 @@ import logging
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -26,6 +27,8 @@ from agent.progress import ProgressCallback
 from agent.search_start import SharedSeeds, observe_stored, warm_start_seeds
 from agent.task_selection import TaskChoice, select_tasks
 from agent.tune_harness import (
+    HEDGE_RANKING,
+    HEDGE_SPEARMAN,
     SHARED_RESERVE,
     TuneTask,
     check_reserve,
@@ -108,6 +111,10 @@ def search_population(trials_per_task: int, population: int | None = None) -> in
 # a user-spec GPU at population 64: most random schedules exceed its limits) runs once more
 # at MetaSchedule's own default population, which samples enough (issue 23).
 RETRY_POPULATION = 512
+# Fast mode's retry chains one model-only search, not `--model-rounds`: what the retry
+# needs is the larger population's initial sampling, and five chained rounds at 512 cost the
+# ViT patch embedding ~700 CPU s for a best 3.2x slower than the default (issue 23).
+RETRY_MODEL_ROUNDS = 1
 
 
 def _default_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
@@ -155,7 +162,9 @@ def _run_search(
     warm_start: Path | None = None,
     shared: SharedSeeds | None = None,
     shared_reserve: float = SHARED_RESERVE,
-) -> tuple[ms.database.Database, list[int], float, float | None, ModelUsed, list[str]]:
+    hedge_below: float | None = HEDGE_SPEARMAN,
+    hedge_ranking: str = HEDGE_RANKING,
+) -> tuple[ms.database.Database, list[int], float, float | None, ModelUsed, list[str], Hedge]:
     """Run MetaSchedule over `tasks`.
 
     `model_rounds` > 0 is fast mode: per task, that many chained model-only searches
@@ -169,7 +178,9 @@ def _run_search(
     before the first measurement, in fast mode (seeds of its model-only search, as
     `warm_start`) and in MetaSchedule's evolutionary search (`shared_reserve` of its first
     batch in offer order, default `SHARED_RESERVE`; the rest ranked with its own
-    candidates); `shared.used` and `shared.skipped` count them.
+    candidates); `shared.used` and `shared.skipped` count them. `hedge_below`: fast mode's
+    hedge (`model_picks`; None: off), `hedge_ranking` what ranks its evolutionary search
+    ("model" or "random"); what it did comes back as a `Hedge`.
     """
     check_reserve(shared_reserve)
     import tvm
@@ -194,20 +205,25 @@ def _run_search(
     observe_stored(model, tasks, store, device.name)
     target = device.target()
     counts = [0] * len(tasks)
+    hedge = Hedge()
     started = time.perf_counter()
     modelled_before = getattr(device, "modelled_measure_seconds", None)
 
-    def search(picked: list[int], size: int) -> None:
-        """Search the tasks `picked` (indices) with populations of `size`, into `counts`."""
+    def search(picked: list[int], size: int, rounds: int) -> None:
+        """Search the tasks `picked` (indices) with populations of `size` (fast mode:
+        `rounds` chained model-only searches), into `counts`."""
         sub = [tasks[i] for i in picked]
         sub_counts = [0] * len(sub)
         budgets = [trials_per_task] * len(sub)
         callback = _progress_callback([t.name for t in sub], budgets, progress, sub_counts)
         try:
             strategies = (
-                [model_picks(tasks[i], target, model, trials_per_task, rounds=model_rounds,
+                [model_picks(tasks[i], target, model, trials_per_task, rounds=rounds,
                              population=size, seed=seed or 0,
-                             seeds=seeds[i] if seeds else ()) for i in picked]
+                             seeds=seeds[i] if seeds else (), hedge_below=hedge_below,
+                             hedge_log=hedge.spearman, hedged=hedge.switched,
+                             hedge_ranking=hedge_ranking)
+                 for i in picked]
                 if model_rounds > 0
                 else [seeded(evolutionary(size), seeds[i] if seeds else (), shared_reserve)
                       for i in picked]
@@ -226,10 +242,10 @@ def _run_search(
         for i, n in zip(picked, sub_counts, strict=True):
             counts[i] += n
 
-    search(list(range(len(tasks))), population)
+    search(list(range(len(tasks))), population, model_rounds)
     empty = [i for i, n in enumerate(counts) if n == 0]
     if empty and population < RETRY_POPULATION:
-        search(empty, RETRY_POPULATION)
+        search(empty, RETRY_POPULATION, min(model_rounds, RETRY_MODEL_ROUNDS))
     else:
         empty = []
     wall = time.perf_counter() - started
@@ -237,7 +253,17 @@ def _run_search(
     if modelled_before is not None:
         modelled = float(device.modelled_measure_seconds) - float(modelled_before)
     retried = [tasks[i].name for i in empty]
-    return database, counts, wall, modelled, model_used_by(model), retried
+    return database, counts, wall, modelled, model_used_by(model), retried, hedge
+
+
+@dataclass
+class Hedge:
+    """What fast mode's hedge did: each task's first-batch Spearman rho (model scores
+    against measured latencies) and the tasks whose rest of budget went to MetaSchedule's
+    evolutionary search because it was below the threshold."""
+
+    spearman: dict[str, float] = field(default_factory=dict)
+    switched: list[str] = field(default_factory=list)
 
 
 def _task_result(
@@ -344,6 +370,8 @@ def tune_workload(
     warm_start: Path | None = None,
     shared: SharedSeeds | None = None,
     shared_reserve: float = SHARED_RESERVE,
+    hedge_below: float | None = HEDGE_SPEARMAN,
+    hedge_ranking: str = HEDGE_RANKING,
 ) -> TuneResult:
     """Tune one operator for `trials` candidates; every measurement goes to `store`.
 
@@ -358,11 +386,12 @@ def tune_workload(
     task = TuneTask(
         name=str(workload), mod=mod, weight=1.0, flops=flops(workload), spec=str(workload)
     )
-    database, counts, wall, modelled, used, retried = _run_search(
+    database, counts, wall, modelled, used, retried, hedge = _run_search(
         [task], device, store, trials_per_task=trials, cost_model=cost_model,
         node=node, progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
         log_level=log_level, population=population, model_rounds=model_rounds,
         warm_start=warm_start, shared=shared, shared_reserve=shared_reserve,
+        hedge_below=hedge_below, hedge_ranking=hedge_ranking,
     )  # fmt: skip
     result = _task_result(task, database, device, counts[0], baseline=baseline, repeat=repeat)
     return TuneResult(
@@ -380,6 +409,10 @@ def tune_workload(
         shared_skipped=shared.skipped if shared else 0,
         population_retried=retried,
         retry_population=RETRY_POPULATION if retried else None,
+        hedge_spearman=hedge.spearman if model_rounds > 0 else None,
+        hedge_below=hedge_below if model_rounds > 0 else None,
+        hedged=hedge.switched,
+        hedge_ranking=hedge_ranking if model_rounds > 0 else None,
     )
 
 
@@ -406,6 +439,8 @@ def tune_network(
     warm_start: Path | None = None,
     shared: SharedSeeds | None = None,
     shared_reserve: float = SHARED_RESERVE,
+    hedge_below: float | None = HEDGE_SPEARMAN,
+    hedge_ranking: str = HEDGE_RANKING,
 ) -> TuneResult:
     """Tune a network's tasks, compile it from the store's best schedules and check it.
 
@@ -432,11 +467,12 @@ def tune_network(
     picked, selection = select_tasks([t.name for t in everything], sizes, choice or TaskChoice())
     tasks = [everything[i] for i in picked]
     stage(f"{network.name}: tuning {len(tasks)} of {len(everything)} tasks")
-    database, counts, wall, modelled, used, retried = _run_search(
+    database, counts, wall, modelled, used, retried, hedge = _run_search(
         tasks, device, store, trials_per_task=trials_per_task, cost_model=cost_model,
         node=node, progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
         log_level=log_level, population=population, model_rounds=model_rounds,
         warm_start=warm_start, shared=shared, shared_reserve=shared_reserve,
+        hedge_below=hedge_below, hedge_ranking=hedge_ranking,
     )  # fmt: skip
     stage(f"{network.name}: measuring the best and the untuned schedules")
     results = [
@@ -464,6 +500,10 @@ def tune_network(
         shared_skipped=shared.skipped if shared else 0,
         population_retried=retried,
         retry_population=RETRY_POPULATION if retried else None,
+        hedge_spearman=hedge.spearman if model_rounds > 0 else None,
+        hedge_below=hedge_below if model_rounds > 0 else None,
+        hedged=hedge.switched,
+        hedge_ranking=hedge_ranking if model_rounds > 0 else None,
     )
 
 

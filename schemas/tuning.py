@@ -6,6 +6,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# Fast mode's hedge (issue 23): after the first batch of the model's picks, a Spearman rho of
+# its scores against the measured latencies below this means the measurements contradict
+# the model, and the rest of the task's budget goes to MetaSchedule's evolutionary search
+# (seeded from the measured batch through the database, ranked by the same cost model).
+# Chosen on the development sets only (docs/results/beats_default.md); None: never hedge.
+# Here, not in agent.tune_harness, so the CLI's help names it without importing torch.
+HEDGE_SPEARMAN: float | None = 0.3
+# What ranks the hedge's evolutionary search: "model" (the run's cost model, which has seen
+# the first batch) or "random" (MetaSchedule's own ranking below its XGB warm-up).
+HEDGE_RANKING = "model"
+
 
 class TaskResult(BaseModel):
     """One tuned task (an operator, or one fused function of a network)."""
@@ -111,4 +122,21 @@ class TuneResult(BaseModel):
     )
     retry_population: int | None = Field(
         default=None, description="the population of that second search (None: none ran)"
+    )
+    hedge_below: float | None = Field(
+        default=None,
+        description="fast mode's hedge threshold: a first batch whose Spearman rho (model "
+        "scores against measured latencies) is below it hands the rest of the budget to "
+        "MetaSchedule's evolutionary search (None: not fast mode, or the hedge off)",
+    )
+    hedge_spearman: dict[str, float] | None = Field(
+        default=None, description="fast mode: each task's first-batch Spearman rho"
+    )
+    hedge_ranking: str | None = Field(
+        default=None, description="what ranked the hedge's evolutionary search (fast mode)"
+    )
+    hedged: list[str] = Field(
+        default_factory=list,
+        description="tasks whose measurements contradicted the model (rho below "
+        "`hedge_below`): the rest of their budget went to MetaSchedule's evolutionary search",
     )

@@ -357,6 +357,23 @@ def cost_model_scorer(cost_model: Any, target: tvm.target.Target) -> Score:
     return score
 
 
+def first_batch_spearman(scores: Sequence[float], latencies: Sequence[float]) -> float:
+    """How well the model's scores (seconds-like, lower = better) ordered the latencies
+    measured for them: Spearman's rho, +1 a perfect order. A candidate that failed to run
+    counts as the slowest; NaN (no order to judge: fewer than 3 candidates, or every score
+    or every latency the same) is returned as -1, the model told the device nothing."""
+    from scipy.stats import spearmanr
+
+    lat = np.asarray(latencies, dtype=np.float64)
+    lat = np.where(np.isfinite(lat), lat, np.inf)
+    if len(lat) < 3:
+        return -1.0
+    worst = np.nanmax(np.where(np.isfinite(lat), lat, np.nan)) if np.isfinite(lat).any() else 1.0
+    lat = np.where(np.isfinite(lat), lat, 2.0 * worst)
+    rho = float(spearmanr(np.asarray(scores, dtype=np.float64), lat).statistic)
+    return rho if math.isfinite(rho) else -1.0
+
+
 @derived_object
 class ProposedCandidates(ms.search_strategy.PySearchStrategy):
     """A search strategy that proposes given candidates, best first, then stops: how fast
@@ -367,19 +384,51 @@ class ProposedCandidates(ms.search_strategy.PySearchStrategy):
     gate on: simoe_model.online_gate): the first `first` candidates are measured as given;
     before each later batch (of `first`), the candidates not yet measured are ranked again
     by `rerank`, which has seen the measurements so far, so a model whose measurements
-    contradict its nearest expert stops following it within the search's own picks."""
+    contradict its nearest expert stops following it within the search's own picks.
 
-    def __init__(self, candidates: list[Scored], rerank: Any = None, first: int = 8) -> None:
+    `fallback` (a MetaSchedule search strategy, e.g. its evolutionary search) with
+    `hedge_below` (the hedge): after the first batch, if the Spearman rho of the model's
+    scores against the latencies measured for them (`first_batch_spearman`) is below
+    `hedge_below`, the model is contradicted and the rest of the budget goes to `fallback`,
+    which starts from the database (the measured batch's best among its seeds) and ranks
+    with the run's cost model (`fallback_model`, if given, instead: e.g. random scores, as
+    MetaSchedule's XGB gives before its warm-up). `hedge_log` (shared by clones) gets task
+    name -> rho, and `hedged` the names of the tasks that switched."""
+
+    def __init__(
+        self,
+        candidates: list[Scored],
+        rerank: Any = None,
+        first: int = 8,
+        fallback: Any = None,
+        hedge_below: float | None = None,
+        hedge_log: dict[str, float] | None = None,
+        hedged: list[str] | None = None,
+        fallback_model: Any = None,
+    ) -> None:
         super().__init__()
         self.candidates = candidates
         self.rerank = rerank
         self.first = max(1, first)
+        self.fallback = fallback
+        self.hedge_below = hedge_below
+        self.hedge_log = {} if hedge_log is None else hedge_log
+        self.hedged = [] if hedged is None else hedged
+        self.fallback_model = fallback_model
         self.schedules: list[Any] = []
         self.args: list[Any] = []
         self.context: Any = None
         self.next = 0
         self.stop = 0
         self.per_iter = 1
+        self.tuning: tuple[Any, ...] = ()
+        self.judged = False
+        self.switched = False
+        self.seen: set[int] = set()
+
+    @property
+    def hedging(self) -> bool:
+        return self.fallback is not None and self.hedge_below is not None
 
     def _initialize_with_tune_context(self, context: Any) -> None:
         self.context = context
@@ -389,6 +438,8 @@ class ProposedCandidates(ms.search_strategy.PySearchStrategy):
             sch = tvm.s_tir.Schedule(context.mod)
             cand.trace.apply_to_schedule(sch, remove_postproc=False)
             self.schedules.append(sch)
+        if self.hedging:
+            self.fallback._initialize_with_tune_context(context)
 
     def pre_tuning(
         self,
@@ -398,15 +449,20 @@ class ProposedCandidates(ms.search_strategy.PySearchStrategy):
         database: Any = None,
         cost_model: Any = None,
     ) -> None:
+        self.tuning = (max_trials, num_trials_per_iter, design_spaces, database, cost_model)
+        self.judged = self.switched = False
         self.next, self.stop = 0, min(max_trials, len(self.schedules))
         self.per_iter = max(1, num_trials_per_iter)
-        if self.rerank is not None:
+        if self.rerank is not None or self.hedging:
             self.per_iter = min(self.per_iter, self.first)
 
     def post_tuning(self) -> None:
-        pass
+        if self.switched:
+            self.fallback.post_tuning()
 
     def generate_measure_candidates(self) -> list[Any] | None:
+        if self.switched:
+            return self._fallback_batch()
         if self.next >= self.stop:
             return None
         if self.rerank is not None and self.next > 0:  # the rest, ranked by what was measured
@@ -423,8 +479,50 @@ class ProposedCandidates(ms.search_strategy.PySearchStrategy):
         self.next += len(batch)
         return [ms.MeasureCandidate(sch, self.args) for sch in batch]
 
+    def _fallback_batch(self) -> list[Any] | None:
+        """The evolutionary search's next batch without what was measured already: it starts
+        from the database's best, and its own record of what it measured does not hold the
+        first batch (on a 64^3 matmul 3 of its 8 picks were re-measurements)."""
+        for _ in range(4):  # a batch of nothing but re-measurements: ask again, a few times
+            batch = self.fallback.generate_measure_candidates()
+            if batch is None:
+                return None
+            fresh = [c for c in batch if int(tvm_ffi.structural_hash(c.sch.mod)) not in self.seen]
+            self.seen.update(int(tvm_ffi.structural_hash(c.sch.mod)) for c in fresh)
+            if fresh:
+                return fresh
+        return None
+
     def notify_runner_results(self, candidates: Any, results: Any) -> None:
-        pass
+        if self.switched:
+            self.fallback.notify_runner_results(candidates, results)
+            return
+        if not self.hedging or self.judged:
+            return
+        self.judged = True  # the first batch: the model's top picks, in its order
+        scores = [c.score for c in self.candidates[: len(results)]]
+        latencies = [
+            float(np.mean([float(x) for x in r.run_secs]))
+            if r.error_msg is None and r.run_secs
+            else math.inf
+            for r in results
+        ]
+        rho = first_batch_spearman(scores, latencies)
+        name = str(self.context.task_name) if self.context is not None else "task"
+        self.hedge_log[name] = rho
+        assert self.hedge_below is not None
+        max_trials, per_iter, spaces, database, cost_model = self.tuning
+        left = int(max_trials) - len(results)
+        if rho < self.hedge_below and left > 0:
+            self.switched = True
+            self.seen = {int(tvm_ffi.structural_hash(c.sch.mod)) for c in candidates}
+            self.hedged.append(name)
+            ranking = cost_model if self.fallback_model is None else self.fallback_model
+            self.fallback.pre_tuning(left, per_iter, spaces, database, ranking)
 
     def clone(self) -> ProposedCandidates:
-        return ProposedCandidates(self.candidates, self.rerank, self.first)
+        return ProposedCandidates(
+            self.candidates, self.rerank, self.first, self.fallback.clone()
+            if self.fallback is not None else None, self.hedge_below, self.hedge_log,
+            self.hedged, self.fallback_model,
+        )  # fmt: skip

@@ -259,3 +259,111 @@ def test_a_search_that_samples_nothing_runs_again_at_a_larger_population(
     assert result.trials == 2 and result.tasks[0].trials == 2
     assert result.population_retried == ["matmul:64,64,64"]
     assert result.retry_population == tuner.RETRY_POPULATION
+
+
+def _simulated_scorer(device: object, inverted: bool) -> object:
+    """The simulator's latency as a cost model's score; `inverted`: ranked backwards."""
+    import numpy as np
+
+    from simoe_model.model_search import ScoreCostModel
+
+    def score(_task: object, mods: list) -> np.ndarray:
+        runs = device.simulate_batch(list(mods), repeat=1)  # type: ignore[attr-defined]
+        lat = np.array([np.inf if isinstance(r, str) else r[0] for r in runs], dtype=float)
+        return 1.0 / lat if inverted else lat
+
+    return ScoreCostModel(score)
+
+
+@pytest.mark.parametrize("inverted", [True, False])
+def test_fast_mode_hands_a_contradicted_models_budget_to_evolutionary_search(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inverted: bool
+) -> None:
+    """Issue 23: fast mode measured only the model's picks, even where its first measured
+    batch ranked backwards. With the hedge, a first batch whose Spearman rho is below the
+    threshold hands the rest of the trials to MetaSchedule's evolutionary search; a model
+    the measurements agree with keeps its picks."""
+    import agent.tuner as tuner
+    from agent.devices import get_device
+    from agent.workloads import parse_workload
+
+    device, spec = get_device("sim:t4"), parse_workload("matmul:64,64,64")
+    model = _simulated_scorer(device, inverted)
+    monkeypatch.setattr(tuner, "make_cost_model", lambda *_a, **_k: model)
+    with Store(tmp_path / "store.sqlite") as store:
+        result = tuner.tune_workload(
+            spec, device, store, trials=16, cost_model="simoe", population=16, model_rounds=1,
+            baseline=False, hedge_below=0.3,
+        )  # fmt: skip
+        measured = store.count_records(device=device.name)
+    rho = result.hedge_spearman["matmul:64,64,64"]
+    assert result.hedge_below == 0.3
+    if inverted:
+        assert rho < 0.3 and result.hedged == ["matmul:64,64,64"]
+        assert result.trials == 16 and measured == 16  # the evolutionary search measured 8
+    else:
+        assert rho > 0.3 and result.hedged == []
+
+
+def test_fast_modes_retry_chains_one_model_only_search_at_the_larger_population(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23: the ViT patch embedding's retry ran all five model-only rounds at population
+    512 (~700 CPU s); it needs only the larger population's sampling. Here the first
+    search's picks are empty, standing in for one that sampled nothing."""
+    import agent.tuner as tuner
+    from agent.devices import get_device
+    from agent.workloads import parse_workload
+    from simoe_model.model_search import ProposedCandidates
+
+    device, spec = get_device("sim:t4"), parse_workload("matmul:64,64,64")
+    monkeypatch.setattr(
+        tuner, "make_cost_model", lambda *_a, **_k: _simulated_scorer(device, False)
+    )
+    real = tuner.model_picks
+    calls: list[tuple[int, int]] = []
+
+    def model_picks(*args: object, rounds: int, population: int, **kwargs: object) -> object:
+        calls.append((population, rounds))
+        if population < tuner.RETRY_POPULATION:
+            return ProposedCandidates([])
+        return real(*args, rounds=rounds, population=population, **kwargs)
+
+    monkeypatch.setattr(tuner, "model_picks", model_picks)
+    with Store(tmp_path / "store.sqlite") as store:
+        result = tuner.tune_workload(
+            spec, device, store, trials=2, cost_model="simoe", population=16, model_rounds=5,
+            baseline=False,
+        )  # fmt: skip
+    assert calls == [(16, 5), (tuner.RETRY_POPULATION, 1)]
+    assert result.population_retried == ["matmul:64,64,64"] and result.trials == 2
+
+
+def test_the_hedges_search_ranks_randomly_on_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--hedge-ranking random: the hedge's evolutionary search ranks as MetaSchedule's XGB
+    does before its warm-up (random scores), not with the contradicted model."""
+    from types import SimpleNamespace
+
+    from tvm.s_tir import meta_schedule as ms
+
+    from agent import tune_harness
+
+    found = [SimpleNamespace(score=float(i)) for i in range(64)]
+    monkeypatch.setattr("simoe_model.model_search.model_only_search", lambda *a, **k: found)
+    task, model = SimpleNamespace(mod=None, name="t"), SimpleNamespace(sharpness=0.0)
+    picks = {
+        ranking: tune_harness.model_picks(
+            task,
+            None,
+            model,
+            32,
+            rounds=1,
+            population=16,
+            hedge_below=0.3,
+            hedge_ranking=ranking,
+        )  # fmt: skip
+        for ranking in ("model", "random")
+    }
+    assert picks["model"].fallback_model is None
+    assert isinstance(picks["random"].fallback_model, ms.cost_model.RandomModel)
+    assert picks["random"].fallback is not None and picks["random"].first == 8

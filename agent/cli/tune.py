@@ -24,7 +24,7 @@ from schemas.cli import (
     print_table,
 )
 from schemas.tables import Column
-from schemas.tuning import TuneResult
+from schemas.tuning import HEDGE_RANKING, HEDGE_SPEARMAN, TuneResult
 
 
 class _TuningBar:
@@ -111,6 +111,18 @@ def _print_result(result: TuneResult) -> None:
             markup=False,
             highlight=False,
         )
+    if result.hedged:
+        rhos = ", ".join(
+            f"{name} {(result.hedge_spearman or {}).get(name, float('nan')):+.2f}"
+            for name in result.hedged
+        )
+        console.print(
+            f"{len(result.hedged)} of {len(result.tasks)} tasks: the model's first picks "
+            f"contradicted it (Spearman below {result.hedge_below}: {rhos}); the rest of "
+            "their trials went to MetaSchedule's evolutionary search",
+            markup=False,
+            highlight=False,
+        )
     unsearched = [t for t in result.tasks if t.trials == 0]
     if unsearched:
         console.print(
@@ -179,6 +191,20 @@ def tune(
         help="fast mode: this many chained model-only searches per task first, then measure "
         "only the model's top --trials (e.g. --cost-model simoe --trials 32 --model-rounds 5)",
     ),
+    hedge: float | None = typer.Option(
+        None,
+        "--hedge-spearman",
+        help="fast mode: after the first 8 measured picks, a Spearman rho of the model's "
+        f"scores against their latencies below this hands the rest of the trials to "
+        f"MetaSchedule's evolutionary search (default {HEDGE_SPEARMAN}; -2 never, 2 always)",
+    ),
+    hedge_ranking: str = typer.Option(
+        HEDGE_RANKING,
+        "--hedge-ranking",
+        help="fast mode: what ranks the hedge's evolutionary search: model (the cost model, "
+        "having seen the first batch) or random (MetaSchedule's own ranking below XGB's "
+        "warm-up)",
+    ),
     warm_start: Path | None = typer.Option(
         None,
         "--warm-start",
@@ -235,6 +261,13 @@ def tune(
     search_population(trials, population)  # a bad --population fails before any work
     if model_rounds < 0:
         raise BadInputError(f"--model-rounds must be 0 or more, got {model_rounds}")
+    if hedge_ranking not in ("model", "random"):
+        raise BadInputError(f"--hedge-ranking must be model or random, got {hedge_ranking!r}")
+    hedge_below = HEDGE_SPEARMAN if hedge is None else hedge
+    if hedge is not None and not -2.0 <= hedge <= 2.0:  # also catches NaN
+        raise BadInputError(f"--hedge-spearman must be in [-2, 2], got {hedge}")
+    if hedge_below is not None and hedge_below < -1.0:  # below every rho: never hedge
+        hedge_below = None
     if warm_start is not None and model_rounds == 0:
         raise BadInputError("--warm-start seeds fast mode's search: give --model-rounds too")
     device = get_device(device_name or config.device)
@@ -271,7 +304,8 @@ def tune(
                 parsed, device, store, trials=trials, cost_model=cost_model, node=node,
                 progress=bars, seed=seed, baseline=baseline, profile_id=profile_id,
                 log_level=log_level, population=population, model_rounds=model_rounds,
-                warm_start=warm_start, shared=shared,
+                warm_start=warm_start, shared=shared, hedge_below=hedge_below,
+                hedge_ranking=hedge_ranking,
             )  # fmt: skip
         else:
             assert network is not None
@@ -281,7 +315,8 @@ def tune(
                 node=node, progress=bars, seed=seed, baseline=baseline, profile_id=profile_id,
                 log_level=log_level, population=population, model_rounds=model_rounds,
                 choice=choice, on_stage=lambda text: progress.update(status, description=text),
-                warm_start=warm_start, shared=shared,
+                warm_start=warm_start, shared=shared, hedge_below=hedge_below,
+                hedge_ranking=hedge_ranking,
             )  # fmt: skip
             progress.update(status, visible=False)
     if json_out:

@@ -16,6 +16,11 @@ rule kept (`kept`) and the candidates measured. Methods, as the docs show them:
 - simoe (on request): `--cost-model simoe`, SiMoE scoring MetaSchedule's own search.
 
 Rows are written after every call; a rerun keeps the finished ones (same command).
+
+Development variants (issue 23): `--cli-args "..."` appends options to every call (e.g.
+`--hedge-spearman 2`), `--import-model FILE` makes FILE each fresh state's imported model
+(`simoe-agent model import`), so a candidate starter model is tried before it ships; both
+are in the row's command.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -61,13 +67,21 @@ def spec_key(spec: Path) -> str:
 
 
 def tune_once(
-    spec: Path, op: str, method: str, trials: int, seed: int, profiles: Path
+    spec: Path,
+    op: str,
+    method: str,
+    trials: int,
+    seed: int,
+    profiles: Path,
+    extra: list[str] | None = None,
+    model_file: Path | None = None,
 ) -> UserSpecRow:
-    """One CLI call in a fresh state directory (the device profile copied in)."""
+    """One CLI call in a fresh state directory (the device profile copied in; `model_file`
+    imported first); `extra`: more options for the call."""
     args = [
         "tune", "--model", f"{OPS_FILE}:{op}", "--device", f"sim:{spec}",
         *METHODS[method], "--trials", str(trials), "--seed", str(seed),
-        "--largest-tasks", "1", "--json",
+        "--largest-tasks", "1", *(extra or []), "--json",
     ]  # fmt: skip
     cli = str(Path(sys.executable).parent / "simoe-agent")
     with tempfile.TemporaryDirectory(prefix="simoe-user-spec-") as tmp:
@@ -76,6 +90,11 @@ def tune_once(
             shutil.copytree(profiles, state / "profiles")
         env = {**os.environ, "SIMOE_HOME": tmp}
         cpu0, t0 = _children_cpu_s(), time.perf_counter()
+        if model_file is not None:
+            subprocess.run(
+                [cli, "model", "import", str(model_file), "--state-dir", str(state)],
+                cwd=ROOT, env=env, capture_output=True, text=True, check=True,
+            )  # fmt: skip
         proc = subprocess.run(
             [cli, *args, "--state-dir", str(state)], cwd=ROOT, env=env,
             capture_output=True, text=True, timeout=CALL_TIMEOUT_S,
@@ -83,9 +102,10 @@ def tune_once(
         wall, cpu = time.perf_counter() - t0, _children_cpu_s() - cpu0
         if not profiles.exists() and (state / "profiles").exists():
             shutil.copytree(state / "profiles", profiles)  # profiled once per GPU
+    imported = f"simoe-agent model import {model_file}; " if model_file is not None else ""
     row = UserSpecRow(
         gpu=spec_key(spec), spec_file=str(spec), operator=op, method=method, trials=trials,
-        seed=seed, command="simoe-agent " + " ".join(args), wall_s=wall, cpu_s=cpu,
+        seed=seed, command=imported + "simoe-agent " + " ".join(args), wall_s=wall, cpu_s=cpu,
     )  # fmt: skip
     if proc.returncode != 0:
         lines = (proc.stderr or proc.stdout).strip().splitlines()
@@ -99,6 +119,9 @@ def tune_once(
     row.tuned_s = task["tuned_latency_s"]
     row.kept = task["kept"]
     row.model_used = (result.get("model_used") or {}).get("source")
+    if result.get("hedge_spearman") is not None:
+        row.hedge_spearman = result["hedge_spearman"].get(row.task)
+        row.hedged = row.task in result.get("hedged", [])
     return row
 
 
@@ -116,7 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--label", help="which code the rows come from (e.g. 'range fix'), kept in the report"
     )
+    parser.add_argument("--cli-args", default="", help="more options for every call")
+    parser.add_argument(
+        "--import-model", type=Path, help="a SiMoE model file each call imports first"
+    )
     args = parser.parse_args(argv)
+    extra = shlex.split(args.cli_args)
+    if args.import_model is not None and not (ROOT / args.import_model).is_file():
+        parser.error(f"--import-model: no file {args.import_model}")
     ops = [x for x in args.ops.split(",") if x]
     methods = [x for x in args.methods.split(",") if x]
     gpus = [Path(x) for x in args.gpus.split(",") if x]
@@ -156,12 +186,15 @@ def main(argv: list[str] | None = None) -> int:
                 for k in trials:
                     if (spec_key(spec), op, method, k) in done:
                         continue
-                    row = tune_once(spec, op, method, k, args.seed, profiles)
+                    row = tune_once(
+                        spec, op, method, k, args.seed, profiles, extra, args.import_model
+                    )
                     rows.append(row)
                     print(
                         f"{row.gpu} {op} {method} {k}: measured {row.measured}, default "
                         f"{row.default_s}, tuned {row.tuned_s}, kept {row.kept}, "
-                        f"{row.wall_s:.0f} s wall, {row.cpu_s:.0f} CPU s {row.error or ''}",
+                        f"{row.wall_s:.0f} s wall, {row.cpu_s:.0f} CPU s, hedge rho "
+                        f"{row.hedge_spearman} hedged {row.hedged} {row.error or ''}",
                         flush=True,
                     )
                     report = UserSpecReport(

@@ -378,6 +378,10 @@ class UserSpecRow(_Row):
     cpu_s: float  # the CLI process's CPU seconds (user + system)
     error: str | None = None  # the CLI's one line where it exited non-zero
     model_used: str | None = None
+    # fast mode's hedge: the first batch's Spearman rho (model scores against measured
+    # latencies) and whether the rest of the trials went to MetaSchedule's evolutionary search
+    hedge_spearman: float | None = None
+    hedged: bool | None = None
 
 
 class UserSpecReport(_Row):
