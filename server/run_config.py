@@ -95,6 +95,25 @@ class ServerRunConfig(BaseModel):
         description="steps fitting the hardware similarity on the nodes' rank agreements "
         "after each average (0: off)",
     )
+    # off by default (issue 23, fifth round): FedDF on a public probe set after each average,
+    # and the similarity fit's agreements from the experts' rankings of those probes
+    probes: str = Field(
+        default="",
+        description="an .npz of public probe programs (features only) for distillation and "
+        "probe agreements (server.distillation; empty: none)",
+    )
+    distill_steps: int = Field(
+        default=0,
+        ge=0,
+        le=10000,
+        description="server steps distilling the averaged program encoder toward the nodes' "
+        "encoders and experts on the probes after each average (0: off)",
+    )
+    similarity_source: Literal["reported", "probes"] = Field(
+        default="reported",
+        description="what the similarity fit follows: the nodes' reported agreements, or how "
+        "alike their experts rank the probes",
+    )
 
     # -- Flower's run config ------------------------------------------------------------
 

@@ -254,6 +254,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--server-optimizer", choices=["sgd", "adam"], default="sgd")
     parser.add_argument("--similarity-steps", type=int, default=0)
     parser.add_argument("--transfer-weight", type=float, default=0.0)
+    parser.add_argument("--distill-steps", type=int, default=0)
+    parser.add_argument("--similarity-source", choices=["reported", "probes"], default="reported")
     parser.add_argument("--tag", default="", help="suffix of the .json file")
     parser.add_argument("--out", type=Path, default=Path("runs/fed_diagnose"))
     parser.add_argument(
@@ -294,6 +296,8 @@ def main(argv: list[str] | None = None) -> None:
             server_optimizer=args.server_optimizer,
             similarity_steps=args.similarity_steps,
             transfer_weight=args.transfer_weight,
+            distill_steps=args.distill_steps,
+            similarity_source=args.similarity_source,
         )
         result = diagnose(settings, args.seed, Path(tmp))
     args.out.mkdir(parents=True, exist_ok=True)
