@@ -130,6 +130,8 @@ def diagnose(settings: fh.FederationHelpsSettings, seed: int, work: Path) -> dic
         "server_optimizer": settings.server_optimizer,
         "similarity_steps": settings.similarity_steps,
         "transfer_weight": settings.transfer_weight,
+        "distill_steps": settings.distill_steps,
+        "similarity_source": settings.similarity_source,
         "rows": rows,
         "means": {key: float(np.mean([r[key] for r in rows])) for key in keys},
         "load_average": fh.load_average(),
@@ -196,6 +198,8 @@ def _top1_with(model, tasks, hv, names) -> float:  # noqa: ANN001
     return task_metrics(pairs)["top1"]
 
 
+# the bench's probe set (federation_helps.write_probe_file), as a diagnosis row says it
+PROBES_TEXT = f"{fh.PROBES_PER_TASK} probes per task"
 COLUMNS = {
     "fed_k": "federated newcomer (its k experts)",
     "fed_all": "same global, all experts",
@@ -214,7 +218,8 @@ def summary_markdown(results: list[dict]) -> str:
         "# Why the federated newcomer trails the central model (SIMULATED, validation units)",
         "",
         "Each row: `python -m bench.federation.federation_diagnose --seed S --rounds R --epochs E "
-        "[--local-batch B --prox-mu M --server-optimizer O --server-lr L --similarity-steps N]` "
+        "[--local-batch B --prox-mu M --server-optimizer O --server-lr L --similarity-steps N "
+        "--distill-steps D]` "
         "(central: 12 "
         "epochs); the validation units' mean zero-shot top-1 when ONE part of the newcomer's "
         "model is swapped (bench/federation/federation_diagnose.py's docstring says what each is). "
@@ -222,20 +227,25 @@ def summary_markdown(results: list[dict]) -> str:
         "run on an earlier fleet; n/a: a swap the run did not have yet.",
         "",
         "| seed | rounds x epochs | k | local batch | prox mu | transfer weight | server | "
-        "similarity fit | " + " | ".join(COLUMNS.values()) + " | load at end |",
-        "|---|---|---|---|---|---|---|---|" + "---|" * len(COLUMNS) + "---|",
+        "similarity fit | distillation | " + " | ".join(COLUMNS.values()) + " | load at end |",
+        "|---|---|---|---|---|---|---|---|---|" + "---|" * len(COLUMNS) + "---|",
     ]
     for r in results:
         server = f"{r.get('server_optimizer', 'sgd')} {r.get('server_lr', 1.0):g}"
         steps = r.get("similarity_steps")  # None: the run did not record it
         fit = "not recorded" if steps is None else f"{steps} steps" if steps else "off"
+        if steps and r.get("similarity_source") == "probes":
+            fit += ", probe agreements"
+        distil = r.get("distill_steps", 0)  # absent: the run predates the option (none)
+        probes = r.get("probes", PROBES_TEXT)
+        distil_text = f"{distil} steps, {probes}" if distil else "off"
         cells = " | ".join(  # runs from before a swap existed: n/a
             f"{r['means'][k]:.3f}" if k in r["means"] else "n/a" for k in COLUMNS
         )
         lines.append(
             f"| {r['seed']} | {r['rounds']} x {r['epochs']} | {r.get('k_experts', 3)} | "
             f"{r.get('local_batch', 8)} | {r.get('prox_mu', 0.0):g} | "
-            f"{r.get('transfer_weight', 0.0):g} | {server} | {fit} | {cells} | "
+            f"{r.get('transfer_weight', 0.0):g} | {server} | {fit} | {distil_text} | {cells} | "
             f"{r['load_average'][0]:.1f} |"
         )
     return "\n".join(lines) + "\n"

@@ -521,7 +521,8 @@ def main(argv: list[str] | None = None) -> None:
         # later rounds, each against the second round's pick, listed first: the rule's last
         # tie-break goes to it
         later = [("Third", "R3", protocol.FEDERATION_VARIANTS_DA10_R3),
-                 ("Fourth", "R4", protocol.FEDERATION_VARIANTS_DA10_R4)]  # fmt: skip
+                 ("Fourth", "R4", protocol.FEDERATION_VARIANTS_DA10_R4),
+                 ("Fifth", "R5", protocol.FEDERATION_VARIANTS_DA10_R5)]  # fmt: skip
         for name, rule, variants in later:
             listed = [f"validation_{t}" for t in [R3_INCUMBENT, *variants]]
             if any(t in among for t in listed[1:]):
