@@ -138,14 +138,17 @@ def diagnose(settings: fh.FederationHelpsSettings, seed: int, work: Path) -> dic
     }
 
 
-def agreement_check(registry_path: Path) -> dict:
+def agreement_check(registry_path: Path, probes: Path | None = None) -> dict:
     """What the server's similarity fit was fed, against what it should follow: each
     (checking node a, expert b) agreement a federation's registry holds (how well b's expert
     ranks a's own records) beside the measured agreement of a's and b's latencies (mean
     per-task Spearman on shared candidates, the figure newcomers are scored against), over the
     protocol's training units (labels read for training). Also after removing each expert's
     mean over its checkers (a generally good expert agrees with everyone) and each checker's
-    mean: how much of the reported figure is the pair, not the expert."""
+    mean: how much of the reported figure is the pair, not the expert. With `probes` (a
+    probe file, server.distillation's), also the agreements the server computes from the
+    experts on them (how alike each pair ranks the probes on the latest global) against the
+    measured ones."""
     from scipy.stats import spearmanr
 
     from bench.federation.fleet import protocol_units
@@ -158,6 +161,12 @@ def agreement_check(registry_path: Path) -> dict:
             (name_of[a], name_of[b]): value
             for a, b, value in registry.expert_agreements()
             if a in name_of and b in name_of
+        }
+        latest = registry.latest_global()
+        expert_weights = {
+            name_of[info.node_key]: arrays
+            for info in registry.experts()
+            if info.node_key in name_of and (arrays := registry.expert(info.name)) is not None
         }
     units = {g.name: g for g in protocol_units("train", "train")}
     device = {g.dataset.device: name for name, g in units.items()}
@@ -177,6 +186,23 @@ def agreement_check(registry_path: Path) -> dict:
     checker_mean = {c: residual[[a == c for a, _ in pairs]].mean() for c in checkers}
     centred = residual - np.array([checker_mean[a] for a, _ in pairs])
     between = np.var([expert_mean[b] for _, b in pairs])
+    probe_figures: dict[str, float | int | str] = {}
+    if probes is not None and latest is not None:  # the experts' probe agreements, the same way
+        from server.distillation import load_probes, probe_agreements
+
+        computed = {
+            (a, b): v
+            for a, b, v in probe_agreements(latest[1], expert_weights, load_probes(probes))
+        }
+        both = sorted(p for p in computed if p in measured and p[0] != p[1])
+        probe_figures = {
+            "probes": str(probes),
+            "probe_pairs": len(both),
+            "spearman_probe_agreement_vs_measured": float(
+                spearmanr([computed[p] for p in both], [measured[p] for p in both]).statistic
+            ),
+            "global_version": latest[0],
+        }
     return {
         "simulated": True,
         "registry": str(registry_path),
@@ -187,6 +213,7 @@ def agreement_check(registry_path: Path) -> dict:
         "share_of_reported_variance_from_the_expert": float(between / np.var(rep)),
         "reported_mean": float(rep.mean()),
         "measured_mean": float(mea.mean()),
+        **probe_figures,
     }
 
 
@@ -265,6 +292,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--similarity-steps", type=int, default=0)
     parser.add_argument("--transfer-weight", type=float, default=0.0)
     parser.add_argument("--distill-steps", type=int, default=0)
+    parser.add_argument(
+        "--probes", type=Path, help="with --agreements: a probe file, for the probe agreements"
+    )
     parser.add_argument("--similarity-source", choices=["reported", "probes"], default="reported")
     parser.add_argument("--tag", default="", help="suffix of the .json file")
     parser.add_argument("--out", type=Path, default=Path("runs/fed_diagnose"))
@@ -279,7 +309,7 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     args = parser.parse_args(argv)
     if args.agreements:
-        result = agreement_check(args.agreements)
+        result = agreement_check(args.agreements, args.probes)
         args.out.mkdir(parents=True, exist_ok=True)
         name = f"federation_diagnose_agreements{'_' + args.tag if args.tag else ''}.json"
         (args.out / name).write_text(json.dumps(result, indent=1))
