@@ -394,6 +394,13 @@ FEDERATION_VARIANT_RULE_R4 = later_round_rule("Fourth", "FEDERATION_VARIANTS_DA1
 # 10:05 (decided by the clock when the first ends, not by its result). Chosen by
 # FEDERATION_VARIANT_RULE_R5: the third round's rule over {pers24 and the variants run}; the
 # similarity figure is reported beside it, it does not enter the rule.
+# Amendment (09:11 UTC, the text above unchanged; no gap of any variant seen yet, the first
+# variant's seed-0 similarity figure and node rows seen in its log): the incumbent's
+# validation rows ran on the code before main's program-feature clamp (model format 3),
+# these variants on main df859ed with it, so the rule's comparison also carries that code
+# change. If the clock allows after the test run (or when no test run is due), pers24's
+# command is rerun on this code, tag da10r5_pers24_control, as a labelled control beside
+# the table; it does not enter the rule.
 FEDERATION_VARIANTS_DA10_R5: dict[str, str] = {
     "da10r5_pers24_simprobe50": "--rounds 12 --epochs 1 --central-epochs 12 --server-optimizer "
     "adam --server-lr 0.01 --personal-epochs 24 --similarity-steps 50 --similarity-source probes",
