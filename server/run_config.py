@@ -95,8 +95,11 @@ class ServerRunConfig(BaseModel):
         description="steps fitting the hardware similarity on the nodes' rank agreements "
         "after each average (0: off)",
     )
-    # off by default (issue 23, fifth round): FedDF on a public probe set after each average,
-    # and the similarity fit's agreements from the experts' rankings of those probes
+    # off by default (issue 23, fifth round; docs/results/model_evaluation.md): FedDF on a
+    # public probe set after each average (on validation it cost the newcomers, gap +0.101
+    # against +0.045 without), and the similarity fit's agreements from the experts' rankings
+    # of those probes (with --similarity-steps 50: the newcomers' cos(z) vs agreement +0.502
+    # against +0.223 with the fit off; the fifth round's pick)
     probes: str = Field(
         default="",
         description="an .npz of public probe programs (features only) for distillation and "
