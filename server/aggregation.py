@@ -50,7 +50,13 @@ def make_strategy(
         "transfer_weight": config.transfer_weight,
         "personal_epochs": config.personal_epochs,
         "similarity_steps": config.similarity_steps,
+        "distill_steps": config.distill_steps,
+        "similarity_source": config.similarity_source,
     }
+    if config.probes:
+        from server.distillation import load_probes
+
+        settings["probes"] = load_probes(config.probes)
     if config.similarity_steps > 0:
         from server.similarity import fit_shared_similarity
 

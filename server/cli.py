@@ -406,6 +406,24 @@ def start(
         help="after each average, steps fitting the hardware similarity on the nodes' "
         "reported rank agreement with the experts they checked (0: off)",
     ),
+    probes: str = typer.Option(
+        DEFAULTS.probes,
+        "--probes",
+        help="an .npz of public probe programs (features only; server/distillation.py) for "
+        "--distill-steps and --similarity-source probes",
+    ),
+    distill_steps: int = typer.Option(
+        DEFAULTS.distill_steps,
+        "--distill-steps",
+        help="after each average, steps distilling the averaged program encoder toward the "
+        "nodes' encoders and experts on the probes (FedDF; 0: off)",
+    ),
+    similarity_source: str = typer.Option(
+        DEFAULTS.similarity_source,
+        "--similarity-source",
+        help="what the similarity fit follows: reported (the nodes' agreements) or probes "
+        "(how alike their experts rank the probes)",
+    ),
     state_dir: StateDir = None,
     verbose: Verbose = False,
 ) -> None:
@@ -440,7 +458,16 @@ def start(
         server_lr=server_lr,
         matched_global=matched_global,
         similarity_steps=similarity_steps,
+        probes=probes,
+        distill_steps=distill_steps,
+        similarity_source=similarity_source,
     )
+    if run_config.probes:  # a missing or malformed probe file: refused now, in one line
+        from server.distillation import load_probes
+
+        load_probes(run_config.probes)
+    elif run_config.distill_steps or run_config.similarity_source == "probes":
+        raise BadInputError("--distill-steps and --similarity-source probes need --probes FILE")
     state_folder(directory)
     if registry_path(directory).exists():  # a damaged or foreign registry: refused now
         open_registry(directory).close()

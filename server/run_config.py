@@ -95,6 +95,28 @@ class ServerRunConfig(BaseModel):
         description="steps fitting the hardware similarity on the nodes' rank agreements "
         "after each average (0: off)",
     )
+    # off by default (issue 23, fifth round; docs/results/model_evaluation.md): FedDF on a
+    # public probe set after each average (on validation it cost the newcomers, gap +0.101
+    # against +0.045 without), and the similarity fit's agreements from the experts' rankings
+    # of those probes (with --similarity-steps 50: the newcomers' cos(z) vs agreement +0.502
+    # against +0.223 with the fit off; the fifth round's pick)
+    probes: str = Field(
+        default="",
+        description="an .npz of public probe programs (features only) for distillation and "
+        "probe agreements (server.distillation; empty: none)",
+    )
+    distill_steps: int = Field(
+        default=0,
+        ge=0,
+        le=10000,
+        description="server steps distilling the averaged program encoder toward the nodes' "
+        "encoders and experts on the probes after each average (0: off)",
+    )
+    similarity_source: Literal["reported", "probes"] = Field(
+        default="reported",
+        description="what the similarity fit follows: the nodes' reported agreements, or how "
+        "alike their experts rank the probes",
+    )
 
     # -- Flower's run config ------------------------------------------------------------
 

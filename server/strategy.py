@@ -30,6 +30,11 @@ replies) and does the rest itself:
   Values are clipped to [-1, 1] and each reporting node weighs the same, so one that
   reports many experts cannot dominate; a node can still misreport its own agreements,
   as it can any update (they only move the similarity, never a node's records).
+  With `probes` (a public probe set, `server.distillation`), before that fit the averaged
+  program encoder is distilled toward the ensemble of the accepted nodes' own encoders and
+  experts on the probes (`distill_steps`, FedDF), and with `similarity_source="probes"` the
+  fit's agreements are how alike the nodes' experts rank the probes, computed here from
+  model outputs on public inputs instead of the nodes' reported values.
 
 Robust aggregation is a choice of strategy, one class per file as Flower's are:
 `server/strategy_trimmed.py`, `strategy_median.py` override `combine`,
@@ -45,7 +50,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 from flwr.app import ConfigRecord, Message, RecordDict
@@ -114,7 +119,11 @@ SimilarityFn = Callable[
     [Mapping[str, np.ndarray], HardwareProfile, Mapping[str, HardwareProfile]], dict[str, float]
 ]
 
+if TYPE_CHECKING:
+    from server.distillation import ProbeTask
+
 MIN_FIT_PAIRS = 3  # fewer (checking node, expert's node) pairs say too little to fit on
+SimilaritySource = Literal["reported", "probes"]
 
 
 class SimilarityFit(Protocol):
@@ -158,8 +167,19 @@ class SiMoEStrategy:
         share_units: int = 3,
         similarity_fit: SimilarityFit | None = None,
         similarity_steps: int = 10,
+        probes: Sequence[ProbeTask] = (),
+        distill_steps: int = 0,
+        similarity_source: SimilaritySource = "reported",
     ) -> None:
         self.registry = registry
+        # FedDF on public probes after each average (no probes or 0 steps: off)
+        if distill_steps < 0:
+            raise ValueError(f"distill_steps must not be negative, got {distill_steps}")
+        if (distill_steps or similarity_source == "probes") and not probes:
+            raise ValueError("distillation and probe agreements need a probe set")
+        self.probes = list(probes)
+        self.distill_steps = distill_steps
+        self.similarity_source = similarity_source
         # the fit of the hardware similarity after each average (None or 0 steps: off)
         self.similarity_fit = similarity_fit
         if similarity_steps < 0:
@@ -519,8 +539,60 @@ class SiMoEStrategy:
             total = sum(weights)
             outcome.metrics = {k: v / total for k, v in metric_sums.items() if k != WEIGHT_METRIC}
             outcome.metrics[WEIGHT_METRIC] = float(total)
+            own = {a.node_key: a.expert for a in outcome.replies if a.expert is not None}
+            teachers = [
+                (updates[i], own[who])
+                for i, who in enumerate(outcome.accepted)
+                if i not in set(left_out) and who in own
+            ]
+            self.distill(outcome, teachers)
             self.fit_similarity(outcome)
         return outcome
+
+    def distill(self, outcome: RoundOutcome, teachers: list[tuple[Arrays, Arrays]]) -> None:
+        """FedDF: the new global's program encoder distilled toward the accepted nodes'
+        (contribution encoder, expert) on the public probes, in place (`outcome.aggregated`);
+        off (no steps) or nothing aggregated: nothing."""
+        if not self.distill_steps or outcome.aggregated is None or not teachers:
+            return
+        from server.distillation import distill_shared
+
+        try:
+            arrays, before, after = distill_shared(
+                outcome.aggregated,
+                teachers,
+                self.probes,
+                steps=self.distill_steps,
+                seed=self.seed + outcome.round,
+            )
+        except BadInputError as exc:  # arrays the model cannot load: the average stands
+            log.warning("round %d: not distilled: %s", outcome.round, exc)
+            return
+        outcome.aggregated = arrays
+        log.info(
+            "round %d: encoder distilled on %d probe tasks from %d nodes, loss %.4f -> %.4f",
+            outcome.round,
+            len(self.probes),
+            len(teachers),
+            before,
+            after,
+        )
+
+    def probe_agreements(self, outcome: RoundOutcome) -> dict[tuple[str, str], float]:
+        """How alike each pair of nodes' latest experts rank the probes on the new global
+        encoder (this round's experts over the registry's), keyed by node keys."""
+        from server.distillation import probe_agreements
+
+        assert outcome.aggregated is not None
+        experts: dict[str, Arrays] = {}
+        for info in self.registry.experts():
+            if (arrays := self.registry.expert(info.name)) is not None:
+                experts[info.node_key] = arrays
+        for answer in outcome.replies:
+            if answer.expert is not None:
+                experts[answer.node_key] = answer.expert
+        pairs = probe_agreements(outcome.aggregated, experts, self.probes)
+        return {(a, b): value for a, b, value in pairs}
 
     def fit_similarity(self, outcome: RoundOutcome) -> None:
         """Fit the new global's hardware encoder on the nodes' rank agreements (in place:
@@ -538,6 +610,8 @@ class SiMoEStrategy:
             for name, value in answer.agreement.items():
                 if owner.get(name, answer.node_key) != answer.node_key:
                     latest[(answer.node_key, owner[name])] = value
+        if self.similarity_source == "probes":
+            latest = self.probe_agreements(outcome)
         keys = {key for pair in latest for key in pair}
         profiles = {k: p for k in sorted(keys) if (p := self.registry.profile(k)) is not None}
         agreements = [

@@ -400,3 +400,31 @@ def test_personal_epochs_score_what_the_node_tunes_with(run, fleet, tmp_path: Pa
            "plain": FederationHelpsSeeds(command="c", runs=[plain])}  # fmt: skip
     assert choose_variant(tie) == "plain"  # 3 x 1 epochs against 2 x 1 + 2 personal
     assert "personal fine-tune" in fh.markdown_seeds(tie["personal"])
+
+
+def test_probe_options_reach_the_server_and_the_report(fleet, tmp_path: Path) -> None:
+    """--distill-steps and --similarity-source probes: the bench writes its public probe set
+    (features of each task's candidates, no latency), the server fits the similarity on the
+    experts' probe agreements (every ordered node pair, not only the pairs nodes reported) and
+    the report records both settings."""
+    names = list(fleet)
+    settings = fh.FederationHelpsSettings(
+        rounds=2, epochs=1, k_experts=1, similarity_steps=5, similarity_source="probes",
+        distill_steps=3, command="python -m bench.federation.federation_helps --synthetic",
+        data="synthetic",
+    )  # fmt: skip
+    assert settings.needs_probes and not fh.FederationHelpsSettings().needs_probes
+    report = fh.run_federation_helps(
+        [fleet[n] for n in names[:3]], [fleet[names[3]]], tmp_path, settings, seed=0
+    )
+    assert (report.distill_steps, report.similarity_source) == (3, "probes")
+    probes = np.load(tmp_path / "probes.npz")
+    assert sorted(probes.files) == sorted(
+        f"{kind}_{i}" for kind in ("rows", "offsets") for i in range(len(probes.files) // 2)
+    )
+    with Registry(tmp_path / "server" / "registry.sqlite") as registry:
+        fits = registry.similarity_fits()
+    assert fits and all(fit.pairs == 3 * 2 for fit in fits.values())  # k = 1 reports 3
+    assert "+ distil 3" in fh.variants_markdown(
+        {"x": fh.FederationHelpsSeeds(command="c", runs=[report])}
+    )

@@ -12,13 +12,16 @@ import typing
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import free_port
 from typer.testing import CliRunner
 
 from server.cli import app
+from server.distillation import save_probes
 from server.registry import Registry
 from server.run_config import DEFAULTS, ServerRunConfig
+from simoe_model.features import FEATURE_DIM
 
 runner = CliRunner()
 SERVER = str(Path(sys.executable).with_name("simoe-server"))
@@ -91,9 +94,11 @@ def test_every_run_setting_reaches_the_run_through_its_start_option(
     (what the demo passes to `start`), arrives in the run config `start` submits."""
     fields = [name for name in ServerRunConfig.model_fields if name != "registry"]
     state = tmp_path / "server"
+    probes = tmp_path / "probes.npz"  # the probe file --probes names must load
+    save_probes(probes, [(np.zeros((4, FEATURE_DIM)), np.array([0, 2, 4]))])
+    values = {name: off_default(name) for name in fields if name != "probes"}
     wanted = ServerRunConfig(
-        registry=str(state.resolve() / "registry.sqlite"),
-        **{name: off_default(name) for name in fields},
+        registry=str(state.resolve() / "registry.sqlite"), probes=str(probes), **values
     )
     options = wanted.start_options()
 

@@ -130,20 +130,25 @@ def diagnose(settings: fh.FederationHelpsSettings, seed: int, work: Path) -> dic
         "server_optimizer": settings.server_optimizer,
         "similarity_steps": settings.similarity_steps,
         "transfer_weight": settings.transfer_weight,
+        "distill_steps": settings.distill_steps,
+        "similarity_source": settings.similarity_source,
         "rows": rows,
         "means": {key: float(np.mean([r[key] for r in rows])) for key in keys},
         "load_average": fh.load_average(),
     }
 
 
-def agreement_check(registry_path: Path) -> dict:
+def agreement_check(registry_path: Path, probes: Path | None = None) -> dict:
     """What the server's similarity fit was fed, against what it should follow: each
     (checking node a, expert b) agreement a federation's registry holds (how well b's expert
     ranks a's own records) beside the measured agreement of a's and b's latencies (mean
     per-task Spearman on shared candidates, the figure newcomers are scored against), over the
     protocol's training units (labels read for training). Also after removing each expert's
     mean over its checkers (a generally good expert agrees with everyone) and each checker's
-    mean: how much of the reported figure is the pair, not the expert."""
+    mean: how much of the reported figure is the pair, not the expert. With `probes` (a
+    probe file, server.distillation's), also the agreements the server computes from the
+    experts on them (how alike each pair ranks the probes on the latest global) against the
+    measured ones."""
     from scipy.stats import spearmanr
 
     from bench.federation.fleet import protocol_units
@@ -156,6 +161,12 @@ def agreement_check(registry_path: Path) -> dict:
             (name_of[a], name_of[b]): value
             for a, b, value in registry.expert_agreements()
             if a in name_of and b in name_of
+        }
+        latest = registry.latest_global()
+        expert_weights = {
+            name_of[info.node_key]: arrays
+            for info in registry.experts()
+            if info.node_key in name_of and (arrays := registry.expert(info.name)) is not None
         }
     units = {g.name: g for g in protocol_units("train", "train")}
     device = {g.dataset.device: name for name, g in units.items()}
@@ -175,6 +186,23 @@ def agreement_check(registry_path: Path) -> dict:
     checker_mean = {c: residual[[a == c for a, _ in pairs]].mean() for c in checkers}
     centred = residual - np.array([checker_mean[a] for a, _ in pairs])
     between = np.var([expert_mean[b] for _, b in pairs])
+    probe_figures: dict[str, float | int | str] = {}
+    if probes is not None and latest is not None:  # the experts' probe agreements, the same way
+        from server.distillation import load_probes, probe_agreements
+
+        computed = {
+            (a, b): v
+            for a, b, v in probe_agreements(latest[1], expert_weights, load_probes(probes))
+        }
+        both = sorted(p for p in computed if p in measured and p[0] != p[1])
+        probe_figures = {
+            "probes": str(probes),
+            "probe_pairs": len(both),
+            "spearman_probe_agreement_vs_measured": float(
+                spearmanr([computed[p] for p in both], [measured[p] for p in both]).statistic
+            ),
+            "global_version": latest[0],
+        }
     return {
         "simulated": True,
         "registry": str(registry_path),
@@ -185,6 +213,7 @@ def agreement_check(registry_path: Path) -> dict:
         "share_of_reported_variance_from_the_expert": float(between / np.var(rep)),
         "reported_mean": float(rep.mean()),
         "measured_mean": float(mea.mean()),
+        **probe_figures,
     }
 
 
@@ -196,6 +225,8 @@ def _top1_with(model, tasks, hv, names) -> float:  # noqa: ANN001
     return task_metrics(pairs)["top1"]
 
 
+# the bench's probe set (federation_helps.write_probe_file), as a diagnosis row says it
+PROBES_TEXT = f"{fh.PROBES_PER_TASK} probes per task"
 COLUMNS = {
     "fed_k": "federated newcomer (its k experts)",
     "fed_all": "same global, all experts",
@@ -214,7 +245,8 @@ def summary_markdown(results: list[dict]) -> str:
         "# Why the federated newcomer trails the central model (SIMULATED, validation units)",
         "",
         "Each row: `python -m bench.federation.federation_diagnose --seed S --rounds R --epochs E "
-        "[--local-batch B --prox-mu M --server-optimizer O --server-lr L --similarity-steps N]` "
+        "[--local-batch B --prox-mu M --server-optimizer O --server-lr L --similarity-steps N "
+        "--distill-steps D]` "
         "(central: 12 "
         "epochs); the validation units' mean zero-shot top-1 when ONE part of the newcomer's "
         "model is swapped (bench/federation/federation_diagnose.py's docstring says what each is). "
@@ -222,20 +254,25 @@ def summary_markdown(results: list[dict]) -> str:
         "run on an earlier fleet; n/a: a swap the run did not have yet.",
         "",
         "| seed | rounds x epochs | k | local batch | prox mu | transfer weight | server | "
-        "similarity fit | " + " | ".join(COLUMNS.values()) + " | load at end |",
-        "|---|---|---|---|---|---|---|---|" + "---|" * len(COLUMNS) + "---|",
+        "similarity fit | distillation | " + " | ".join(COLUMNS.values()) + " | load at end |",
+        "|---|---|---|---|---|---|---|---|---|" + "---|" * len(COLUMNS) + "---|",
     ]
     for r in results:
         server = f"{r.get('server_optimizer', 'sgd')} {r.get('server_lr', 1.0):g}"
         steps = r.get("similarity_steps")  # None: the run did not record it
         fit = "not recorded" if steps is None else f"{steps} steps" if steps else "off"
+        if steps and r.get("similarity_source") == "probes":
+            fit += ", probe agreements"
+        distil = r.get("distill_steps", 0)  # absent: the run predates the option (none)
+        probes = r.get("probes", PROBES_TEXT)
+        distil_text = f"{distil} steps, {probes}" if distil else "off"
         cells = " | ".join(  # runs from before a swap existed: n/a
             f"{r['means'][k]:.3f}" if k in r["means"] else "n/a" for k in COLUMNS
         )
         lines.append(
             f"| {r['seed']} | {r['rounds']} x {r['epochs']} | {r.get('k_experts', 3)} | "
             f"{r.get('local_batch', 8)} | {r.get('prox_mu', 0.0):g} | "
-            f"{r.get('transfer_weight', 0.0):g} | {server} | {fit} | {cells} | "
+            f"{r.get('transfer_weight', 0.0):g} | {server} | {fit} | {distil_text} | {cells} | "
             f"{r['load_average'][0]:.1f} |"
         )
     return "\n".join(lines) + "\n"
@@ -254,6 +291,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--server-optimizer", choices=["sgd", "adam"], default="sgd")
     parser.add_argument("--similarity-steps", type=int, default=0)
     parser.add_argument("--transfer-weight", type=float, default=0.0)
+    parser.add_argument("--distill-steps", type=int, default=0)
+    parser.add_argument(
+        "--probes", type=Path, help="with --agreements: a probe file, for the probe agreements"
+    )
+    parser.add_argument("--similarity-source", choices=["reported", "probes"], default="reported")
     parser.add_argument("--tag", default="", help="suffix of the .json file")
     parser.add_argument("--out", type=Path, default=Path("runs/fed_diagnose"))
     parser.add_argument(
@@ -267,7 +309,7 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     args = parser.parse_args(argv)
     if args.agreements:
-        result = agreement_check(args.agreements)
+        result = agreement_check(args.agreements, args.probes)
         args.out.mkdir(parents=True, exist_ok=True)
         name = f"federation_diagnose_agreements{'_' + args.tag if args.tag else ''}.json"
         (args.out / name).write_text(json.dumps(result, indent=1))
@@ -294,6 +336,8 @@ def main(argv: list[str] | None = None) -> None:
             server_optimizer=args.server_optimizer,
             similarity_steps=args.similarity_steps,
             transfer_weight=args.transfer_weight,
+            distill_steps=args.distill_steps,
+            similarity_source=args.similarity_source,
         )
         result = diagnose(settings, args.seed, Path(tmp))
     args.out.mkdir(parents=True, exist_ok=True)

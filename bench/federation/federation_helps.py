@@ -136,8 +136,14 @@ OPTIONS = [
     "matched_global",
     "similarity_steps",
     "personal_epochs",
+    "distill_steps",
+    "similarity_source",
     "threads",
 ]
+# the public probe set the server distils on (ServerRunConfig.probes): this many candidates of
+# each suite task, drawn with this fixed seed (the same for every run and seed)
+PROBES_PER_TASK = 32
+PROBE_SEED = 0
 
 
 class FederationHelpsSettings(BaseModel):
@@ -165,6 +171,10 @@ class FederationHelpsSettings(BaseModel):
     similarity_steps: int = ServerRunConfig.model_fields["similarity_steps"].default
     # each node's personal fine-tune in the last round (ServerRunConfig.personal_epochs; 0: off)
     personal_epochs: int = 0
+    # FedDF on public probes (ServerRunConfig.distill_steps; 0: off) and where the similarity
+    # fit's agreements come from (ServerRunConfig.similarity_source)
+    distill_steps: int = 0
+    similarity_source: Literal["reported", "probes"] = "reported"
     own_only_epochs: int | None = None  # None: the federation's rounds x epochs
     fleet: str | None = None  # the protocol fleet's digest (bench.protocol.fleet_hashes)
     # what the report says about the run
@@ -178,6 +188,34 @@ class FederationHelpsSettings(BaseModel):
         (no clipping, FedAvg's rule). A bad value is one line naming its option."""
         shared = set(type(self).model_fields) & set(ServerRunConfig.model_fields)
         return ServerRunConfig.from_options(seed=seed, **self.model_dump(include=shared))
+
+    @property
+    def needs_probes(self) -> bool:
+        return self.distill_steps > 0 or self.similarity_source == "probes"
+
+
+def write_probe_file(path: Path, nodes: Sequence[FleetGPU]) -> Path:
+    """The server's public probe set (server.distillation's .npz): for each suite task,
+    PROBES_PER_TASK candidate programs drawn with PROBE_SEED, program features only.
+
+    Why from the fleet's candidates: every unit of the fleet holds the same sample of TVM's
+    design space for each public workload of the suite (the same candidates, but a few a
+    GPU could not run), which is what a server would sample itself with TVM. Only their
+    features are read, never a latency. They are the programs the nodes train on and the
+    newcomers are scored on (other candidates of the same sample): the probes carry no
+    label of any unit, and the central reference trains on those programs with labels."""
+    from server.distillation import save_probes
+    from simoe_model.features import pack_rows
+
+    rng = np.random.default_rng(PROBE_SEED)
+    tasks = []
+    for task in nodes[0].dataset.tasks:
+        if len(task) < 2:
+            continue
+        chosen = sorted(rng.choice(len(task), size=min(PROBES_PER_TASK, len(task)), replace=False))
+        tasks.append(pack_rows([task.features[i] for i in chosen]))
+    save_probes(path, tasks)
+    return path
 
 
 # the settings a report carries as they are: its fields of those names (but central_epochs: 0
@@ -216,6 +254,9 @@ def run_federation_helps(
     load_start = load_average()
     started = time.perf_counter()
     work_dir.mkdir(parents=True, exist_ok=True)
+    if settings.needs_probes:
+        probes = write_probe_file(work_dir / "probes.npz", nodes)
+        server = server.model_copy(update={"probes": str(probes)})
 
     splits = {
         g.name: split_tasks(
@@ -414,6 +455,20 @@ def main(argv: list[str] | None = None) -> None:
         help="each node's personal fine-tune of encoder and own expert in the last round "
         "(ServerRunConfig; 0: off)",
     )
+    parser.add_argument(
+        "--distill-steps",
+        type=int,
+        default=0,
+        help="server steps distilling the averaged encoder toward the nodes' on public probes "
+        "after each average (ServerRunConfig; 0: off)",
+    )
+    parser.add_argument(
+        "--similarity-source",
+        choices=["reported", "probes"],
+        default="reported",
+        help="the similarity fit's agreements: the nodes' reported ones, or how alike their "
+        "experts rank the public probes (ServerRunConfig)",
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--work", type=Path, help="keep the nodes' state dirs here")
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
@@ -466,7 +521,8 @@ def main(argv: list[str] | None = None) -> None:
         # later rounds, each against the second round's pick, listed first: the rule's last
         # tie-break goes to it
         later = [("Third", "R3", protocol.FEDERATION_VARIANTS_DA10_R3),
-                 ("Fourth", "R4", protocol.FEDERATION_VARIANTS_DA10_R4)]  # fmt: skip
+                 ("Fourth", "R4", protocol.FEDERATION_VARIANTS_DA10_R4),
+                 ("Fifth", "R5", protocol.FEDERATION_VARIANTS_DA10_R5)]  # fmt: skip
         for name, rule, variants in later:
             listed = [f"validation_{t}" for t in [R3_INCUMBENT, *variants]]
             if any(t in among for t in listed[1:]):

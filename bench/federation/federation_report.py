@@ -95,6 +95,10 @@ class FederationHelpsReport(BaseModel):
     # epochs of each node's personal fine-tune in the last round (0: none; then federated is
     # the averaged model)
     personal_epochs: int = 0
+    # FedDF steps on public probes after each average (0: off) and the similarity fit's
+    # agreements' source (reported by the nodes, or the experts' rankings of the probes)
+    distill_steps: int = 0
+    similarity_source: str = "reported"
     bytes_per_node_last_round: dict[str, dict[str, int]]
     federation_wall_s: float
     own_only_wall_s: float
@@ -303,7 +307,10 @@ def summary(report: FederationHelpsSeeds) -> dict[str, object]:
 def _fit_text(report: FederationHelpsReport) -> str:
     if report.similarity_steps is None:
         return "none (the run predates the server's similarity fit)"
-    return "off" if report.similarity_steps == 0 else f"{report.similarity_steps} steps"
+    if report.similarity_steps == 0:
+        return "off"
+    source = ", probe agreements" if report.similarity_source == "probes" else ""
+    return f"{report.similarity_steps} steps{source}"
 
 
 def _fleet_text(report: FederationHelpsReport) -> str:
@@ -548,8 +555,9 @@ def variants_markdown(reports: dict[str, FederationHelpsSeeds]) -> str:
         lines.append(
             f"| {tag} | {_fleet_text(first)} | {split} | {first.rounds} x {first.epochs} | "
             f"{first.local_batch} | {first.prox_mu:g} | {first.transfer_weight:g} | "
-            f"{first.server_optimizer} "
-            f"{first.server_lr:g} | {_fit_text(first)} | {matched} | {first.personal_epochs} | "
+            f"{first.server_optimizer} {first.server_lr:g}"
+            f"{f' + distil {first.distill_steps}' if first.distill_steps else ''} | "
+            f"{_fit_text(first)} | {matched} | {first.personal_epochs} | "
             f"{own} | "
             f"{_ci(s['node_difference'])} | {s['nodes_better']}/{s['nodes']} | {gap} | "
             f"{per_seed} | {rho} | {sum(r.total_wall_s for r in report.runs):.0f} |"

@@ -1,0 +1,224 @@
+"""Server-side ensemble distillation of the averaged program encoder on public probes.
+
+FedDF (Lin et al., "Ensemble Distillation for Robust Model Fusion in Federated Learning",
+2020), adapted to SiMoE: after each round's average the server holds every accepted node's
+contribution (its locally trained program encoder) and its expert. On a fixed set of
+PUBLIC probe programs (candidate schedules of public workloads: program features only, no
+latency, nothing from any node) each node's teacher is its expert on its own contribution
+encoder; the averaged encoder is then trained so that every node's expert, reading the
+AVERAGED encoder, scores the probes as its teacher did. Why: parameter averaging of
+encoders trained on different hardware loses what each learned (docs/results/
+federation_helps_diagnose: the averaged encoder costs the newcomer most of its gap), and
+the server can take many steps on public inputs without any node's records.
+
+It also measures how alike the nodes' experts rank the probes (`probe_agreements`): an
+agreement between two nodes computed by the server from model outputs on public inputs,
+which the hardware similarity can be fitted to (the reported agreements carry little
+signal: Spearman 0.458 against the measured ones).
+
+The probe file (`load_probes`): an .npz of `rows_<i>` (log-transformed store rows
+[rows, FEATURE_DIM], float32) and `offsets_<i>` (row offsets of the candidates [n + 1])
+per probe task i = 0, 1, ...
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.stats import spearmanr
+
+from schemas import BadInputError
+from simoe_model.features import FEATURE_DIM
+from simoe_model.model import SiMoE, add_expert, load_shared_arrays, shared_arrays
+
+# The server's Adam step on the program encoder during distillation: small against the
+# nodes' local 2e-3, since it is taken many times per round.
+DISTILL_LR = 1e-3
+
+
+@dataclass(frozen=True)
+class ProbeTask:
+    """One probe task's candidates: rows, segment ids, candidate count."""
+
+    rows: torch.Tensor
+    segment: torch.Tensor
+    n: int
+
+
+def load_probes(path: str | Path) -> list[ProbeTask]:
+    """The probe set of an .npz file (see the module docstring); BadInputError, one line,
+    for a missing or malformed file."""
+    file = Path(path)
+    if not file.is_file():
+        raise BadInputError(f"probe file {file} does not exist")
+    try:
+        with np.load(file, allow_pickle=False) as data:
+            arrays = {k: np.asarray(data[k]) for k in data.files}
+    except (OSError, ValueError) as exc:
+        raise BadInputError(f"probe file {file} is not an .npz of arrays: {exc}") from None
+    tasks: list[ProbeTask] = []
+    for i in itertools.count():
+        if f"rows_{i}" not in arrays:
+            break
+        rows, offsets = arrays[f"rows_{i}"], arrays.get(f"offsets_{i}")
+        if offsets is None or rows.ndim != 2 or rows.shape[1] != FEATURE_DIM:
+            raise BadInputError(
+                f"probe file {file}: task {i} needs rows [n, {FEATURE_DIM}] and offsets"
+            )
+        counts = np.diff(offsets.astype(np.int64))
+        if len(counts) < 2 or (counts <= 0).any() or offsets[-1] != len(rows):
+            raise BadInputError(f"probe file {file}: task {i}'s offsets do not match its rows")
+        if not np.isfinite(rows).all():
+            raise BadInputError(f"probe file {file}: task {i} has non-finite rows")
+        segment = np.repeat(np.arange(len(counts)), counts)
+        tasks.append(
+            ProbeTask(
+                torch.as_tensor(rows, dtype=torch.float32), torch.as_tensor(segment), len(counts)
+            )
+        )
+    if not tasks:
+        raise BadInputError(f"probe file {file} holds no probe task (rows_0, offsets_0, ...)")
+    return tasks
+
+
+def save_probes(path: Path, tasks: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
+    """Write (rows, offsets) per probe task in `load_probes`' format."""
+    arrays: dict[str, np.ndarray] = {}
+    for i, (rows, offsets) in enumerate(tasks):
+        arrays[f"rows_{i}"] = np.asarray(rows, dtype=np.float32)
+        arrays[f"offsets_{i}"] = np.asarray(offsets, dtype=np.int64)
+    np.savez_compressed(path, **arrays)
+
+
+def _model(arrays: Mapping[str, np.ndarray]) -> SiMoE:
+    model = SiMoE()
+    load_shared_arrays(model, arrays)
+    model.eval()
+    return model
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """All probe tasks as one encoder call: rows, segment ids, each candidate's task."""
+
+    rows: torch.Tensor
+    segment: torch.Tensor
+    n: int
+    task: torch.Tensor  # [n] the probe task of each candidate
+    weight: torch.Tensor  # [n] 1 / (candidates of its task x tasks): each task weighs the same
+
+    @classmethod
+    def of(cls, probes: Sequence[ProbeTask]) -> _Batch:
+        rows, segs, tasks, weights, offset = [], [], [], [], 0
+        for i, t in enumerate(probes):
+            rows.append(t.rows)
+            segs.append(t.segment + offset)
+            tasks.append(torch.full((t.n,), i, dtype=torch.long))
+            weights.append(torch.full((t.n,), 1.0 / (t.n * len(probes))))
+            offset += t.n
+        return cls(torch.cat(rows), torch.cat(segs), offset, torch.cat(tasks), torch.cat(weights))
+
+    def centred(self, scores: torch.Tensor, tasks: int) -> torch.Tensor:
+        """Scores minus their task's mean (only the order within a task matters)."""
+        sums = scores.new_zeros(tasks).index_add_(0, self.task, scores)
+        counts = scores.new_zeros(tasks).index_add_(0, self.task, torch.ones_like(scores))
+        return scores - (sums / counts)[self.task]
+
+
+@torch.no_grad()
+def expert_scores(
+    arrays: Mapping[str, np.ndarray],
+    experts: Mapping[str, Mapping[str, np.ndarray]],
+    probes: Sequence[ProbeTask],
+) -> dict[str, list[np.ndarray]]:
+    """Each expert's scores on each probe task, on the program encoder of `arrays`."""
+    model = _model(arrays)
+    embedded = [model.embed(t.rows, t.segment, t.n) for t in probes]
+    out: dict[str, list[np.ndarray]] = {}
+    for name, expert in experts.items():
+        add_expert(model, name, expert)
+        out[name] = [model.expert(name)(e).numpy() for e in embedded]
+    return out
+
+
+def distill_shared(
+    aggregated: Mapping[str, np.ndarray],
+    teachers: Sequence[tuple[Mapping[str, np.ndarray], Mapping[str, np.ndarray]]],
+    probes: Sequence[ProbeTask],
+    *,
+    steps: int,
+    seed: int,
+    lr: float = DISTILL_LR,
+) -> tuple[dict[str, np.ndarray], float, float]:
+    """The averaged shared arrays with the program encoder distilled toward the teachers.
+
+    `teachers`: per node, (its contribution's shared arrays, its expert's arrays). The
+    loss: over nodes and probe tasks, the mean squared difference of the expert's
+    task-centred scores on the averaged encoder and on the node's own (only the order within
+    a task matters to ranking). Only the program encoder's learned weights move; its feature
+    normalizer, the hardware encoder and the gate stay as averaged. Returns (arrays, loss
+    before, loss after); BadInputError if an array set is not a SiMoE's."""
+    student = _model(aggregated)
+    if not teachers or not probes or steps <= 0:
+        return shared_arrays(student), float("nan"), float("nan")
+    batch = _Batch.of(probes)
+    targets: list[torch.Tensor] = []
+    heads = []
+    with torch.no_grad():
+        for i, (encoder_arrays, expert) in enumerate(teachers):
+            teacher = _model(encoder_arrays)
+            add_expert(teacher, f"teacher{i}", expert)
+            head = teacher.expert(f"teacher{i}")
+            scores = head(teacher.embed(batch.rows, batch.segment, batch.n))
+            targets.append(batch.centred(scores, len(probes)))
+            head.requires_grad_(False)
+            heads.append(head)
+    torch.manual_seed(seed)
+    params = list(student.program_encoder.parameters())
+    optimizer = torch.optim.Adam(params, lr=lr)
+
+    def loss_now() -> torch.Tensor:
+        e = student.embed(batch.rows, batch.segment, batch.n)
+        total = e.new_zeros(())
+        for head, target in zip(heads, targets, strict=True):
+            diff = batch.centred(head(e), len(probes)) - target
+            total = total + (batch.weight * diff**2).sum()
+        return total / len(heads)
+
+    student.train()
+    with torch.no_grad():
+        before = float(loss_now())
+    for _ in range(steps):
+        loss = loss_now()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    student.eval()
+    with torch.no_grad():
+        after = float(loss_now())
+    return shared_arrays(student), before, after
+
+
+def probe_agreements(
+    arrays: Mapping[str, np.ndarray],
+    experts: Mapping[str, Mapping[str, np.ndarray]],
+    probes: Sequence[ProbeTask],
+) -> list[tuple[str, str, float]]:
+    """(a, b, agreement) for every ordered pair of experts' owners: the mean over probe tasks
+    of the Spearman correlation of the two experts' scores on the shared encoder (how alike
+    they rank the same public programs). Pairs with no finite value are left out."""
+    scores = expert_scores(arrays, experts, probes)
+    names = sorted(scores)
+    out: list[tuple[str, str, float]] = []
+    for a, b in itertools.combinations(names, 2):
+        rhos = [spearmanr(x, y).statistic for x, y in zip(scores[a], scores[b], strict=True)]
+        finite = [float(r) for r in rhos if np.isfinite(r)]
+        if finite:
+            value = float(np.mean(finite))
+            out += [(a, b, value), (b, a, value)]
+    return out

@@ -1,0 +1,116 @@
+"""Server-side distillation on public probes (server/distillation.py) and the strategy's use
+of it: the averaged encoder moves toward the nodes' own, only the program encoder changes,
+probe agreements follow how alike experts rank, a bad probe file is one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from schemas import BadInputError
+from server.distillation import (
+    distill_shared,
+    expert_scores,
+    load_probes,
+    probe_agreements,
+    save_probes,
+)
+from server.registry import Registry
+from server.round_outcome import RoundOutcome
+from server.run_config import ServerRunConfig
+from simoe_model.features import FEATURE_DIM
+from simoe_model.model import Expert, SiMoE, SiMoEConfig, shared_arrays
+
+
+def probe_file(path: Path, tasks: int = 3, per_task: int = 8, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    rows = [rng.normal(size=(per_task * 2, FEATURE_DIM)) for _ in range(tasks)]
+    save_probes(path, [(r, np.arange(0, per_task * 2 + 1, 2)) for r in rows])
+    return path
+
+
+def model_arrays(seed: int) -> dict[str, np.ndarray]:
+    torch.manual_seed(seed)
+    return shared_arrays(SiMoE())
+
+
+def expert(seed: int) -> dict[str, np.ndarray]:
+    torch.manual_seed(seed)
+    return {k: v.numpy().copy() for k, v in Expert(SiMoEConfig()).state_dict().items()}
+
+
+def encoder_keys(arrays: dict[str, np.ndarray]) -> list[str]:
+    return [k for k in arrays if k.startswith("program_encoder.") and ".norm." not in k]
+
+
+def test_distillation_moves_only_the_program_encoder_toward_the_teachers(
+    tmp_path: Path,
+) -> None:
+    probes = load_probes(probe_file(tmp_path / "p.npz"))
+    average = model_arrays(0)
+    teachers = [(model_arrays(s), expert(10 + s)) for s in (1, 2, 3)]
+    arrays, before, after = distill_shared(average, teachers, probes, steps=40, seed=0)
+    assert after < 0.8 * before  # the teachers' scores are followed more closely
+    changed = {k for k in arrays if not np.array_equal(arrays[k], average[k])}
+    assert changed and changed <= set(encoder_keys(average))  # hardware encoder, gate as averaged
+    again, _, _ = distill_shared(average, teachers, probes, steps=40, seed=0)
+    assert all(np.array_equal(again[k], arrays[k]) for k in arrays)  # deterministic
+    same, b0, a0 = distill_shared(average, teachers, probes, steps=0, seed=0)
+    assert all(np.array_equal(same[k], average[k]) for k in average) and np.isnan(b0 + a0)
+
+
+def test_probe_agreements_say_how_alike_two_experts_rank_the_probes(tmp_path: Path) -> None:
+    probes = load_probes(probe_file(tmp_path / "p.npz"))
+    arrays = model_arrays(0)
+    first = expert(1)
+    flipped = {k: v.copy() for k, v in first.items()}
+    flipped["head.2.weight"] = -flipped["head.2.weight"]  # the reverse order on every task
+    pairs = probe_agreements(arrays, {"a": first, "b": dict(first), "c": flipped}, probes)
+    value = {(a, b): v for a, b, v in pairs}
+    assert value[("a", "b")] == pytest.approx(1.0) and value[("b", "a")] == pytest.approx(1.0)
+    assert value[("a", "c")] == pytest.approx(-1.0)
+    scores = expert_scores(arrays, {"a": first}, probes)
+    assert [len(s) for s in scores["a"]] == [8, 8, 8]
+
+
+def test_a_bad_probe_file_is_refused_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(BadInputError, match="does not exist"):
+        load_probes(tmp_path / "none.npz")
+    (tmp_path / "junk.npz").write_text("not an npz")
+    with pytest.raises(BadInputError, match="not an .npz"):
+        load_probes(tmp_path / "junk.npz")
+    np.savez(tmp_path / "narrow.npz", rows_0=np.zeros((4, 3)), offsets_0=np.array([0, 2, 4]))
+    with pytest.raises(BadInputError, match="needs rows"):
+        load_probes(tmp_path / "narrow.npz")
+    np.savez(tmp_path / "empty.npz", other=np.zeros(2))
+    with pytest.raises(BadInputError, match="no probe task"):
+        load_probes(tmp_path / "empty.npz")
+
+
+def test_the_strategy_distils_the_average_only_when_asked(tmp_path: Path) -> None:
+    from server.aggregation import make_strategy
+    from server.similarity import model_similarity
+
+    probes = str(probe_file(tmp_path / "p.npz"))
+    teachers = [(model_arrays(s), expert(10 + s)) for s in (1, 2)]
+    with Registry(tmp_path / "registry.sqlite") as registry:
+        off = make_strategy(ServerRunConfig(), registry, model_similarity)
+        on = make_strategy(
+            ServerRunConfig(probes=probes, distill_steps=5), registry, model_similarity
+        )
+        results = []
+        for strategy in (off, on):
+            outcome = RoundOutcome(round=1, sampled=[], delivered={})
+            outcome.aggregated = model_arrays(0)
+            strategy.distill(outcome, teachers)
+            results.append(outcome.aggregated)
+    key = encoder_keys(results[0])[0]
+    assert np.array_equal(results[0][key], model_arrays(0)[key])  # off: the average stands
+    assert not np.array_equal(results[1][key], model_arrays(0)[key])
+    with pytest.raises(ValueError, match="need a probe set"):
+        from server.strategy import SiMoEStrategy
+
+        SiMoEStrategy(registry, model_similarity, distill_steps=5)
