@@ -76,6 +76,7 @@ LABEL_READERS = {  # the agent's ways to read measured latencies out of a store
 NOT_TRAINING = {  # bench modules that read labels and train or select nothing
     "bench/compile/model_throughput.py": "times the model on stored features",
     "bench/simulator/sim_diversity.py": "the simulator's own statistics per unit",
+    "bench/transfer/clamp_coverage.py": "counts feature values outside a range, no labels",
 }
 
 
