@@ -121,6 +121,9 @@ def test_every_run_setting_reaches_the_run_through_its_start_option(
         (["--personal-epochs", "1001"], "--personal-epochs must be at most 1000"),
         (["--wait-nodes", "-5"], "--wait-nodes must be at least 0"),
         (["--seed", "-1"], "--seed must be at least 0"),
+        (["--distill-steps", "5"], "need --probes FILE"),
+        (["--similarity-source", "probes"], "need --probes FILE"),
+        (["--probes", "no-such-probes.npz"], "does not exist"),
     ],
 )
 def test_bad_run_settings_are_one_line_exit_2(
