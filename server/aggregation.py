@@ -54,7 +54,7 @@ def make_strategy(
         "similarity_source": config.similarity_source,
     }
     if config.probes:
-        from server.distillation import load_probes
+        from simoe_model.probe_file import load_probes
 
         settings["probes"] = load_probes(config.probes)
     if config.similarity_steps > 0:

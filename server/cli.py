@@ -463,7 +463,7 @@ def start(
         similarity_source=similarity_source,
     )
     if run_config.probes:  # a missing or malformed probe file: refused now, in one line
-        from server.distillation import load_probes
+        from simoe_model.probe_file import load_probes
 
         load_probes(run_config.probes)
     elif run_config.distill_steps or run_config.similarity_source == "probes":

@@ -120,7 +120,7 @@ SimilarityFn = Callable[
 ]
 
 if TYPE_CHECKING:
-    from server.distillation import ProbeTask
+    from simoe_model.probe_file import ProbeTask
 
 MIN_FIT_PAIRS = 3  # fewer (checking node, expert's node) pairs say too little to fit on
 SimilaritySource = Literal["reported", "probes"]

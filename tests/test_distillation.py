@@ -11,18 +11,13 @@ import pytest
 import torch
 
 from schemas import BadInputError
-from server.distillation import (
-    distill_shared,
-    expert_scores,
-    load_probes,
-    probe_agreements,
-    save_probes,
-)
+from server.distillation import distill_shared, expert_scores, probe_agreements
 from server.registry import Registry
 from server.round_outcome import RoundOutcome
 from server.run_config import ServerRunConfig
 from simoe_model.features import FEATURE_DIM
 from simoe_model.model import Expert, SiMoE, SiMoEConfig, shared_arrays
+from simoe_model.probe_file import load_probes, save_probes
 
 
 def probe_file(path: Path, tasks: int = 3, per_task: int = 8, seed: int = 0) -> Path:

@@ -18,10 +18,10 @@ from conftest import free_port
 from typer.testing import CliRunner
 
 from server.cli import app
-from server.distillation import save_probes
 from server.registry import Registry
 from server.run_config import DEFAULTS, ServerRunConfig
 from simoe_model.features import FEATURE_DIM
+from simoe_model.probe_file import save_probes
 
 runner = CliRunner()
 SERVER = str(Path(sys.executable).with_name("simoe-server"))

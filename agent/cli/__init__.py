@@ -9,7 +9,7 @@ from simoe_model import tvm_compat
 
 # Each module registers its commands on `app` when imported, in this order (--help's).
 from agent.cli import profile, tune, records, kernels, status, dataset, evaluate  # noqa: E402, F401, I001  # isort: skip
-from agent.cli import federation, sharing, bundle, model  # noqa: E402, F401, I001  # isort: skip
+from agent.cli import federation, sharing, bundle, model, probe_set  # noqa: E402, F401, I001  # isort: skip
 
 
 def main() -> None:

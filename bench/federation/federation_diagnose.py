@@ -188,7 +188,8 @@ def agreement_check(registry_path: Path, probes: Path | None = None) -> dict:
     between = np.var([expert_mean[b] for _, b in pairs])
     probe_figures: dict[str, float | int | str] = {}
     if probes is not None and latest is not None:  # the experts' probe agreements, the same way
-        from server.distillation import load_probes, probe_agreements
+        from server.distillation import probe_agreements
+        from simoe_model.probe_file import load_probes
 
         computed = {
             (a, b): v

@@ -204,8 +204,8 @@ def write_probe_file(path: Path, nodes: Sequence[FleetGPU]) -> Path:
     features are read, never a latency. They are the programs the nodes train on and the
     newcomers are scored on (other candidates of the same sample): the probes carry no
     label of any unit, and the central reference trains on those programs with labels."""
-    from server.distillation import save_probes
     from simoe_model.features import pack_rows
+    from simoe_model.probe_file import save_probes
 
     rng = np.random.default_rng(PROBE_SEED)
     tasks = []

@@ -1,0 +1,74 @@
+"""The public probe file: the format the server reads and the agent's `probes build` writes.
+
+An .npz of `rows_<i>` (log-transformed PerStoreFeature rows [rows, FEATURE_DIM], float32)
+and `offsets_<i>` (row offsets of the candidates [n + 1]) per probe task i = 0, 1, ...:
+candidate programs of public workloads, program features only, no latency. Here, not in
+`server` or `agent`, because both sides use it and neither may import the other.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from schemas import BadInputError
+from simoe_model.features import FEATURE_DIM
+
+
+@dataclass(frozen=True)
+class ProbeTask:
+    """One probe task's candidates: rows, segment ids, candidate count."""
+
+    rows: torch.Tensor
+    segment: torch.Tensor
+    n: int
+
+
+def load_probes(path: str | Path) -> list[ProbeTask]:
+    """The probe set of an .npz file (see the module docstring); BadInputError, one line,
+    for a missing or malformed file."""
+    file = Path(path)
+    if not file.is_file():
+        raise BadInputError(f"probe file {file} does not exist")
+    try:
+        with np.load(file, allow_pickle=False) as data:
+            arrays = {k: np.asarray(data[k]) for k in data.files}
+    except (OSError, ValueError) as exc:
+        raise BadInputError(f"probe file {file} is not an .npz of arrays: {exc}") from None
+    tasks: list[ProbeTask] = []
+    for i in itertools.count():
+        if f"rows_{i}" not in arrays:
+            break
+        rows, offsets = arrays[f"rows_{i}"], arrays.get(f"offsets_{i}")
+        if offsets is None or rows.ndim != 2 or rows.shape[1] != FEATURE_DIM:
+            raise BadInputError(
+                f"probe file {file}: task {i} needs rows [n, {FEATURE_DIM}] and offsets"
+            )
+        counts = np.diff(offsets.astype(np.int64))
+        if len(counts) < 2 or (counts <= 0).any() or offsets[-1] != len(rows):
+            raise BadInputError(f"probe file {file}: task {i}'s offsets do not match its rows")
+        if not np.isfinite(rows).all():
+            raise BadInputError(f"probe file {file}: task {i} has non-finite rows")
+        segment = np.repeat(np.arange(len(counts)), counts)
+        tasks.append(
+            ProbeTask(
+                torch.as_tensor(rows, dtype=torch.float32), torch.as_tensor(segment), len(counts)
+            )
+        )
+    if not tasks:
+        raise BadInputError(f"probe file {file} holds no probe task (rows_0, offsets_0, ...)")
+    return tasks
+
+
+def save_probes(path: Path, tasks: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
+    """Write (rows, offsets) per probe task in `load_probes`' format."""
+    arrays: dict[str, np.ndarray] = {}
+    for i, (rows, offsets) in enumerate(tasks):
+        arrays[f"rows_{i}"] = np.asarray(rows, dtype=np.float32)
+        arrays[f"offsets_{i}"] = np.asarray(offsets, dtype=np.int64)
+    np.savez_compressed(path, **arrays)
