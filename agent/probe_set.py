@@ -65,6 +65,8 @@ def build_probe_set(
 
     if per_task < MIN_CANDIDATES:
         raise BadInputError(f"--per-task {per_task}: at least {MIN_CANDIDATES} candidates a task")
+    if out.is_dir():
+        raise BadInputError(f"--out {out} is a directory: name the probe file to write")
     tasks = []
     counts: dict[str, int] = {}
     for index, workload in enumerate(workloads):

@@ -66,9 +66,11 @@ def load_probes(path: str | Path) -> list[ProbeTask]:
 
 
 def save_probes(path: Path, tasks: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
-    """Write (rows, offsets) per probe task in `load_probes`' format."""
+    """Write (rows, offsets) per probe task in `load_probes`' format, at `path` exactly
+    (numpy would add `.npz` to a name without it)."""
     arrays: dict[str, np.ndarray] = {}
     for i, (rows, offsets) in enumerate(tasks):
         arrays[f"rows_{i}"] = np.asarray(rows, dtype=np.float32)
         arrays[f"offsets_{i}"] = np.asarray(offsets, dtype=np.int64)
-    np.savez_compressed(path, **arrays)
+    with Path(path).open("wb") as file:
+        np.savez_compressed(file, **arrays)

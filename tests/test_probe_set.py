@@ -29,8 +29,9 @@ def test_build_writes_a_file_the_server_loads(
     (task,) = load_probes(out)  # the loader `simoe-server start --probes` runs
     assert task.n == 4 and task.rows.shape[1] == FEATURE_DIM
     assert task.rows.abs().sum() > 0  # real program features, not a zero placeholder
-    # the same seed draws the same sample: the file is a function of its options
-    again = tmp_path / "again.npz"
+    # the same seed draws the same sample: the file is a function of its options; it is
+    # written at --out exactly, with or without .npz
+    again = tmp_path / "again"
     args[3] = str(again)
     assert run_main(agent_main, "simoe-agent", args, monkeypatch, capsys)[0] == 0
     assert np.array_equal(load_probes(again)[0].rows.numpy(), task.rows.numpy())
@@ -42,6 +43,7 @@ def test_build_writes_a_file_the_server_loads(
         (["--workloads", TINY, "--per-task", "1"], "--per-task 1"),
         (["--workloads", "nosuch:1,2"], "unknown operator 'nosuch'"),
         (["--workloads", TINY, "--device", "cpu"], "--device cpu"),
+        (["--workloads", TINY, "--out", "{dir}"], "is a directory"),
     ],
 )
 def test_bad_options_are_one_line_errors(
@@ -52,7 +54,7 @@ def test_bad_options_are_one_line_errors(
     capsys: pytest.CaptureFixture,
 ) -> None:
     out = tmp_path / "probes.npz"
-    argv = ["probes", "build", "--out", str(out), *args]
+    argv = ["probes", "build", "--out", str(out), *(a.format(dir=tmp_path) for a in args)]
     code, stdout, err = run_main(agent_main, "simoe-agent", argv, monkeypatch, capsys)
     assert words in one_line_error("simoe-agent", code, stdout, err)
     assert not out.exists()
