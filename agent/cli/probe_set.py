@@ -34,8 +34,7 @@ def build_command(
     ),
     json_out: Json = False,
 ) -> None:
-    """Sample candidates of each public workload, write their program features (no latency
-    is measured) as the probe file of `simoe-server start --probes FILE`."""
+    """Write the probe file of `simoe-server start --probes FILE` (features, no latency)."""
     from agent.fleet_dataset import resolve_workloads
     from agent.probe_set import build_probe_set, probe_target
 
