@@ -365,11 +365,11 @@ def first_batch_spearman(scores: Sequence[float], latencies: Sequence[float]) ->
     from scipy.stats import spearmanr
 
     lat = np.asarray(latencies, dtype=np.float64)
-    lat = np.where(np.isfinite(lat), lat, np.inf)
     if len(lat) < 3:
         return -1.0
-    worst = np.nanmax(np.where(np.isfinite(lat), lat, np.nan)) if np.isfinite(lat).any() else 1.0
-    lat = np.where(np.isfinite(lat), lat, 2.0 * worst)
+    finite = np.isfinite(lat)
+    worst = lat[finite].max() if finite.any() else 1.0
+    lat = np.where(finite, lat, 2.0 * worst)
     rho = float(spearmanr(np.asarray(scores, dtype=np.float64), lat).statistic)
     return rho if math.isfinite(rho) else -1.0
 
