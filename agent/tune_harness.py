@@ -35,6 +35,11 @@ if TYPE_CHECKING:
     from simoe_model.model_search import Score
 
 
+# MetaSchedule's search threads, as simoe_model.model_search.SEARCH_THREADS (why one: there);
+# a copy, so that importing the harness does not import TVM.
+SEARCH_THREADS = 1
+
+
 @dataclass
 class TuneTask:
     """One tuning task: its TIR module (as the database sees it), how often it runs in its
@@ -220,7 +225,7 @@ def model_picks(
     genetic_iters: int = 2,
     init_min_unmeasured: int | None = None,
     seed: int = 0,
-    num_threads: int | str = "physical",
+    num_threads: int | str = SEARCH_THREADS,
     score: Score | None = None,
     seeds: Sequence[Any] = (),
     hedge_below: float | None = None,
@@ -328,7 +333,7 @@ def run_tasks(
     log_level: int = logging.WARNING,
     file_logs: bool = True,
     callbacks: Sequence[Any] = (),
-    num_threads: int | str = "physical",
+    num_threads: int | str = SEARCH_THREADS,
     task_scheduler: str | None = None,
     trials_global: int | None = None,
 ) -> float:
