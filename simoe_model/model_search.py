@@ -432,6 +432,7 @@ class ProposedCandidates(ms.search_strategy.PySearchStrategy):
         self.judged = False
         self.switched = False
         self.seen: set[int] = set()
+        self.left = 0  # trials the fallback may still measure
 
     @property
     def hedging(self) -> bool:
@@ -489,12 +490,17 @@ class ProposedCandidates(ms.search_strategy.PySearchStrategy):
     def _fallback_batch(self) -> list[Any] | None:
         """The evolutionary search's next batch without what was measured already: it starts
         from the database's best, and its own record of what it measured does not hold the
-        first batch (on a 64^3 matmul 3 of its 8 picks were re-measurements)."""
+        first batch (on a 64^3 matmul 3 of its 8 picks were re-measurements). At most the
+        trials left: MetaSchedule's search handed back a full batch of 10 where 2 were left
+        (--trials 10: 18 measured)."""
+        if self.left <= 0:
+            return None
         for _ in range(4):  # a batch of nothing but re-measurements: ask again, a few times
             batch = self.fallback.generate_measure_candidates()
             if batch is None:
                 return None
             fresh = [c for c in batch if int(tvm_ffi.structural_hash(c.sch.mod)) not in self.seen]
+            fresh = fresh[: self.left]
             self.seen.update(int(tvm_ffi.structural_hash(c.sch.mod)) for c in fresh)
             if fresh:
                 return fresh
@@ -502,6 +508,7 @@ class ProposedCandidates(ms.search_strategy.PySearchStrategy):
 
     def notify_runner_results(self, candidates: Any, results: Any) -> None:
         if self.switched:
+            self.left -= len(results)
             self.fallback.notify_runner_results(candidates, results)
             return
         if not self.hedging or self.judged:
@@ -521,7 +528,7 @@ class ProposedCandidates(ms.search_strategy.PySearchStrategy):
         max_trials, per_iter, spaces, database, cost_model = self.tuning
         left = int(max_trials) - len(results)
         if rho < self.hedge_below and left > 0:
-            self.switched = True
+            self.switched, self.left = True, left
             self.seen = {int(tvm_ffi.structural_hash(c.sch.mod)) for c in candidates}
             self.hedged.append(name)
             ranking = cost_model if self.fallback_model is None else self.fallback_model

@@ -305,6 +305,28 @@ def test_fast_mode_hands_a_contradicted_models_budget_to_evolutionary_search(
         assert rho > 0.3 and result.hedged == []
 
 
+def test_the_hedges_search_measures_no_more_than_the_trials_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--trials 10 with the hedge switching: 8 model picks, then 2 by the evolutionary
+    search (it handed back a full batch of 10: 18 measured for 10 trials)."""
+    import agent.tuner as tuner
+    from agent.devices import get_device
+    from agent.workloads import parse_workload
+
+    device, spec = get_device("sim:t4"), parse_workload("matmul:64,64,64")
+    model = _simulated_scorer(device, inverted=True)
+    monkeypatch.setattr(tuner, "make_cost_model", lambda *_a, **_k: model)
+    with Store(tmp_path / "store.sqlite") as store:
+        result = tuner.tune_workload(
+            spec, device, store, trials=10, cost_model="simoe", population=16, model_rounds=1,
+            baseline=False, hedge_below=0.3,
+        )  # fmt: skip
+        measured = store.count_records(device=device.name)
+    assert result.hedged == ["matmul:64,64,64"]
+    assert result.trials == 10 and measured == 10
+
+
 def test_fast_modes_retry_chains_one_model_only_search_at_the_larger_population(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
