@@ -99,6 +99,10 @@ class FederationHelpsReport(BaseModel):
     # agreements' source (reported by the nodes, or the experts' rankings of the probes)
     distill_steps: int = 0
     similarity_source: str = "reported"
+    # the public probe file given with --probe-file and its sha256 (empty: the bench's own,
+    # federation_helps.write_probe_file, drawn from the fleet's candidates)
+    probe_file: str = ""
+    probe_file_sha256: str = ""
     bytes_per_node_last_round: dict[str, dict[str, int]]
     federation_wall_s: float
     own_only_wall_s: float
@@ -310,6 +314,8 @@ def _fit_text(report: FederationHelpsReport) -> str:
     if report.similarity_steps == 0:
         return "off"
     source = ", probe agreements" if report.similarity_source == "probes" else ""
+    if source and report.probe_file:
+        source += f" ({Path(report.probe_file).name}, sha256 {report.probe_file_sha256[:8]})"
     return f"{report.similarity_steps} steps{source}"
 
 
