@@ -139,6 +139,8 @@ OPTIONS = [
     "distill_steps",
     "similarity_source",
     "probe_file",
+    "teacher_epochs",
+    "teacher_distill_steps",
     "threads",
 ]
 # the public probe set the server distils on (ServerRunConfig.probes): this many candidates of
@@ -180,6 +182,10 @@ class FederationHelpsSettings(BaseModel):
     # (write_probe_file: the fleet's candidates); its sha256 goes into the report
     probe_file: str = ""
     probe_file_sha256: str = ""
+    # each node's own-records teacher and the server's distillation toward its probe scores
+    # (ServerRunConfig.teacher_epochs, teacher_distill_steps; 0: off)
+    teacher_epochs: int = 0
+    teacher_distill_steps: int = 0
     own_only_epochs: int | None = None  # None: the federation's rounds x epochs
     fleet: str | None = None  # the protocol fleet's digest (bench.protocol.fleet_hashes)
     # what the report says about the run
@@ -196,7 +202,9 @@ class FederationHelpsSettings(BaseModel):
 
     @property
     def needs_probes(self) -> bool:
-        return self.distill_steps > 0 or self.similarity_source == "probes"
+        return (
+            self.distill_steps > 0 or self.similarity_source == "probes" or self.teacher_epochs > 0
+        )
 
 
 def write_probe_file(path: Path, nodes: Sequence[FleetGPU]) -> Path:
@@ -230,7 +238,8 @@ def probe_file_digest(path: str, distill_steps: int, similarity_source: str) -> 
         return ""
     if distill_steps <= 0 and similarity_source != "probes":
         raise BadInputError(
-            "--probe-file is read only with --distill-steps or --similarity-source probes"
+            "--probe-file is read only with --distill-steps, --teacher-epochs or "
+            "--similarity-source probes"
         )
     import hashlib
 
@@ -496,6 +505,20 @@ def main(argv: list[str] | None = None) -> None:
         "experts rank the public probes (ServerRunConfig)",
     )
     parser.add_argument(
+        "--teacher-epochs",
+        type=int,
+        default=0,
+        help="epochs per round each node trains its own-records teacher, whose probe scores it "
+        "sends (ServerRunConfig; 0: off)",
+    )
+    parser.add_argument(
+        "--teacher-distill-steps",
+        type=int,
+        default=0,
+        help="server steps distilling the averaged encoder toward the teachers' probe scores "
+        "after each average (ServerRunConfig; 0: off)",
+    )
+    parser.add_argument(
         "--probe-file",
         default="",
         help="the server's public probe file (e.g. `simoe-agent probes build --out FILE`) "
@@ -631,7 +654,9 @@ def main(argv: list[str] | None = None) -> None:
     command = reporting.public_command(
         "federation.federation_helps", sys.argv[1:] if argv is None else argv
     )
-    probe_sha = probe_file_digest(args.probe_file, args.distill_steps, args.similarity_source)
+    probe_sha = probe_file_digest(
+        args.probe_file, args.distill_steps or args.teacher_epochs, args.similarity_source
+    )
     settings = FederationHelpsSettings(
         **{name: getattr(args, name) for name in OPTIONS},
         probe_file_sha256=probe_sha,
