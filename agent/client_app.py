@@ -39,7 +39,7 @@ from agent.payload import (
 from agent.sharing import keep_offer, schedule_share, sharing_on
 from schemas import BadInputError, NodeHello, TrainInstruction
 from schemas.errors import one_line
-from schemas.messages import BUSY_METRIC, REC_CONFIG, REC_EXPERT_PREFIX, REC_SHARED
+from schemas.messages import BUSY_METRIC, REC_CONFIG, REC_EXPERT_PREFIX, REC_PROBES, REC_SHARED
 from schemas.protocol import node_reply, prepare_flower_env
 from schemas.sharing import REC_SCHEDULES
 from simoe_model import tvm_compat
@@ -162,10 +162,18 @@ def train(message: Message, context: Context) -> Message:
             keep_offer(node, decode_offer(inbox.config_records[REC_SCHEDULES]))
         except PayloadRefused as exc:
             refuse_payload(node, f"round {instruction.server_round}: {exc}")
+    probes = []
+    if instruction.teacher_epochs > 0 and REC_PROBES in inbox.array_records:
+        from simoe_model.probe_file import probes_from_arrays
+
+        try:  # bad probes are refused and noted; the round goes on without the teacher
+            probes = probes_from_arrays(decode(inbox.array_records[REC_PROBES], "probes"), "probes")
+        except (PayloadRefused, BadInputError) as exc:
+            refuse_payload(node, f"round {instruction.server_round}: {exc}")
     result = node_round(
         node,
         instruction,
-        Received(shared, experts, unreadable),
+        Received(shared, experts, unreadable, probes),
         check_experts=_check_experts(context),
         started=started,
     )
@@ -176,5 +184,6 @@ def train(message: Message, context: Context) -> Message:
         # a node still tuning: its records are still coming
         metrics={**result.metrics, BUSY_METRIC: float(queued_jobs(node))},
         share=schedule_share(node),
+        probe_scores=result.probe_scores,
     )
     return Message(content, reply_to=message)

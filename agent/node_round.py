@@ -17,18 +17,24 @@ decoded (`Received`: the global shared arrays and the delivered experts). It
    program encoder and its own expert on its records (`simoe_model.train.personalise`),
    kept as `personal.pt` for tuning and never sent (a trained round without it removes
    the personal model, now older than the global it holds);
-5. keeps the model and the federation state (versions, rounds trained, the experts it
+5. with `teacher_epochs` (and the public probes the message carried), trains its teacher,
+   a model of its own records alone kept across rounds as `teacher.pt` (never replaced by
+   the average, never sent), that many epochs, and returns the teacher's scores on the
+   probes: one float per public probe program, what the server distils its encoder toward;
+6. keeps the model and the federation state (versions, rounds trained, the experts it
    holds, its verdicts, metrics).
 
-It returns what the reply carries (`RoundResult`: shared update, own expert, metrics).
+It returns what the reply carries (`RoundResult`: shared update, own expert, metrics, the
+teacher's probe scores).
 The ClientApp (`agent.client_app`) decodes the message, calls this and encodes the reply.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -38,6 +44,11 @@ from schemas import TrainInstruction
 from schemas.messages import WEIGHT_METRIC
 from schemas.protocol import Arrays
 
+if TYPE_CHECKING:
+    from simoe_model.model import SiMoE
+    from simoe_model.probe_file import ProbeTask
+    from simoe_model.task_data import DeviceDataset
+
 
 @dataclass
 class Received:
@@ -46,6 +57,7 @@ class Received:
     shared: Arrays  # the global shared arrays
     experts: Mapping[str, Arrays] = field(default_factory=dict)  # delivered experts by name
     unreadable: Mapping[str, str] = field(default_factory=dict)  # expert -> why not decoded
+    probes: Sequence[ProbeTask] = ()  # the public probe set (with teacher_epochs)
 
 
 @dataclass
@@ -55,6 +67,7 @@ class RoundResult:
     shared_update: Arrays | None  # None: nothing trained (no records, or told not to)
     own_expert: Arrays | None
     metrics: dict[str, float]
+    probe_scores: Arrays | None = None  # scores_<i>: the teacher's scores on probe task i
 
 
 def refuse_payload(node: NodeState, text: str) -> None:
@@ -115,7 +128,7 @@ def node_round(
         }
         delivered = [e for e in delivered if e not in dropped]
         metrics["experts-dropped"] = float(len(dropped))
-    shared_update = own_expert = None
+    shared_update = own_expert = probe_scores = None
     if dataset.tasks and instruction.train:
         result = local_round(
             model,
@@ -143,6 +156,8 @@ def node_round(
             state.personal_epochs = instruction.personal_epochs
             state.personal_seconds = time.process_time() - cpu
         node.save_personal_model(personal)
+        if instruction.teacher_epochs > 0 and received.probes:
+            probe_scores = teach(node, model, name, dataset, instruction, received.probes)
     node.save_model(model)
     metrics = {k: v for k, v in metrics.items() if np.isfinite(v)}
     metrics["train-seconds"] = time.perf_counter() - started
@@ -152,4 +167,38 @@ def node_round(
     state.refused = None
     state.last_metrics = metrics
     node.save_federation_state(state)
-    return RoundResult(shared_update, own_expert, metrics)
+    return RoundResult(shared_update, own_expert, metrics, probe_scores)
+
+
+def teach(
+    node: NodeState,
+    model: SiMoE,
+    name: str,
+    dataset: DeviceDataset,
+    instruction: TrainInstruction,
+    probes: Sequence[ProbeTask],
+) -> Arrays:
+    """Train the node's teacher `instruction.teacher_epochs` more epochs on its own records
+    (program encoder and own expert together, as its own-only model would be; the first
+    time from a copy of `model`) and return its scores on the public probes."""
+    import copy
+
+    import torch
+
+    from simoe_model.train import train_expert
+
+    teacher = node.load_teacher_model()
+    if teacher is None or name not in teacher.expert_names:
+        teacher = copy.deepcopy(model)
+    train_expert(
+        teacher, name, dataset, epochs=instruction.teacher_epochs, seed=instruction.seed,
+        tasks_per_step=instruction.local_batch,
+    )  # fmt: skip
+    node.save_teacher_model(teacher)
+    teacher.eval()
+    with torch.no_grad():
+        head = teacher.expert(name)
+        return {
+            f"scores_{i}": head(teacher.embed(t.rows, t.segment, t.n)).numpy().astype(np.float32)
+            for i, t in enumerate(probes)
+        }

@@ -177,6 +177,12 @@ class NodeState:
         return self.federation_dir / "personal.pt"
 
     @property
+    def teacher_model_path(self) -> Path:
+        """The node's teacher: a model trained on its own records alone, round after round,
+        never replaced by the average (only its scores on public probes are sent)."""
+        return self.federation_dir / "teacher.pt"
+
+    @property
     def imported_model_path(self) -> Path:
         """A model imported with `simoe-agent model import` (used without a federation)."""
         return self.dir / "models" / "imported.pt"
@@ -340,6 +346,18 @@ class NodeState:
 
         path = self.personal_model_path
         return load_model(path) if path.exists() else None
+
+    def load_teacher_model(self) -> SiMoE | None:
+        """The node's teacher model, None when it holds none."""
+        from simoe_model.model import load_model
+
+        path = self.teacher_model_path
+        return load_model(path) if path.exists() else None
+
+    def save_teacher_model(self, model: SiMoE) -> None:
+        from simoe_model.model import save_model
+
+        save_model(model, self.teacher_model_path)
 
     def save_personal_model(self, model: SiMoE | None) -> None:
         """Keep `model` as the node's personal model; None removes the one it holds."""

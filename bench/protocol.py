@@ -316,17 +316,23 @@ FEDERATION_VARIANTS_DA10_R2: dict[str, str] = {
 FEDERATION_R3_MAX_NODE_LOSS = 0.01
 
 
-def later_round_rule(round_name: str, variants_name: str) -> str:
-    """The rule of a later pre-registered round (third, fourth): its variants against the
-    second round's pick, nodes within FEDERATION_R3_MAX_NODE_LOSS, the smallest newcomer gap."""
+def later_round_rule(
+    round_name: str,
+    variants_name: str,
+    incumbent: str = "da10r2_sim0_pers24",
+    incumbent_text: str = "the second round's pick",
+) -> str:
+    """The rule of a later pre-registered round (third, fourth, ...): its variants against
+    the incumbent (the second round's pick until the fifth round; the sixth weighs its own
+    against the fifth's pick), nodes within FEDERATION_R3_MAX_NODE_LOSS, the smallest
+    newcomer gap."""
     return (
-        f"{round_name} round: among the {variants_name} variants run and the second round's "
-        "pick (da10r2_sim0_pers24), on the validation split over the protocol's seeds, those "
+        f"{round_name} round: among the {variants_name} variants run and {incumbent_text} "
+        f"({incumbent}), on the validation split over the protocol's seeds, those "
         f"whose nodes do not lose to own-only by more than {FEDERATION_R3_MAX_NODE_LOSS} (mean "
         "federated minus own-only at least -0.01), the smallest mean newcomer gap (central minus "
-        "federated, to 3 decimals); ties to the fewer training epochs, then to the second "
-        "round's pick. If a new variant is picked, the test split is scored once with it; "
-        "otherwise not again."
+        f"federated, to 3 decimals); ties to the fewer training epochs, then to {incumbent_text}. "
+        "If a new variant is picked, the test split is scored once with it; otherwise not again."
     )
 
 
@@ -409,6 +415,57 @@ FEDERATION_VARIANTS_DA10_R5: dict[str, str] = {
     "--similarity-source probes --distill-steps 50",
 }
 FEDERATION_VARIANT_RULE_R5 = later_round_rule("Fifth", "FEDERATION_VARIANTS_DA10_R5")
+
+# Sixth round on the newcomer gap and the probe file (issue 23, Build items 3 and 4), written
+# here (2026-12-02 11:40 UTC) before any of its runs and AFTER the fifth round's test result
+# (docs/results/federation_helps_test_da10r5_pers24_simprobe50.md: newcomer gap +0.043
+# [+0.037, +0.050], goal <= 0.03 MISSED by 0.013; similarity vs agreement +0.766; nodes vs
+# own-only +0.004). A sixth, pre-registered round; every earlier run stays reported.
+# Why these. (A) The fifth round's probes were the bench's (write_probe_file: 32 of each
+# task's fleet candidates, the programs newcomers are scored on, without labels); the
+# product's own probe file is `simoe-agent probes build` (independent samples of the suite's
+# 28 public workloads, features only), built ONCE for this round: /usr/bin/time -v
+# simoe-agent probes build --out runs/probes/suite_seed0.npz --json (2:55 wall, 169 CPU s;
+# sha256 in each run's report). (B) A stronger teacher for the averaged program encoder: a
+# one-seed diagnosis on VALIDATION (python -m bench.federation.teacher_diagnose --registry
+# runs/r5_seed0/registry.sqlite (the fifth pick's seed-0 validation federation) --seed 0
+# --personal-epochs 24 --teacher own-only|personal --probes FILE --steps 50,600; ~50 CPU s
+# each; docs/results/federation_helps_diagnose/teacher_diagnose_s0_*.json) distilled the
+# final global encoder toward each node's model's scores on the probes (server.distillation.
+# distill_to_scores, the node's expert as head): the newcomers' mean top-1 (k nearest
+# experts) 0.771 undistilled; teacher = global + 24 personal epochs: 0.786 at 50 steps,
+# 0.810 at 600; teacher = a model kept on the node's own data alone (24 epochs, never
+# averaged): 0.767 at 50, 0.827 at 600 (bench probes), 0.834 at 600 on the suite probe
+# file (central on that seed: 0.844). The teacher's probe order differs from the same
+# expert on the global (mean Spearman 0.93), unlike a one-round contribution's.
+# So the product form of (B): each node keeps a teacher model trained only on its own
+# records, --teacher-epochs per round (never replaced by the average; 2 x 12 rounds = 24
+# epochs, own-only's validated budget), and sends its SCORES ON THE PUBLIC PROBES (a new
+# reply field, one float per probe candidate: model outputs on public inputs, no record);
+# the server distils the averaged program encoder toward them, --teacher-distill-steps per
+# round (50 x 12 = 600 in all, the diagnosis's total). The variants, on the fifth round's pick:
+# 1. `da10r6_pers24_simprobe50_suite`: the pick with the product's probe file (A);
+# 2. `da10r6_pers24_simprobe50_suite_teach2_td50`: the same with the teacher (B).
+# The second is run only if it can start by 12:20 UTC (its code tested), so that a test run
+# can start by 12:40 (decided by the clock, not by the first's result). Chosen by
+# FEDERATION_VARIANT_RULE_R6: the later rounds' rule over {the fifth round's pick and the
+# variants run}, a teacher's epochs (rounds x teacher epochs) counted in the tie-break's
+# training epochs; the similarity figure is reported beside it, it does not enter the rule.
+FEDERATION_R6_PROBE_FILE = "runs/probes/suite_seed0.npz"
+_R6_BASE = (
+    "--rounds 12 --epochs 1 --central-epochs 12 --server-optimizer adam --server-lr 0.01 "
+    "--personal-epochs 24 --similarity-steps 50 --similarity-source probes "
+    f"--probe-file {FEDERATION_R6_PROBE_FILE}"
+)
+FEDERATION_VARIANTS_DA10_R6: dict[str, str] = {
+    "da10r6_pers24_simprobe50_suite": _R6_BASE,
+    "da10r6_pers24_simprobe50_suite_teach2_td50": _R6_BASE
+    + " --teacher-epochs 2 --teacher-distill-steps 50",
+}
+FEDERATION_R6_INCUMBENT = "da10r5_pers24_simprobe50"
+FEDERATION_VARIANT_RULE_R6 = later_round_rule(
+    "Sixth", "FEDERATION_VARIANTS_DA10_R6", FEDERATION_R6_INCUMBENT, "the fifth round's pick"
+)
 
 Split = Literal["train", "validation", "test"]
 Purpose = Literal["train", "select", "test"]
@@ -746,6 +803,8 @@ def markdown() -> str:
         f"{FEDERATION_VARIANT_RULE_R4}",
         f"- Federation helps, fifth round {list(FEDERATION_VARIANTS_DA10_R5)}: "
         f"{FEDERATION_VARIANT_RULE_R5}",
+        f"- Federation helps, sixth round {list(FEDERATION_VARIANTS_DA10_R6)}: "
+        f"{FEDERATION_VARIANT_RULE_R6}",
         f"- Hardware similarity (issue 23 item 3), variants {list(SIMILARITY_VARIANTS)}: "
         f"{SIMILARITY_RULE}",
         f"- Schedule sharing (issue 23, Must-show 1), share_weight {list(SHARE_WEIGHTS)} x "

@@ -6,15 +6,21 @@ names, and one rank agreement per checked expert) and the aggregate metrics name
 `ALLOWED_METRICS`. Never records, features or workload descriptions. The one exception is
 opt-in (`AgentConfig.share_schedules`, off by default): a node that opted in adds
 `REC_SCHEDULES`, its top-k schedule traces per workload key and the workload keys it asks
-about (`schemas.sharing.ScheduleShare`), never latencies or features. The record keys
-below are the whole vocabulary; the privacy audit checks every reply against it.
+about (`schemas.sharing.ScheduleShare`), never latencies or features. When the server asks
+for it (`TrainInstruction.teacher_epochs`, off by default) a node also sends
+`REC_PROBE_SCORES`: its teacher model's scores on the server's PUBLIC probe programs (one
+float per probe candidate, `scores_<i>` per probe task): model outputs on public inputs, no
+record, feature, latency or workload of the node. The record keys below are the whole
+vocabulary; the privacy audit checks every reply against it.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validator, model_validator
 
 from schemas.hardware import HardwareProfile
@@ -40,6 +46,10 @@ REC_CONFIG = "config"  # ConfigRecord: {"instruction": TrainInstruction JSON}
 REC_OWN_EXPERT = "own_expert"  # ArrayRecord: the node's own expert
 REC_METRICS = "metrics"  # MetricRecord: ALLOWED_METRICS only
 REC_NODE = "node"  # ConfigRecord: {"hello": NodeHello JSON}
+# ArrayRecord, server -> node with teacher_epochs: the public probe set (rows_<i>, offsets_<i>)
+REC_PROBES = "probes"
+# ArrayRecord, node -> server with teacher_epochs: scores_<i>, one float per probe candidate
+REC_PROBE_SCORES = "probe_scores"
 # Both ways, opt-in only (schemas.sharing): node -> server {"share": ScheduleShare JSON},
 # server -> node (train) {"offer": ScheduleOffer JSON}.
 
@@ -70,6 +80,7 @@ ALLOWED_REPLY_RECORDS: dict[str, str] = {
     REC_METRICS: "metric",
     REC_NODE: "config",
     REC_SCHEDULES: "config",  # only from a node that opted in to schedule sharing
+    REC_PROBE_SCORES: "array",  # only when the server asked (TrainInstruction.teacher_epochs)
 }
 
 # A node's rank agreement with an expert it checked (Spearman of the expert's scores with
@@ -171,6 +182,14 @@ class TrainInstruction(BaseModel):
         description="after the round, fine-tune a personal copy of the program encoder and "
         "the own expert on the node's records for this many epochs (0: none); the node tunes "
         "with it and never sends it",
+    )
+    teacher_epochs: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="train the node's teacher (a model kept on its own records alone, never "
+        "replaced by the average) this many epochs and send its scores on the public probes "
+        "the message carries (0: none)",
     )
     train: bool = Field(default=True, description="False: only deliver the model")
     protocol: int = Field(default=PROTOCOL_VERSION, description="the payload's layout version")
@@ -274,3 +293,21 @@ class NodeFederationState(BaseModel):
     receipt_round: int = Field(
         default=0, description="the last round whose reply the server confirmed it holds"
     )
+
+
+def probe_score_arrays(arrays: Mapping[str, np.ndarray], counts: Sequence[int]) -> list[np.ndarray]:
+    """A reply's probe scores as one float vector per probe task, checked against the probe
+    set the server sent (`counts`: candidates per probe task): exactly `scores_0` ..
+    `scores_<k-1>`, each 1-D of its task's size and finite; ValueError, one line, otherwise."""
+    expected = {f"scores_{i}": n for i, n in enumerate(counts)}
+    if set(arrays) != set(expected):
+        raise ValueError(f"probe scores hold {sorted(arrays)[:4]}, not scores_0..{len(counts) - 1}")
+    out = []
+    for key, n in expected.items():
+        values = np.asarray(arrays[key])
+        if values.shape != (n,):
+            raise ValueError(f"probe scores {key} have shape {values.shape}, expected ({n},)")
+        if not np.isfinite(values).all():
+            raise ValueError(f"probe scores {key} are not finite")
+        out.append(values.astype(np.float32))
+    return out

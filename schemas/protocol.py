@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from schemas.messages import REC_METRICS, REC_NODE, REC_OWN_EXPERT, REC_SHARED, NodeHello
+from schemas.messages import (
+    REC_METRICS,
+    REC_NODE,
+    REC_OWN_EXPERT,
+    REC_PROBE_SCORES,
+    REC_SHARED,
+    NodeHello,
+)
 from schemas.sharing import REC_SCHEDULES, SHARE_FIELD, ScheduleShare
 
 if TYPE_CHECKING:  # flwr is imported where arrays meet the wire, not by the env helpers
@@ -61,9 +68,11 @@ def node_reply(
     own_expert: Mapping[str, np.ndarray] | None = None,
     metrics: Mapping[str, float] | None = None,
     share: ScheduleShare | None = None,
+    probe_scores: Mapping[str, np.ndarray] | None = None,
 ) -> RecordDict:
-    """A node's reply: its shared update, own expert, metrics, schedule share (each if
-    given: the share only from a node that opted in) and hello.
+    """A node's reply: its shared update, own expert, metrics, schedule share, its teacher's
+    probe scores (each if given: the share only from a node that opted in, the scores only
+    when the server asked) and hello.
 
     These are all the records a reply may carry (`schemas.messages.ALLOWED_REPLY_RECORDS`).
     """
@@ -78,6 +87,8 @@ def node_reply(
         content[REC_METRICS] = MetricRecord(dict(metrics))
     if share is not None:
         content[REC_SCHEDULES] = ConfigRecord({SHARE_FIELD: share.model_dump_json()})
+    if probe_scores is not None:
+        content[REC_PROBE_SCORES] = arrays_to_record(probe_scores)
     content[REC_NODE] = hello_record(hello)
     return content
 

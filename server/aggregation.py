@@ -52,6 +52,8 @@ def make_strategy(
         "similarity_steps": config.similarity_steps,
         "distill_steps": config.distill_steps,
         "similarity_source": config.similarity_source,
+        "teacher_epochs": config.teacher_epochs,
+        "teacher_distill_steps": config.teacher_distill_steps,
     }
     if config.probes:
         from simoe_model.probe_file import load_probes

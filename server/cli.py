@@ -424,6 +424,18 @@ def start(
         help="what the similarity fit follows: reported (the nodes' agreements) or probes "
         "(how alike their experts rank the probes)",
     ),
+    teacher_epochs: int = typer.Option(
+        DEFAULTS.teacher_epochs,
+        "--teacher-epochs",
+        help="epochs per round each node trains a teacher on its own records alone; it sends "
+        "the teacher's scores on the probes (one float per probe program; 0: off)",
+    ),
+    teacher_distill_steps: int = typer.Option(
+        DEFAULTS.teacher_distill_steps,
+        "--teacher-distill-steps",
+        help="after each average, steps distilling the averaged program encoder toward the "
+        "nodes' teacher scores on the probes (0: off; needs --teacher-epochs)",
+    ),
     state_dir: StateDir = None,
     verbose: Verbose = False,
 ) -> None:
@@ -461,13 +473,23 @@ def start(
         probes=probes,
         distill_steps=distill_steps,
         similarity_source=similarity_source,
+        teacher_epochs=teacher_epochs,
+        teacher_distill_steps=teacher_distill_steps,
     )
+    if run_config.teacher_distill_steps and not run_config.teacher_epochs:
+        raise BadInputError("--teacher-distill-steps needs --teacher-epochs")
     if run_config.probes:  # a missing or malformed probe file: refused now, in one line
         from simoe_model.probe_file import load_probes
 
         load_probes(run_config.probes)
-    elif run_config.distill_steps or run_config.similarity_source == "probes":
-        raise BadInputError("--distill-steps and --similarity-source probes need --probes FILE")
+    elif (
+        run_config.distill_steps
+        or run_config.similarity_source == "probes"
+        or run_config.teacher_epochs
+    ):
+        raise BadInputError(
+            "--distill-steps, --similarity-source probes and --teacher-epochs need --probes FILE"
+        )
     state_folder(directory)
     if registry_path(directory).exists():  # a damaged or foreign registry: refused now
         open_registry(directory).close()

@@ -106,21 +106,45 @@ def distill_shared(
     a task matters to ranking). Only the program encoder's learned weights move; its feature
     normalizer, the hardware encoder and the gate stay as averaged. Returns (arrays, loss
     before, loss after); BadInputError if an array set is not a SiMoE's."""
+    if not teachers or not probes or steps <= 0:
+        return shared_arrays(_model(aggregated)), float("nan"), float("nan")
+    scored = []
+    with torch.no_grad():
+        for i, (encoder_arrays, expert) in enumerate(teachers):
+            teacher = _model(encoder_arrays)
+            add_expert(teacher, f"teacher{i}", expert)
+            head = teacher.expert(f"teacher{i}")
+            scores = [head(teacher.embed(t.rows, t.segment, t.n)).numpy() for t in probes]
+            scored.append((expert, scores))
+    return distill_to_scores(aggregated, scored, probes, steps=steps, seed=seed, lr=lr)
+
+
+def distill_to_scores(
+    aggregated: Mapping[str, np.ndarray],
+    teachers: Sequence[tuple[Mapping[str, np.ndarray], Sequence[np.ndarray]]],
+    probes: Sequence[ProbeTask],
+    *,
+    steps: int,
+    seed: int,
+    lr: float = DISTILL_LR,
+) -> tuple[dict[str, np.ndarray], float, float]:
+    """`distill_shared` with each teacher given as scores: per node, (the expert read on the
+    averaged encoder, its target scores on each probe task). The targets can come from a
+    model the server never sees (a node's persistent model's scores on the public probes);
+    they are task-centred here, so only their order within a task matters."""
     student = _model(aggregated)
     if not teachers or not probes or steps <= 0:
         return shared_arrays(student), float("nan"), float("nan")
     batch = _Batch.of(probes)
     targets: list[torch.Tensor] = []
     heads = []
-    with torch.no_grad():
-        for i, (encoder_arrays, expert) in enumerate(teachers):
-            teacher = _model(encoder_arrays)
-            add_expert(teacher, f"teacher{i}", expert)
-            head = teacher.expert(f"teacher{i}")
-            scores = head(teacher.embed(batch.rows, batch.segment, batch.n))
-            targets.append(batch.centred(scores, len(probes)))
-            head.requires_grad_(False)
-            heads.append(head)
+    for i, (expert, scores) in enumerate(teachers):
+        flat = torch.as_tensor(np.concatenate([np.asarray(s) for s in scores]), dtype=torch.float32)
+        targets.append(batch.centred(flat, len(probes)))
+        add_expert(student, f"teacher{i}", expert)
+        head = student.expert(f"teacher{i}")
+        head.requires_grad_(False)
+        heads.append(head)
     torch.manual_seed(seed)
     params = list(student.program_encoder.parameters())
     optimizer = torch.optim.Adam(params, lr=lr)

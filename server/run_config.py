@@ -117,6 +117,24 @@ class ServerRunConfig(BaseModel):
         description="what the similarity fit follows: the nodes' reported agreements, or how "
         "alike their experts rank the probes",
     )
+    # off by default (issue 23, sixth round; docs/privacy.md): each node keeps a teacher
+    # trained on its own records alone and sends its scores on the public probes (a reply
+    # field, one float per probe program); the server distils the averaged program encoder
+    # toward them (server.distillation.distill_to_scores)
+    teacher_epochs: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="epochs per round each node trains its own-records teacher, whose scores "
+        "on the probes it sends (0: off; needs probes)",
+    )
+    teacher_distill_steps: int = Field(
+        default=0,
+        ge=0,
+        le=10000,
+        description="server steps distilling the averaged program encoder toward the nodes' "
+        "teacher scores on the probes after each average (0: off; needs teacher_epochs)",
+    )
 
     # -- Flower's run config ------------------------------------------------------------
 

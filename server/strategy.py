@@ -34,7 +34,11 @@ replies) and does the rest itself:
   program encoder is distilled toward the ensemble of the accepted nodes' own encoders and
   experts on the probes (`distill_steps`, FedDF), and with `similarity_source="probes"` the
   fit's agreements are how alike the nodes' experts rank the probes, computed here from
-  model outputs on public inputs instead of the nodes' reported values.
+  model outputs on public inputs instead of the nodes' reported values. With
+  `teacher_epochs` the train message also carries the probes and each node replies with its
+  own-records teacher's scores on them (checked against the probe set's shapes: a wrong one
+  rejects the update in one line); `teacher_distill_steps` then distils the averaged encoder
+  toward those scores, each read through the node's expert.
 
 Robust aggregation is a choice of strategy, one class per file as Flower's are:
 `server/strategy_trimmed.py`, `strategy_median.py` override `combine`,
@@ -53,7 +57,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
-from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from pydantic import ValidationError
 
 from schemas import BadInputError, HardwareProfile
@@ -68,12 +72,15 @@ from schemas.messages import (
     REC_METRICS,
     REC_NODE,
     REC_OWN_EXPERT,
+    REC_PROBE_SCORES,
+    REC_PROBES,
     REC_SHARED,
     WEIGHT_METRIC,
     NodeHello,
     SimilarityFitInfo,
     TrainInstruction,
     key_fingerprint,
+    probe_score_arrays,
 )
 from schemas.protocol import Arrays, arrays_to_record, payload_bytes, record_to_arrays
 from schemas.sharing import (
@@ -170,8 +177,20 @@ class SiMoEStrategy:
         probes: Sequence[ProbeTask] = (),
         distill_steps: int = 0,
         similarity_source: SimilaritySource = "reported",
+        teacher_epochs: int = 0,
+        teacher_distill_steps: int = 0,
     ) -> None:
         self.registry = registry
+        # the nodes' own-records teachers: their probe scores, distilled into the average
+        if teacher_epochs < 0 or teacher_distill_steps < 0:
+            raise ValueError("teacher_epochs and teacher_distill_steps must not be negative")
+        if teacher_epochs and not probes:
+            raise ValueError("teacher scores need a probe set")
+        if teacher_distill_steps and not teacher_epochs:
+            raise ValueError("teacher distillation needs teacher_epochs")
+        self.teacher_epochs = teacher_epochs
+        self.teacher_distill_steps = teacher_distill_steps
+        self._probe_record: ArrayRecord | None = None
         # FedDF on public probes after each average (no probes or 0 steps: off)
         if distill_steps < 0:
             raise ValueError(f"distill_steps must not be negative, got {distill_steps}")
@@ -421,8 +440,11 @@ class SiMoEStrategy:
                 prox_mu=self.prox_mu,
                 transfer_weight=self.transfer_weight,
                 personal_epochs=self.personal_epochs if inputs.final else 0,
+                teacher_epochs=self.teacher_epochs,
             )
             content = RecordDict({REC_SHARED: arrays})
+            if self.teacher_epochs:
+                content[REC_PROBES] = self.probe_record()
             content[REC_CONFIG] = ConfigRecord({"instruction": instruction.model_dump_json()})
             for name in experts:
                 expert = self.registry.expert(name)
@@ -440,6 +462,14 @@ class SiMoEStrategy:
                 )
             )
         return plan
+
+    def probe_record(self) -> ArrayRecord:
+        """The public probe set as a train message carries it (built once)."""
+        if self._probe_record is None:
+            from simoe_model.probe_file import probe_arrays
+
+            self._probe_record = arrays_to_record(probe_arrays(self.probes))
+        return self._probe_record
 
     def matched_base(self, experts: Sequence[str], latest: int) -> tuple[int, Arrays] | None:
         """For a node with no expert of its own: the global its delivered experts were
@@ -476,6 +506,7 @@ class SiMoEStrategy:
         updates: list[Arrays] = []
         weights: list[float] = []
         metric_sums: dict[str, float] = {}
+        teacher_scores: dict[str, list[np.ndarray]] = {}  # node -> its teacher's probe scores
         # The SuperLink answers for a node that is gone with an error reply of its own
         # (source node 0): match replies to what was sent, so that node counts once.
         sent = {m.metadata.message_id: m.metadata.dst_node_id for m in plan.messages}
@@ -522,6 +553,9 @@ class SiMoEStrategy:
                 e: v for e, v in node.hello.expert_agreement.items() if e in answer.checked
             }
             answer.expert = record_to_arrays(reply.content.array_records[REC_OWN_EXPERT])
+            scores = self.check_probe_scores(reply.content)  # checked: it passed above
+            if scores is not None:
+                teacher_scores[who] = scores
             answer.num_examples = int(weight)
             if node_id in plan.bases:  # trained from an older global: its change, on the current
                 update = apply_change(inputs.arrays, delta(update, plan.bases[node_id]))
@@ -546,6 +580,14 @@ class SiMoEStrategy:
                 if i not in set(left_out) and who in own
             ]
             self.distill(outcome, teachers)
+            self.distill_teachers(
+                outcome,
+                [
+                    (own[who], teacher_scores[who])
+                    for i, who in enumerate(outcome.accepted)
+                    if i not in set(left_out) and who in own and who in teacher_scores
+                ],
+            )
             self.fit_similarity(outcome)
         return outcome
 
@@ -573,6 +615,36 @@ class SiMoEStrategy:
             "round %d: encoder distilled on %d probe tasks from %d nodes, loss %.4f -> %.4f",
             outcome.round,
             len(self.probes),
+            len(teachers),
+            before,
+            after,
+        )
+
+    def distill_teachers(
+        self, outcome: RoundOutcome, teachers: list[tuple[Arrays, list[np.ndarray]]]
+    ) -> None:
+        """The new global's program encoder distilled toward the accepted nodes' teacher
+        scores on the probes, each read through the node's expert, in place; off (no steps),
+        nothing aggregated or no scores: nothing."""
+        if not self.teacher_distill_steps or outcome.aggregated is None or not teachers:
+            return
+        from server.distillation import distill_to_scores
+
+        try:
+            arrays, before, after = distill_to_scores(
+                outcome.aggregated,
+                teachers,
+                self.probes,
+                steps=self.teacher_distill_steps,
+                seed=self.seed + outcome.round,
+            )
+        except BadInputError as exc:  # a teacher's expert that is not a SiMoE expert
+            log.warning("round %d: not distilled toward teachers: %s", outcome.round, exc)
+            return
+        outcome.aggregated = arrays
+        log.info(
+            "round %d: encoder distilled toward %d teachers' probe scores, loss %.4f -> %.4f",
+            outcome.round,
             len(teachers),
             before,
             after,
@@ -678,10 +750,12 @@ class SiMoEStrategy:
         """(shared update or None for a node without data yet, weight, metrics)."""
         content = reply.content
         extra = set(content.keys()) - {
-            REC_SHARED, REC_OWN_EXPERT, REC_METRICS, REC_NODE, REC_SCHEDULES
+            REC_SHARED, REC_OWN_EXPERT, REC_METRICS, REC_NODE, REC_SCHEDULES, REC_PROBE_SCORES
         }  # fmt: skip
         if extra:
             raise UpdateRejected(f"unexpected records {sorted(extra)}")
+        if REC_PROBE_SCORES in content and not self.teacher_epochs:
+            raise UpdateRejected("probe scores the server did not ask for")
         metric_record = content.metric_records.get(REC_METRICS)
         if metric_record is None or WEIGHT_METRIC not in metric_record:
             raise UpdateRejected(f"no {WEIGHT_METRIC} metric")
@@ -706,4 +780,16 @@ class SiMoEStrategy:
         update = record_to_arrays(content.array_records[REC_SHARED])
         check_update(update, current)
         check_finite(record_to_arrays(content.array_records[REC_OWN_EXPERT]), "expert")
+        self.check_probe_scores(content)
         return update, weight, metrics
+
+    def check_probe_scores(self, content: RecordDict) -> list[np.ndarray] | None:
+        """A reply's teacher scores, checked against the probe set sent (None: it sent
+        none); UpdateRejected, one line, if their shapes or values are wrong."""
+        if REC_PROBE_SCORES not in content.array_records:
+            return None
+        try:
+            arrays = record_to_arrays(content.array_records[REC_PROBE_SCORES])
+            return probe_score_arrays(arrays, [t.n for t in self.probes])
+        except ValueError as exc:
+            raise UpdateRejected(str(exc)) from None

@@ -9,7 +9,7 @@ candidate programs of public workloads, program features only, no latency. Here,
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,20 +40,25 @@ def load_probes(path: str | Path) -> list[ProbeTask]:
             arrays = {k: np.asarray(data[k]) for k in data.files}
     except (OSError, ValueError) as exc:
         raise BadInputError(f"probe file {file} is not an .npz of arrays: {exc}") from None
+    return probes_from_arrays(arrays, f"probe file {file}")
+
+
+def probes_from_arrays(arrays: Mapping[str, np.ndarray], what: str) -> list[ProbeTask]:
+    """The probe set of `rows_<i>`/`offsets_<i>` arrays (a file's, or a train message's);
+    BadInputError, one line naming `what`, if they are malformed."""
     tasks: list[ProbeTask] = []
     for i in itertools.count():
         if f"rows_{i}" not in arrays:
             break
-        rows, offsets = arrays[f"rows_{i}"], arrays.get(f"offsets_{i}")
+        rows, offsets = np.asarray(arrays[f"rows_{i}"]), arrays.get(f"offsets_{i}")
         if offsets is None or rows.ndim != 2 or rows.shape[1] != FEATURE_DIM:
-            raise BadInputError(
-                f"probe file {file}: task {i} needs rows [n, {FEATURE_DIM}] and offsets"
-            )
+            raise BadInputError(f"{what}: task {i} needs rows [n, {FEATURE_DIM}] and offsets")
+        offsets = np.asarray(offsets)
         counts = np.diff(offsets.astype(np.int64))
-        if len(counts) < 2 or (counts <= 0).any() or offsets[-1] != len(rows):
-            raise BadInputError(f"probe file {file}: task {i}'s offsets do not match its rows")
+        if offsets.ndim != 1 or len(counts) < 2 or (counts <= 0).any() or offsets[-1] != len(rows):
+            raise BadInputError(f"{what}: task {i}'s offsets do not match its rows")
         if not np.isfinite(rows).all():
-            raise BadInputError(f"probe file {file}: task {i} has non-finite rows")
+            raise BadInputError(f"{what}: task {i} has non-finite rows")
         segment = np.repeat(np.arange(len(counts)), counts)
         tasks.append(
             ProbeTask(
@@ -61,8 +66,18 @@ def load_probes(path: str | Path) -> list[ProbeTask]:
             )
         )
     if not tasks:
-        raise BadInputError(f"probe file {file} holds no probe task (rows_0, offsets_0, ...)")
+        raise BadInputError(f"{what} holds no probe task (rows_0, offsets_0, ...)")
     return tasks
+
+
+def probe_arrays(tasks: Sequence[ProbeTask]) -> dict[str, np.ndarray]:
+    """`probes_from_arrays`' arrays of a probe set (what a train message carries)."""
+    arrays: dict[str, np.ndarray] = {}
+    for i, task in enumerate(tasks):
+        counts = np.bincount(task.segment.numpy(), minlength=task.n)
+        arrays[f"rows_{i}"] = task.rows.numpy().astype(np.float32)
+        arrays[f"offsets_{i}"] = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return arrays
 
 
 def save_probes(path: Path, tasks: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:

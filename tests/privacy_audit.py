@@ -7,11 +7,18 @@ real loopback deployment's ClientApps recorded (tests/test_federation_processes.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
-from schemas.messages import ALLOWED_METRICS, ALLOWED_REPLY_RECORDS, REC_NODE, NodeHello
+from schemas.messages import (
+    ALLOWED_METRICS,
+    ALLOWED_REPLY_RECORDS,
+    REC_NODE,
+    REC_PROBE_SCORES,
+    NodeHello,
+)
 from schemas.sharing import REC_SCHEDULES, SHARE_FIELD, ScheduleShare
 from simoe_model.model import Expert, SiMoE, shared_arrays
 
@@ -25,11 +32,18 @@ class PrivacyViolation(AssertionError):
 
 
 def audit_reply(
-    message: Message, secrets: set[str], secret_rows: list[bytes], *, sharing: bool = False
+    message: Message,
+    secrets: set[str],
+    secret_rows: list[bytes],
+    *,
+    sharing: bool = False,
+    probe_counts: Sequence[int] | None = None,
 ) -> None:
     """Raise PrivacyViolation if the message carries anything but the allowed payloads."""
     if not message.has_error():
-        audit_content(message.content, secrets, secret_rows, sharing=sharing)
+        audit_content(
+            message.content, secrets, secret_rows, sharing=sharing, probe_counts=probe_counts
+        )
 
 
 # What a NodeHello may say, field by field: who the node is, its hardware, what it holds,
@@ -82,12 +96,20 @@ def audit_share(record: ConfigRecord) -> list[dict]:
 
 
 def audit_content(
-    content: RecordDict, secrets: set[str], secret_rows: list[bytes], *, sharing: bool = False
+    content: RecordDict,
+    secrets: set[str],
+    secret_rows: list[bytes],
+    *,
+    sharing: bool = False,
+    probe_counts: Sequence[int] | None = None,
 ) -> None:
     """Raise PrivacyViolation if a reply's content holds anything but the allowed payloads.
 
     `sharing`: the node opted in to schedule sharing, so its schedule share is allowed
-    (exactly `SHARED_ITEM_FIELDS` per schedule); without it, a share is a violation."""
+    (exactly `SHARED_ITEM_FIELDS` per schedule); without it, a share is a violation.
+    `probe_counts`: the server asked for teacher scores on a public probe set of these
+    candidates per task, so `REC_PROBE_SCORES` is allowed as exactly one float per probe
+    candidate (`scores_<i>` of shape (n_i,)); without it, probe scores are a violation."""
     for key, record in content.items():
         if key == REC_SCHEDULES and not sharing:
             raise PrivacyViolation("a schedule share from a node that did not opt in")
@@ -96,9 +118,15 @@ def audit_content(
             raise PrivacyViolation(f"record {key!r} ({type(record).__name__}) is not allowed")
     for key, record in content.array_records.items():
         expected = SHARED_SHAPES if key == "shared" else EXPERT_SHAPES
+        if key == REC_PROBE_SCORES:
+            if probe_counts is None:
+                raise PrivacyViolation("probe scores the server did not ask for")
+            expected = {f"scores_{i}": (n,) for i, n in enumerate(probe_counts)}
         shapes = {k: tuple(v.shape) for k, v in record.items()}
         if shapes != {k: tuple(s) for k, s in expected.items()}:
-            raise PrivacyViolation(f"{key}: arrays are not exactly the model's parameters")
+            raise PrivacyViolation(
+                f"{key}: arrays are not exactly the model's parameters or one score per probe"
+            )
         for name, array in record.items():
             haystack = array.numpy().astype(np.float32).tobytes()
             if any(needle in haystack for needle in secret_rows):

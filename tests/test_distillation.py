@@ -109,3 +109,101 @@ def test_the_strategy_distils_the_average_only_when_asked(tmp_path: Path) -> Non
         from server.strategy import SiMoEStrategy
 
         SiMoEStrategy(registry, model_similarity, distill_steps=5)
+
+
+def test_distillation_toward_given_scores_follows_them(tmp_path: Path) -> None:
+    """distill_to_scores: teachers given as scores (a node's teacher model the server never
+    sees), each read through the node's expert on the average: the encoder moves until the
+    experts order the probes as the scores do; only the program encoder changes."""
+    from scipy.stats import spearmanr
+
+    from server.distillation import distill_to_scores
+
+    probes = load_probes(probe_file(tmp_path / "p.npz"))
+    average = model_arrays(0)
+    heads = [expert(10 + s) for s in (1, 2)]
+    rng = np.random.default_rng(0)
+    targets = [[rng.normal(size=t.n).astype(np.float32) for t in probes] for _ in heads]
+
+    def agreement(arrays: dict[str, np.ndarray]) -> float:
+        scores = expert_scores(arrays, {f"h{i}": h for i, h in enumerate(heads)}, probes)
+        return float(
+            np.mean(
+                [
+                    spearmanr(s, t).statistic
+                    for i in range(len(heads))
+                    for s, t in zip(scores[f"h{i}"], targets[i], strict=True)
+                ]
+            )
+        )
+
+    arrays, before, after = distill_to_scores(
+        average, list(zip(heads, targets, strict=True)), probes, steps=150, seed=0, lr=1e-2
+    )
+    assert after < 0.5 * before and agreement(arrays) > agreement(average) + 0.2
+    changed = {k for k in arrays if not np.array_equal(arrays[k], average[k])}
+    assert changed and changed <= set(encoder_keys(average))
+
+
+def test_wrong_shaped_teacher_scores_reject_the_update_in_one_line(tmp_path: Path) -> None:
+    """A reply's probe scores must be one finite float per probe candidate of the probe set
+    the server sent (and only when it asked): anything else rejects that node's update."""
+    from types import SimpleNamespace
+
+    from flwr.app import MetricRecord, RecordDict
+
+    from schemas.messages import REC_METRICS, REC_OWN_EXPERT, REC_PROBE_SCORES, REC_SHARED
+    from schemas.protocol import arrays_to_record
+    from server.aggregation import make_strategy
+    from server.reply_checks import UpdateRejected
+    from server.similarity import model_similarity
+
+    probes = str(probe_file(tmp_path / "p.npz"))  # 3 tasks of 8 candidates
+    current = model_arrays(0)
+
+    def reply(scores: dict[str, np.ndarray] | None) -> SimpleNamespace:  # a reply's content
+        content = RecordDict(
+            {
+                REC_SHARED: arrays_to_record(current),
+                REC_OWN_EXPERT: arrays_to_record(expert(1)),
+                REC_METRICS: MetricRecord({"num-examples": 10.0}),
+            }
+        )
+        if scores is not None:
+            content[REC_PROBE_SCORES] = arrays_to_record(scores)
+        return SimpleNamespace(content=content)
+
+    good = {f"scores_{i}": np.zeros(8, np.float32) for i in range(3)}
+    with Registry(tmp_path / "registry.sqlite") as registry:
+        on = make_strategy(
+            ServerRunConfig(probes=probes, teacher_epochs=1, teacher_distill_steps=5),
+            registry,
+            model_similarity,
+        )
+        off = make_strategy(ServerRunConfig(probes=probes), registry, model_similarity)
+        assert on._check_reply(reply(good), current)[0] is not None
+        assert on._check_reply(reply(None), current)[0] is not None  # no teacher: no scores
+        assert [len(s) for s in on.check_probe_scores(reply(good).content)] == [8, 8, 8]
+        bad = [
+            ({**good, "scores_1": np.zeros(7, np.float32)}, "shape \\(7,\\), expected \\(8,\\)"),
+            ({k: good[k] for k in ("scores_0", "scores_1")}, "not scores_0..2"),
+            ({**good, "scores_2": np.full(8, np.nan, np.float32)}, "not finite"),
+        ]
+        for scores, why in bad:
+            with pytest.raises(UpdateRejected, match=why) as caught:
+                on._check_reply(reply(scores), current)
+            assert "\n" not in str(caught.value)
+        with pytest.raises(UpdateRejected, match="did not ask for"):
+            off._check_reply(reply(good), current)
+        with pytest.raises(ValueError, match="need a probe set"):
+            make_strategy(ServerRunConfig(teacher_epochs=1), registry, model_similarity)
+        # the new global distilled toward the teachers' scores only when asked
+        outcome = RoundOutcome(round=1, sampled=[], delivered={})
+        outcome.aggregated = dict(current)
+        teachers = [(expert(1), [np.arange(8, dtype=np.float32)] * 3)]
+        off.distill_teachers(outcome, teachers)
+        assert outcome.aggregated is not None
+        key = encoder_keys(current)[0]
+        assert np.array_equal(outcome.aggregated[key], current[key])
+        on.distill_teachers(outcome, teachers)
+        assert not np.array_equal(outcome.aggregated[key], current[key])

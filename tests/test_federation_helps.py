@@ -428,3 +428,43 @@ def test_probe_options_reach_the_server_and_the_report(fleet, tmp_path: Path) ->
     assert "+ distil 3" in fh.variants_markdown(
         {"x": fh.FederationHelpsSeeds(command="c", runs=[report])}
     )
+
+
+def test_an_external_probe_file_is_what_the_server_reads(fleet, tmp_path: Path) -> None:
+    """--probe-file: the server fits the similarity on that file's probes (the bench writes
+    none of its own), the report names the file and its sha256; a missing file, or one no
+    option would read, is one line before anything runs. With --teacher-epochs and
+    --teacher-distill-steps the nodes send their teachers' scores on those probes (each
+    keeps teacher.pt) and the report and the variants table say so."""
+    import hashlib
+
+    from simoe_model.features import FEATURE_DIM
+    from simoe_model.probe_file import save_probes
+
+    rng = np.random.default_rng(0)
+    external = tmp_path / "suite.npz"
+    save_probes(external, [(rng.normal(size=(12, FEATURE_DIM)), np.arange(0, 13, 2))] * 2)
+    sha = fh.probe_file_digest(str(external), 0, "probes")
+    assert sha == hashlib.sha256(external.read_bytes()).hexdigest()
+    names = list(fleet)
+    settings = fh.FederationHelpsSettings(
+        rounds=2, epochs=1, k_experts=1, similarity_steps=5, similarity_source="probes",
+        probe_file=str(external), probe_file_sha256=sha, command="c", data="synthetic",
+        teacher_epochs=1, teacher_distill_steps=2,
+    )  # fmt: skip
+    work = tmp_path / "work"
+    report = fh.run_federation_helps(
+        [fleet[n] for n in names[:3]], [fleet[names[3]]], work, settings, seed=0
+    )
+    assert not (work / "probes.npz").exists()  # the bench's own probe set was not written
+    assert (report.probe_file, report.probe_file_sha256) == (str(external), sha)
+    assert (report.teacher_epochs, report.teacher_distill_steps) == (1, 2)
+    assert all((work / "nodes" / n / "federation" / "teacher.pt").exists() for n in names[:3])
+    with Registry(work / "server" / "registry.sqlite") as registry:
+        assert registry.similarity_fits()
+    table = fh.variants_markdown({"x": fh.FederationHelpsSeeds(command="c", runs=[report])})
+    assert f"suite.npz, sha256 {sha[:8]}" in table and "teachers 1 ep/round, distil 2" in table
+    with pytest.raises(BadInputError, match="does not exist"):
+        fh.probe_file_digest(str(tmp_path / "missing.npz"), 0, "probes")
+    with pytest.raises(BadInputError, match="read only with"):
+        fh.probe_file_digest(str(external), 0, "reported")

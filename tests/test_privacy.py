@@ -156,3 +156,50 @@ def test_the_personal_model_is_asked_in_the_last_round_and_never_leaves_the_node
         assert not any(
             a.shape == b.shape and np.allclose(a, b) for a in mine for b in sent
         )  # the fine-tuned encoder is in no reply
+
+
+def test_teacher_scores_are_one_float_per_public_probe_and_the_teacher_stays_home(
+    tmp_path: Path,
+) -> None:
+    """With teacher_epochs (off by default) a node also sends its own-records teacher's
+    scores on the public probes the server sent: the audit allows exactly one float per
+    probe candidate, no raw row; the teacher model itself (teacher.pt) is in no reply, and
+    an audit that was not told the server asked for scores refuses them."""
+    from simoe_model.features import FEATURE_DIM
+    from simoe_model.probe_file import load_probes, save_probes
+
+    rng = np.random.default_rng(3)
+    save_probes(
+        tmp_path / "probes.npz", [(rng.normal(size=(10, FEATURE_DIM)), np.arange(0, 11, 2))] * 2
+    )
+    probes = load_probes(tmp_path / "probes.npz")
+    devices, tasks = make_devices(3, seed=5), make_tasks(2, 10, seed=9)
+    registry = Registry(tmp_path / "registry.sqlite")
+    strategy = SiMoEStrategy(
+        registry, model_similarity, k_experts=2, epochs=1, probes=probes,
+        teacher_epochs=1, teacher_distill_steps=3,
+    )  # fmt: skip
+    grid = InProcessGrid()
+    for i, device in enumerate(devices):
+        seed_node(tmp_path / device.name, device.name, device, tasks)
+        grid.add_node(10 + i, client_app, {"state-dir": str(tmp_path / device.name)})
+    outcomes = run_rounds(grid, strategy, initial_shared_arrays(0), num_rounds=2, wait_nodes_s=0)
+    assert all(not o.rejected and len(o.accepted) == 3 for o in outcomes)
+    secrets, secret_rows = node_secrets(tasks)
+    replies = [m for m in grid.sent_by_nodes if "probe_scores" in m.content]
+    assert len(replies) == 6  # every node, every round
+    for message in grid.sent_by_nodes:
+        audit_reply(message, secrets, secret_rows, probe_counts=[5, 5])
+    assert sorted(replies[0].content["probe_scores"]) == ["scores_0", "scores_1"]
+    with pytest.raises(PrivacyViolation, match="did not ask for"):
+        audit_reply(replies[0], secrets, secret_rows)
+    with pytest.raises(PrivacyViolation, match="one score per probe"):
+        audit_reply(replies[0], secrets, secret_rows, probe_counts=[5, 4])
+    sent = [v.numpy() for m in grid.sent_by_nodes for r in m.content.array_records.values()
+            for v in r.values()]  # fmt: skip
+    for node in grid.nodes.values():
+        teacher = NodeState(Path(node.context.node_config["state-dir"])).load_teacher_model()
+        assert teacher is not None
+        mine = [p.detach().numpy() for p in teacher.program_encoder.parameters()]
+        assert not any(a.shape == b.shape and np.allclose(a, b) for a in mine for b in sent)
+    registry.close()

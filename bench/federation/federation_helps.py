@@ -138,6 +138,9 @@ OPTIONS = [
     "personal_epochs",
     "distill_steps",
     "similarity_source",
+    "probe_file",
+    "teacher_epochs",
+    "teacher_distill_steps",
     "threads",
 ]
 # the public probe set the server distils on (ServerRunConfig.probes): this many candidates of
@@ -175,6 +178,14 @@ class FederationHelpsSettings(BaseModel):
     # fit's agreements come from (ServerRunConfig.similarity_source)
     distill_steps: int = 0
     similarity_source: Literal["reported", "probes"] = "reported"
+    # an external probe file (e.g. `simoe-agent probes build`'s) instead of the bench's own
+    # (write_probe_file: the fleet's candidates); its sha256 goes into the report
+    probe_file: str = ""
+    probe_file_sha256: str = ""
+    # each node's own-records teacher and the server's distillation toward its probe scores
+    # (ServerRunConfig.teacher_epochs, teacher_distill_steps; 0: off)
+    teacher_epochs: int = 0
+    teacher_distill_steps: int = 0
     own_only_epochs: int | None = None  # None: the federation's rounds x epochs
     fleet: str | None = None  # the protocol fleet's digest (bench.protocol.fleet_hashes)
     # what the report says about the run
@@ -191,7 +202,9 @@ class FederationHelpsSettings(BaseModel):
 
     @property
     def needs_probes(self) -> bool:
-        return self.distill_steps > 0 or self.similarity_source == "probes"
+        return (
+            self.distill_steps > 0 or self.similarity_source == "probes" or self.teacher_epochs > 0
+        )
 
 
 def write_probe_file(path: Path, nodes: Sequence[FleetGPU]) -> Path:
@@ -216,6 +229,24 @@ def write_probe_file(path: Path, nodes: Sequence[FleetGPU]) -> Path:
         tasks.append(pack_rows([task.features[i] for i in chosen]))
     save_probes(path, tasks)
     return path
+
+
+def probe_file_digest(path: str, distill_steps: int, similarity_source: str) -> str:
+    """The sha256 of `--probe-file` after checking it loads ('' when none is given);
+    BadInputError, one line, for a bad file or one no option would use."""
+    if not path:
+        return ""
+    if distill_steps <= 0 and similarity_source != "probes":
+        raise BadInputError(
+            "--probe-file is read only with --distill-steps, --teacher-epochs or "
+            "--similarity-source probes"
+        )
+    import hashlib
+
+    from simoe_model.probe_file import load_probes
+
+    load_probes(path)  # a missing or malformed file: refused now, in one line
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 # the settings a report carries as they are: its fields of those names (but central_epochs: 0
@@ -255,7 +286,11 @@ def run_federation_helps(
     started = time.perf_counter()
     work_dir.mkdir(parents=True, exist_ok=True)
     if settings.needs_probes:
-        probes = write_probe_file(work_dir / "probes.npz", nodes)
+        probes = (
+            Path(settings.probe_file)
+            if settings.probe_file
+            else write_probe_file(work_dir / "probes.npz", nodes)
+        )
         server = server.model_copy(update={"probes": str(probes)})
 
     splits = {
@@ -469,6 +504,27 @@ def main(argv: list[str] | None = None) -> None:
         help="the similarity fit's agreements: the nodes' reported ones, or how alike their "
         "experts rank the public probes (ServerRunConfig)",
     )
+    parser.add_argument(
+        "--teacher-epochs",
+        type=int,
+        default=0,
+        help="epochs per round each node trains its own-records teacher, whose probe scores it "
+        "sends (ServerRunConfig; 0: off)",
+    )
+    parser.add_argument(
+        "--teacher-distill-steps",
+        type=int,
+        default=0,
+        help="server steps distilling the averaged encoder toward the teachers' probe scores "
+        "after each average (ServerRunConfig; 0: off)",
+    )
+    parser.add_argument(
+        "--probe-file",
+        default="",
+        help="the server's public probe file (e.g. `simoe-agent probes build --out FILE`) "
+        "instead of the bench's own drawn from the fleet's candidates; needs --distill-steps "
+        "or --similarity-source probes",
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--work", type=Path, help="keep the nodes' state dirs here")
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
@@ -518,13 +574,15 @@ def main(argv: list[str] | None = None) -> None:
                 f"\nChosen by bench/protocol.py FEDERATION_VARIANT_RULE among the validation "
                 f"rows of fleet {fleet} ({', '.join(among)}): {choose_variant(among)}\n"
             )
-        # later rounds, each against the second round's pick, listed first: the rule's last
-        # tie-break goes to it
-        later = [("Third", "R3", protocol.FEDERATION_VARIANTS_DA10_R3),
-                 ("Fourth", "R4", protocol.FEDERATION_VARIANTS_DA10_R4),
-                 ("Fifth", "R5", protocol.FEDERATION_VARIANTS_DA10_R5)]  # fmt: skip
-        for name, rule, variants in later:
-            listed = [f"validation_{t}" for t in [R3_INCUMBENT, *variants]]
+        # later rounds, each against its incumbent (the second round's pick until the fifth,
+        # the fifth's pick for the sixth), listed first: the rule's last tie-break goes to it
+        later = [("Third", "R3", protocol.FEDERATION_VARIANTS_DA10_R3, R3_INCUMBENT),
+                 ("Fourth", "R4", protocol.FEDERATION_VARIANTS_DA10_R4, R3_INCUMBENT),
+                 ("Fifth", "R5", protocol.FEDERATION_VARIANTS_DA10_R5, R3_INCUMBENT),
+                 ("Sixth", "R6", protocol.FEDERATION_VARIANTS_DA10_R6,
+                  protocol.FEDERATION_R6_INCUMBENT)]  # fmt: skip
+        for name, rule, variants, incumbent in later:
+            listed = [f"validation_{t}" for t in [incumbent, *variants]]
             if any(t in among for t in listed[1:]):
                 picked = choose_variant_r3(among, listed, protocol.FEDERATION_R3_MAX_NODE_LOSS)
                 text += (
@@ -596,8 +654,12 @@ def main(argv: list[str] | None = None) -> None:
     command = reporting.public_command(
         "federation.federation_helps", sys.argv[1:] if argv is None else argv
     )
+    probe_sha = probe_file_digest(
+        args.probe_file, args.distill_steps or args.teacher_epochs, args.similarity_source
+    )
     settings = FederationHelpsSettings(
         **{name: getattr(args, name) for name in OPTIONS},
+        probe_file_sha256=probe_sha,
         held_out_tasks=held_out_tasks,
         offline=offline,
         own_only_epochs=own_only_epochs,

@@ -99,6 +99,14 @@ class FederationHelpsReport(BaseModel):
     # agreements' source (reported by the nodes, or the experts' rankings of the probes)
     distill_steps: int = 0
     similarity_source: str = "reported"
+    # the public probe file given with --probe-file and its sha256 (empty: the bench's own,
+    # federation_helps.write_probe_file, drawn from the fleet's candidates)
+    probe_file: str = ""
+    probe_file_sha256: str = ""
+    # each node's own-records teacher, epochs per round, and the server's distillation
+    # toward its probe scores, steps per round (0: off)
+    teacher_epochs: int = 0
+    teacher_distill_steps: int = 0
     bytes_per_node_last_round: dict[str, dict[str, int]]
     federation_wall_s: float
     own_only_wall_s: float
@@ -310,7 +318,15 @@ def _fit_text(report: FederationHelpsReport) -> str:
     if report.similarity_steps == 0:
         return "off"
     source = ", probe agreements" if report.similarity_source == "probes" else ""
+    if source and report.probe_file:
+        source += f" ({Path(report.probe_file).name}, sha256 {report.probe_file_sha256[:8]})"
     return f"{report.similarity_steps} steps{source}"
+
+
+def _teacher_text(report: FederationHelpsReport) -> str:
+    if not report.teacher_epochs:
+        return ""
+    return f" + teachers {report.teacher_epochs} ep/round, distil {report.teacher_distill_steps}"
 
 
 def _fleet_text(report: FederationHelpsReport) -> str:
@@ -484,7 +500,7 @@ def choose_variant(reports: dict[str, FederationHelpsSeeds]) -> str:
 
     def epochs(tag: str) -> int:  # a personal fine-tune's epochs count as training epochs
         first = reports[tag].runs[0]
-        return first.rounds * first.epochs + first.personal_epochs
+        return first.rounds * (first.epochs + first.teacher_epochs) + first.personal_epochs
 
     gaining = [t for t, s in summaries.items() if s["node_difference"][0] > 0]
     if gaining:
@@ -508,7 +524,7 @@ def choose_variant_r3(
 
     def epochs(tag: str) -> int:
         first = reports[tag].runs[0]
-        return first.rounds * first.epochs + first.personal_epochs
+        return first.rounds * (first.epochs + first.teacher_epochs) + first.personal_epochs
 
     return min(
         kept, key=lambda t: (round(summaries[t]["newcomer_gap"][0], 3), epochs(t), order.index(t))
@@ -556,7 +572,8 @@ def variants_markdown(reports: dict[str, FederationHelpsSeeds]) -> str:
             f"| {tag} | {_fleet_text(first)} | {split} | {first.rounds} x {first.epochs} | "
             f"{first.local_batch} | {first.prox_mu:g} | {first.transfer_weight:g} | "
             f"{first.server_optimizer} {first.server_lr:g}"
-            f"{f' + distil {first.distill_steps}' if first.distill_steps else ''} | "
+            f"{f' + distil {first.distill_steps}' if first.distill_steps else ''}"
+            f"{_teacher_text(first)} | "
             f"{_fit_text(first)} | {matched} | {first.personal_epochs} | "
             f"{own} | "
             f"{_ci(s['node_difference'])} | {s['nodes_better']}/{s['nodes']} | {gap} | "
