@@ -55,8 +55,14 @@ def _cell(row: UserSpecRow | None) -> str:
     return f"{speedup(row):.2f}x{rho}, {row.cpu_s:.0f} CPU s"
 
 
-def table(a: dict[Key, UserSpecRow], b: dict[Key, UserSpecRow], names: tuple[str, str]) -> str:
-    """The markdown table of every row either variant ran, then the rule's verdict."""
+def table(
+    a: dict[Key, UserSpecRow],
+    b: dict[Key, UserSpecRow],
+    names: tuple[str, str],
+    planned: int | None = None,
+) -> str:
+    """The markdown table of every row either variant ran, then the rule's verdict;
+    `planned`: how many (GPU, operator, seed) pairs the plan has."""
     keys = sorted(set(a) | set(b), key=lambda k: (k[0], k[1], k[2]))
     lines = [
         f"| GPU | operator | seed | {names[0]} | {names[1]} |",
@@ -72,13 +78,15 @@ def table(a: dict[Key, UserSpecRow], b: dict[Key, UserSpecRow], names: tuple[str
     missing = [f"{g} {op} seed {s}" for g, op, s in keys if (g, op, s) not in both]
     lines += [
         "",
-        f"Rows both ran: {len(both)}; geometric mean speedup over the default: "
+        f"Rows both ran: {len(both)}"
+        + (f" of the {planned} planned" if planned is not None else "")
+        + "; geometric mean speedup over the default: "
         f"{names[0]} {ga:.3f}x, {names[1]} {gb:.3f}x; beat the default: {names[0]} "
         f"{beat_a}/{len(both)}, {names[1]} {beat_b}/{len(both)}; same tuned latency in both: "
         f"{same}/{len(both)}.",
         f"Rule: keep {names[0]} unless its geometric mean is below {names[1]}'s: "
         + (f"keep {names[0]}." if not ga < gb else f"switch to {names[1]}."),
-        "Missing rows: " + ("; ".join(missing) if missing else "none") + ".",
+        "Rows one variant lacks: " + ("; ".join(missing) if missing else "none") + ".",
     ]
     return "\n".join(lines)
 
@@ -89,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--b", type=Path, required=True, help="variant B's report directory")
     parser.add_argument("--names", default="hedge 0.3,no hedge", help="A's and B's names")
     parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--planned", type=int, help="(GPU, operator, seed) pairs planned")
     args = parser.parse_args(argv)
     try:
         seeds = [int(x) for x in args.seeds.split(",") if x]
@@ -104,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         a, b = load_rows(args.a, seeds), load_rows(args.b, seeds)
     except ValidationError as exc:
         parser.error(f"not a user_spec_tune report: {str(exc).splitlines()[0]}")
-    print(table(a, b, (names[0], names[1])))
+    print(table(a, b, (names[0], names[1]), args.planned))
     return 0
 
 
