@@ -41,6 +41,7 @@ def diagnose(
     from bench.federation.federation_diagnose import _top1_with
     from bench.federation.fleet import protocol_gpus, split_tasks
     from bench.transfer.offline_transfer import split_device
+    from schemas import BadInputError
     from server.distillation import distill_to_scores, expert_scores
     from server.registry import Registry
     from simoe_model.model import SiMoE, add_expert, load_shared_arrays
@@ -48,6 +49,8 @@ def diagnose(
     from simoe_model.task_data import DeviceDataset
     from simoe_model.train import personalise
 
+    if not registry_path.is_file():
+        raise BadInputError(f"--registry {registry_path} does not exist")
     cpu = time.process_time()
     nodes, newcomers = protocol_gpus("validation")
     held = list(protocol.HELD_OUT_TASKS)
@@ -55,7 +58,7 @@ def diagnose(
     with Registry(registry_path) as registry:
         latest = registry.latest_global()
         if latest is None:
-            raise SystemExit(f"{registry_path}: no global model")
+            raise BadInputError(f"--registry {registry_path} holds no global model")
         experts = {name: registry.expert(name) for name in registry.expert_names()}
     global_arrays = latest[1]
     by_unit = {}
@@ -161,4 +164,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from schemas.errors import run_cli
+
+    run_cli(main, "teacher_diagnose")
