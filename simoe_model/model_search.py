@@ -183,7 +183,7 @@ def model_only_search(
         search_strategy=strategy,
         task_name=task_name,
         logger=logger,
-        rand_state=seed,
+        rand_state=rand_state_of(seed),
         num_threads=num_threads,
     ).clone()
     with tempfile.TemporaryDirectory(prefix="simoe-model-search-") as work_dir:
@@ -208,6 +208,15 @@ def model_only_search(
         if key not in best or cand.score < best[key].score:
             best[key] = cand
     return sorted(best.values(), key=lambda s: s.score)
+
+
+def rand_state_of(seed: int) -> int:
+    """MetaSchedule's random state for a search at `seed`, distinct for every seed.
+
+    MetaSchedule takes a state in [1, 2^31 - 1] and turns 0 into 1, so seeds 0 and 1 were
+    the same model-only search (issue 23: fast mode's seed-0 and seed-1 runs measured the
+    same first 8 picks). Seed 0 keeps its state (1), so its earlier runs repeat."""
+    return seed % (2**31 - 1) + 1
 
 
 def _seed_database(
