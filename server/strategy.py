@@ -574,78 +574,58 @@ class SiMoEStrategy:
             outcome.metrics = {k: v / total for k, v in metric_sums.items() if k != WEIGHT_METRIC}
             outcome.metrics[WEIGHT_METRIC] = float(total)
             own = {a.node_key: a.expert for a in outcome.replies if a.expert is not None}
-            teachers = [
-                (updates[i], own[who])
+            set_aside = set(left_out)
+            kept = [
+                (i, who)
                 for i, who in enumerate(outcome.accepted)
-                if i not in set(left_out) and who in own
+                if i not in set_aside and who in own
             ]
-            self.distill(outcome, teachers)
-            self.distill_teachers(
+            self.distill(outcome, [(updates[i], own[who]) for i, who in kept])
+            self.distill(
                 outcome,
-                [
-                    (own[who], teacher_scores[who])
-                    for i, who in enumerate(outcome.accepted)
-                    if i not in set(left_out) and who in own and who in teacher_scores
-                ],
+                [(own[who], teacher_scores[who]) for _, who in kept if who in teacher_scores],
+                to_teacher_scores=True,
             )
             self.fit_similarity(outcome)
         return outcome
 
-    def distill(self, outcome: RoundOutcome, teachers: list[tuple[Arrays, Arrays]]) -> None:
-        """FedDF: the new global's program encoder distilled toward the accepted nodes'
-        (contribution encoder, expert) on the public probes, in place (`outcome.aggregated`);
-        off (no steps) or nothing aggregated: nothing."""
-        if not self.distill_steps or outcome.aggregated is None or not teachers:
+    def distill(
+        self,
+        outcome: RoundOutcome,
+        teachers: Sequence[tuple[Arrays, Arrays | Sequence[np.ndarray]]],
+        *,
+        to_teacher_scores: bool = False,
+    ) -> None:
+        """The new global's program encoder distilled on the public probes, in place
+        (`outcome.aggregated`): toward the accepted nodes' (contribution encoder, expert)
+        (FedDF, `distill_steps`), or with `to_teacher_scores` toward their teachers' probe
+        scores, each read through the node's expert (`teacher_distill_steps`). Off (no
+        steps), nothing aggregated or no teachers: nothing."""
+        steps = self.teacher_distill_steps if to_teacher_scores else self.distill_steps
+        if not steps or outcome.aggregated is None or not teachers:
             return
-        from server.distillation import distill_shared
+        from server import distillation
 
+        toward = "the teachers' probe scores" if to_teacher_scores else "the encoders"
+        run = distillation.distill_to_scores if to_teacher_scores else distillation.distill_shared
         try:
-            arrays, before, after = distill_shared(
+            arrays, before, after = run(
                 outcome.aggregated,
                 teachers,
                 self.probes,
-                steps=self.distill_steps,
+                steps=steps,
                 seed=self.seed + outcome.round,
             )
         except BadInputError as exc:  # arrays the model cannot load: the average stands
-            log.warning("round %d: not distilled: %s", outcome.round, exc)
+            log.warning("round %d: not distilled toward %s: %s", outcome.round, toward, exc)
             return
         outcome.aggregated = arrays
         log.info(
-            "round %d: encoder distilled on %d probe tasks from %d nodes, loss %.4f -> %.4f",
+            "round %d: encoder distilled toward %s of %d nodes on %d probes, loss %.4f -> %.4f",
             outcome.round,
+            toward,
+            len(teachers),
             len(self.probes),
-            len(teachers),
-            before,
-            after,
-        )
-
-    def distill_teachers(
-        self, outcome: RoundOutcome, teachers: list[tuple[Arrays, list[np.ndarray]]]
-    ) -> None:
-        """The new global's program encoder distilled toward the accepted nodes' teacher
-        scores on the probes, each read through the node's expert, in place; off (no steps),
-        nothing aggregated or no scores: nothing."""
-        if not self.teacher_distill_steps or outcome.aggregated is None or not teachers:
-            return
-        from server.distillation import distill_to_scores
-
-        try:
-            arrays, before, after = distill_to_scores(
-                outcome.aggregated,
-                teachers,
-                self.probes,
-                steps=self.teacher_distill_steps,
-                seed=self.seed + outcome.round,
-            )
-        except BadInputError as exc:  # a teacher's expert that is not a SiMoE expert
-            log.warning("round %d: not distilled toward teachers: %s", outcome.round, exc)
-            return
-        outcome.aggregated = arrays
-        log.info(
-            "round %d: encoder distilled toward %d teachers' probe scores, loss %.4f -> %.4f",
-            outcome.round,
-            len(teachers),
             before,
             after,
         )

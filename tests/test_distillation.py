@@ -201,9 +201,9 @@ def test_wrong_shaped_teacher_scores_reject_the_update_in_one_line(tmp_path: Pat
         outcome = RoundOutcome(round=1, sampled=[], delivered={})
         outcome.aggregated = dict(current)
         teachers = [(expert(1), [np.arange(8, dtype=np.float32)] * 3)]
-        off.distill_teachers(outcome, teachers)
+        off.distill(outcome, teachers, to_teacher_scores=True)
         assert outcome.aggregated is not None
         key = encoder_keys(current)[0]
         assert np.array_equal(outcome.aggregated[key], current[key])
-        on.distill_teachers(outcome, teachers)
+        on.distill(outcome, teachers, to_teacher_scores=True)
         assert not np.array_equal(outcome.aggregated[key], current[key])
