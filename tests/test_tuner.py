@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -275,14 +276,12 @@ def _simulated_scorer(device: object, inverted: bool) -> object:
     return ScoreCostModel(score)
 
 
-@pytest.mark.parametrize("inverted", [True, False])
-def test_fast_mode_hands_a_contradicted_models_budget_to_evolutionary_search(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inverted: bool
-) -> None:
-    """Issue 23: fast mode measured only the model's picks, even where its first measured
-    batch ranked backwards. With the hedge, a first batch whose Spearman rho is below the
-    threshold hands the rest of the trials to MetaSchedule's evolutionary search; a model
-    the measurements agree with keeps its picks."""
+def _hedged_fast_tune(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, trials: int, inverted: bool
+) -> tuple[Any, int]:
+    """Fast mode (one model round) with the hedge at 0.3 on a 64^3 matmul on sim:t4, the
+    model scoring by the simulator (backwards if `inverted`): the result and the records
+    measured."""
     import agent.tuner as tuner
     from agent.devices import get_device
     from agent.workloads import parse_workload
@@ -292,10 +291,21 @@ def test_fast_mode_hands_a_contradicted_models_budget_to_evolutionary_search(
     monkeypatch.setattr(tuner, "make_cost_model", lambda *_a, **_k: model)
     with Store(tmp_path / "store.sqlite") as store:
         result = tuner.tune_workload(
-            spec, device, store, trials=16, cost_model="simoe", population=16, model_rounds=1,
-            baseline=False, hedge_below=0.3,
+            spec, device, store, trials=trials, cost_model="simoe", population=16,
+            model_rounds=1, baseline=False, hedge_below=0.3,
         )  # fmt: skip
-        measured = store.count_records(device=device.name)
+        return result, store.count_records(device=device.name)
+
+
+@pytest.mark.parametrize("inverted", [True, False])
+def test_fast_mode_hands_a_contradicted_models_budget_to_evolutionary_search(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inverted: bool
+) -> None:
+    """Issue 23: fast mode measured only the model's picks, even where its first measured
+    batch ranked backwards. With the hedge, a first batch whose Spearman rho is below the
+    threshold hands the rest of the trials to MetaSchedule's evolutionary search; a model
+    the measurements agree with keeps its picks."""
+    result, measured = _hedged_fast_tune(tmp_path, monkeypatch, trials=16, inverted=inverted)
     rho = result.hedge_spearman["matmul:64,64,64"]
     assert result.hedge_below == 0.3
     if inverted:
@@ -310,19 +320,7 @@ def test_the_hedges_search_measures_no_more_than_the_trials_left(
 ) -> None:
     """--trials 10 with the hedge switching: 8 model picks, then 2 by the evolutionary
     search (it handed back a full batch of 10: 18 measured for 10 trials)."""
-    import agent.tuner as tuner
-    from agent.devices import get_device
-    from agent.workloads import parse_workload
-
-    device, spec = get_device("sim:t4"), parse_workload("matmul:64,64,64")
-    model = _simulated_scorer(device, inverted=True)
-    monkeypatch.setattr(tuner, "make_cost_model", lambda *_a, **_k: model)
-    with Store(tmp_path / "store.sqlite") as store:
-        result = tuner.tune_workload(
-            spec, device, store, trials=10, cost_model="simoe", population=16, model_rounds=1,
-            baseline=False, hedge_below=0.3,
-        )  # fmt: skip
-        measured = store.count_records(device=device.name)
+    result, measured = _hedged_fast_tune(tmp_path, monkeypatch, trials=10, inverted=True)
     assert result.hedged == ["matmul:64,64,64"]
     assert result.trials == 10 and measured == 10
 
