@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import numpy as np
 
@@ -144,6 +144,39 @@ def _median_measure(device: Device, mod: tvm.IRModule, repeat: int) -> float | N
         return None
 
 
+class SearchReport(TypedDict):
+    """The `TuneResult` fields that describe the search (see there)."""
+
+    device: str
+    simulated: bool
+    cost_model: str
+    search_wall_s: float
+    modelled_measure_s: float | None
+    model_used: ModelUsed
+    shared_schedules: int
+    shared_skipped: int
+    population_retried: list[str]
+    retry_population: int | None
+    hedge_spearman: dict[str, float] | None
+    hedge_below: float | None
+    hedged: list[str]
+    hedge_ranking: str | None
+
+
+@dataclass(frozen=True)
+class Searched:
+    """What `_run_search` did: the database, the trials each task measured, and
+    `report`, the `TuneResult` fields about the search that a workload's and a network's
+    result share: the search wall seconds, (simulated devices only) the modelled seconds
+    those measurements would have taken on the real GPU, the tasks searched again at
+    `RETRY_POPULATION` because the first search measured nothing, the shared schedules and
+    what fast mode's hedge did."""
+
+    database: ms.database.Database
+    counts: list[int]
+    report: SearchReport
+
+
 def _run_search(
     tasks: list[TuneTask],
     device: Device,
@@ -164,23 +197,20 @@ def _run_search(
     shared_reserve: float = SHARED_RESERVE,
     hedge_below: float | None = HEDGE_SPEARMAN,
     hedge_ranking: str = HEDGE_RANKING,
-) -> tuple[ms.database.Database, list[int], float, float | None, ModelUsed, list[str], Hedge]:
+) -> Searched:
     """Run MetaSchedule over `tasks`.
 
     `model_rounds` > 0 is fast mode: per task, that many chained model-only searches
     (simoe_model.model_search), then the device measures only the model's top
-    `trials_per_task`. Returns the database, trials per task, search wall seconds, and
-    (simulated devices only) the modelled seconds those measurements would have taken on
-    the real GPU, and the tasks searched again at `RETRY_POPULATION` because the first
-    search measured nothing. `warm_start`: the fleet schedule warm start (fast mode only; see
-    `warm_start_seeds`). `shared`: the most similar units' schedules the federation offered
-    (schedule sharing, opt-in): per task, they join the candidates the cost model ranks
-    before the first measurement, in fast mode (seeds of its model-only search, as
+    `trials_per_task`. `warm_start`: the fleet schedule warm start (fast mode only; see
+    `warm_start_seeds`). `shared`: the most similar units' schedules the federation
+    offered (schedule sharing, opt-in): per task, they join the candidates the cost model
+    ranks before the first measurement, in fast mode (seeds of its model-only search, as
     `warm_start`) and in MetaSchedule's evolutionary search (`shared_reserve` of its first
     batch in offer order, default `SHARED_RESERVE`; the rest ranked with its own
     candidates); `shared.used` and `shared.skipped` count them. `hedge_below`: fast mode's
     hedge (`model_picks`; None: off), `hedge_ranking` what ranks its evolutionary search
-    ("model" or "random"); what it did comes back as a `Hedge`.
+    ("model" or "random"). Returns what it did as `Searched`.
     """
     check_reserve(shared_reserve)
     import tvm
@@ -252,8 +282,23 @@ def _run_search(
     modelled = None
     if modelled_before is not None:
         modelled = float(device.modelled_measure_seconds) - float(modelled_before)
-    retried = [tasks[i].name for i in empty]
-    return database, counts, wall, modelled, model_used_by(model), retried, hedge
+    report: SearchReport = {
+        "device": device.name,
+        "simulated": device.simulated,
+        "cost_model": cost_model,
+        "search_wall_s": wall,
+        "modelled_measure_s": modelled,
+        "model_used": model_used_by(model),
+        "shared_schedules": shared.used if shared else 0,
+        "shared_skipped": shared.skipped if shared else 0,
+        "population_retried": [tasks[i].name for i in empty],
+        "retry_population": RETRY_POPULATION if empty else None,
+        "hedge_spearman": hedge.spearman if model_rounds > 0 else None,
+        "hedge_below": hedge_below if model_rounds > 0 else None,
+        "hedged": hedge.switched,
+        "hedge_ranking": hedge_ranking if model_rounds > 0 else None,
+    }
+    return Searched(database, counts, report)
 
 
 @dataclass
@@ -386,33 +431,22 @@ def tune_workload(
     task = TuneTask(
         name=str(workload), mod=mod, weight=1.0, flops=flops(workload), spec=str(workload)
     )
-    database, counts, wall, modelled, used, retried, hedge = _run_search(
+    searched = _run_search(
         [task], device, store, trials_per_task=trials, cost_model=cost_model,
         node=node, progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
         log_level=log_level, population=population, model_rounds=model_rounds,
         warm_start=warm_start, shared=shared, shared_reserve=shared_reserve,
         hedge_below=hedge_below, hedge_ranking=hedge_ranking,
     )  # fmt: skip
-    result = _task_result(task, database, device, counts[0], baseline=baseline, repeat=repeat)
+    result = _task_result(
+        task, searched.database, device, searched.counts[0], baseline=baseline, repeat=repeat
+    )
     return TuneResult(
         subject=str(workload),
         kind="workload",
-        device=device.name,
-        simulated=device.simulated,
-        cost_model=cost_model,
-        trials=counts[0],
-        search_wall_s=wall,
-        modelled_measure_s=modelled,
+        trials=searched.counts[0],
         tasks=[result],
-        model_used=used,
-        shared_schedules=shared.used if shared else 0,
-        shared_skipped=shared.skipped if shared else 0,
-        population_retried=retried,
-        retry_population=RETRY_POPULATION if retried else None,
-        hedge_spearman=hedge.spearman if model_rounds > 0 else None,
-        hedge_below=hedge_below if model_rounds > 0 else None,
-        hedged=hedge.switched,
-        hedge_ranking=hedge_ranking if model_rounds > 0 else None,
+        **searched.report,
     )
 
 
@@ -467,7 +501,7 @@ def tune_network(
     picked, selection = select_tasks([t.name for t in everything], sizes, choice or TaskChoice())
     tasks = [everything[i] for i in picked]
     stage(f"{network.name}: tuning {len(tasks)} of {len(everything)} tasks")
-    database, counts, wall, modelled, used, retried, hedge = _run_search(
+    searched = _run_search(
         tasks, device, store, trials_per_task=trials_per_task, cost_model=cost_model,
         node=node, progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
         log_level=log_level, population=population, model_rounds=model_rounds,
@@ -476,34 +510,21 @@ def tune_network(
     )  # fmt: skip
     stage(f"{network.name}: measuring the best and the untuned schedules")
     results = [
-        _task_result(t, database, device, n, baseline=baseline, repeat=repeat)
-        for t, n in zip(tasks, counts, strict=True)
+        _task_result(t, searched.database, device, n, baseline=baseline, repeat=repeat)
+        for t, n in zip(tasks, searched.counts, strict=True)
     ]
     stage(f"{network.name}: compiling and checking against the reference")
     pairs = [(t.mod, r) for t, r in zip(tasks, results, strict=True)]
-    kept = kept_database(pairs, database, target)
+    kept = kept_database(pairs, searched.database, target)
     check = verify_network(network, kept, device, repeat=repeat) if verify else None
     return TuneResult(
         subject=network.name,
         kind="network",
-        device=device.name,
-        simulated=device.simulated,
-        cost_model=cost_model,
-        trials=sum(counts),
-        search_wall_s=wall,
-        modelled_measure_s=modelled,
+        trials=sum(searched.counts),
         tasks=results,
         network=check,
-        model_used=used,
         selection=selection,
-        shared_schedules=shared.used if shared else 0,
-        shared_skipped=shared.skipped if shared else 0,
-        population_retried=retried,
-        retry_population=RETRY_POPULATION if retried else None,
-        hedge_spearman=hedge.spearman if model_rounds > 0 else None,
-        hedge_below=hedge_below if model_rounds > 0 else None,
-        hedged=hedge.switched,
-        hedge_ranking=hedge_ranking if model_rounds > 0 else None,
+        **searched.report,
     )
 
 
