@@ -467,6 +467,34 @@ FEDERATION_VARIANT_RULE_R6 = later_round_rule(
     "Sixth", "FEDERATION_VARIANTS_DA10_R6", FEDERATION_R6_INCUMBENT, "the fifth round's pick"
 )
 
+# The deployment's defaults (issue 23; written 2026-12-02 14:52 UTC, before the test run it
+# names). Until now server/run_config.py's defaults were the plain settings (no personal
+# fine-tune, the similarity fit off, no probe set), which no round chose: they are the first
+# round's `da10_r12e1_adam01_sim0`, on validation newcomer gap +0.050, nodes -0.152 against
+# own-only, similarity vs agreement +0.223 (test: nodes -0.152, gap +0.043). The rounds' pick is
+# the fifth's `da10r5_pers24_simprobe50` (test: nodes +0.004, gap +0.043, similarity +0.766),
+# but its probes are the bench's own file, 32 fleet candidates of each task (the very programs
+# newcomers are scored on): a deployment cannot have it. Its product form is the sixth round's
+# variant A, `da10r6_pers24_simprobe50_suite`: the same options with `simoe-agent probes
+# build`'s file (validation: gap +0.047, nodes +0.003, similarity +0.570), now shipped as
+# simoe_model/probe_sets/suite_seed0.npz (sha256 2d2b68b9..., the file A's runs recorded).
+# So the defaults move by PRODUCT_DEFAULTS_RULE, a policy over the rows already reported, not a
+# new selection; the one test run it names gives the product's own figure.
+PRODUCT_DEFAULTS_VARIANT = "da10r6_pers24_simprobe50_suite"
+PRODUCT_DEFAULTS_RULE = (
+    "The deployment's defaults (server/run_config.py ServerRunConfig) are the options of the "
+    "federation rounds' current pick with the shipped probe set (simoe_model/probe_sets/"
+    "suite_seed0.npz, written by `simoe-agent probes build`) in place of the bench's own probe "
+    "file, which holds fleet programs and cannot exist in a deployment: today the sixth round's "
+    f"variant {PRODUCT_DEFAULTS_VARIANT} (the fifth round's pick with that file); "
+    "tests/test_product_defaults.py holds the defaults to its options and the shipped file to "
+    "the sha256 its validation runs recorded. The test split is scored once with those options "
+    "(`python -m bench.federation.federation_helps --protocol test --seeds 0,1,2 --threads 1` "
+    "and them, --probe-file the shipped set, --tag da10_product_defaults), to report the "
+    "product's figure beside the pick's; that run picks nothing. When a later round picks a new "
+    "variant, the defaults follow its product form."
+)
+
 Split = Literal["train", "validation", "test"]
 Purpose = Literal["train", "select", "test"]
 # git-ignored: built by --build-data, with the simulator's register and shared-memory
@@ -814,6 +842,7 @@ def markdown() -> str:
         "bench.transfer.protocol_sharing --split validation --seeds 0,1,2 --threads 1`), "
         "[test](protocol_sharing_test.md) (`python -m bench.transfer.protocol_sharing --split "
         "test --seeds 0,1,2 --threads 1`), SIMULATED units.",
+        f"- The deployment's defaults: {PRODUCT_DEFAULTS_RULE}",
     ]
     return "\n".join(lines) + "\n"
 

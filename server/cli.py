@@ -409,8 +409,9 @@ def start(
     probes: str = typer.Option(
         DEFAULTS.probes,
         "--probes",
-        help="an .npz of public probe programs (features only; server/distillation.py) for "
-        "--distill-steps and --similarity-source probes",
+        help="the public probe programs (features only; server/distillation.py) for "
+        "--similarity-source probes, --distill-steps and --teacher-epochs: suite (the shipped "
+        "set), an .npz file (simoe-agent probes build) or none",
     ),
     distill_steps: int = typer.Option(
         DEFAULTS.distill_steps,
@@ -488,7 +489,8 @@ def start(
         or run_config.teacher_epochs
     ):
         raise BadInputError(
-            "--distill-steps, --similarity-source probes and --teacher-epochs need --probes FILE"
+            "--similarity-source probes (the default), --distill-steps and --teacher-epochs "
+            "need probes: --probes suite or FILE, or --similarity-source reported"
         )
     state_folder(directory)
     if registry_path(directory).exists():  # a damaged or foreign registry: refused now

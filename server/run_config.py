@@ -8,11 +8,13 @@ and what `server.aggregation.make_strategy` builds the strategy from. Its defaul
 are the deployment's defaults, here and nowhere else.
 
 The server's step: FedAdam (a step of about `server_lr` per learned value per round)
-with many rounds of one local epoch, chosen on the protocol's validation units over 3
-seeds against the other variants of `docs/results/federation_helps_variants_validation.md`
-(docs/model.md, "Federation helps"). `--server-optimizer sgd --server-lr 1` is plain
-FedAvg, what `SiMoEStrategy` itself does when built directly (the tests and the
-poisoning bench).
+with many rounds of one local epoch, each node's personal fine-tune and the similarity fit
+on the shipped probe set's agreements: the pre-registered rounds' pick on the protocol's
+validation units over 3 seeds against the other variants of
+`docs/results/federation_helps_variants_validation.md` (docs/model.md, "Federation helps"),
+with the shipped probe set in place of the bench's (see `DEFAULTS`).
+`--server-optimizer sgd --server-lr 1` is plain FedAvg, what `SiMoEStrategy` itself does
+when built directly (the tests and the poisoning bench).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from schemas import BadInputError
 from schemas.errors import plain_problem
@@ -69,8 +71,10 @@ class ServerRunConfig(BaseModel):
         description="weight of each node's cross-node loss on the program encoder: the "
         "delivered experts' mixture ranking its own records (0: off)",
     )
+    # the validated pick's (see DEFAULTS): on the test split nodes +0.004 against their
+    # own-data-only models with it, -0.152 without (docs/results/federation_helps_test*.md)
     personal_epochs: int = Field(
-        default=0,
+        default=24,
         ge=0,
         le=1000,
         description="epochs each node fine-tunes a personal, never-sent copy of the encoder "
@@ -85,25 +89,25 @@ class ServerRunConfig(BaseModel):
     matched_global: bool = Field(
         default=False, description="newcomers get the global their experts were trained on"
     )
-    # off by default: on the validation split of fleet da10b0fa (federation helps, 3 seeds)
-    # 10 steps neither raised the newcomers' cos(z)-vs-agreement correlation (+0.193 on,
-    # +0.223 off) nor closed their gap (+0.053 on, +0.050 off): docs/results/model_evaluation.md
+    # the validated pick's (see DEFAULTS), on the probes' agreements: on validation the
+    # newcomers' cos(z) vs measured agreement +0.570 with the shipped probe set, +0.223 with the
+    # fit off; 10 steps on the nodes' reported agreements did not help (+0.193):
+    # docs/results/model_evaluation.md
     similarity_steps: int = Field(
-        default=0,
+        default=50,
         ge=0,
         le=1000,
         description="steps fitting the hardware similarity on the nodes' rank agreements "
         "after each average (0: off)",
     )
-    # off by default (issue 23, fifth round; docs/results/model_evaluation.md): FedDF on a
-    # public probe set after each average (on validation it cost the newcomers, gap +0.101
-    # against +0.045 without), and the similarity fit's agreements from the experts' rankings
-    # of those probes (with --similarity-steps 50: the newcomers' cos(z) vs agreement +0.502
-    # against +0.223 with the fit off; the fifth round's pick)
+    # the shipped public probe set (simoe_model.probe_file.SUITE_PROBES) by default, for the
+    # similarity fit's probe agreements (issue 23, fifth and sixth rounds). FedDF on it after
+    # each average stays off: on validation it cost the newcomers (gap +0.101 against +0.045
+    # without; docs/results/model_evaluation.md)
     probes: str = Field(
-        default="",
-        description="an .npz of public probe programs (features only) for distillation and "
-        "probe agreements (server.distillation; empty: none)",
+        default="suite",
+        description="the public probe programs (features only) for the probe agreements and "
+        "distillation: `suite` (the shipped set), an .npz file, or `none`",
     )
     distill_steps: int = Field(
         default=0,
@@ -113,7 +117,7 @@ class ServerRunConfig(BaseModel):
         "encoders and experts on the probes after each average (0: off)",
     )
     similarity_source: Literal["reported", "probes"] = Field(
-        default="reported",
+        default="probes",
         description="what the similarity fit follows: the nodes' reported agreements, or how "
         "alike their experts rank the probes",
     )
@@ -137,6 +141,12 @@ class ServerRunConfig(BaseModel):
         description="server steps distilling the averaged program encoder toward the nodes' "
         "teacher scores on the probes after each average (0: off; needs teacher_epochs)",
     )
+
+    @field_validator("probes")
+    @classmethod
+    def _no_probes(cls, value: str) -> str:
+        """`none` turns the probe set off (empty, as the checks below read it)."""
+        return "" if value.strip().lower() == "none" else value
 
     # -- Flower's run config ------------------------------------------------------------
 
@@ -200,4 +210,8 @@ class ServerRunConfig(BaseModel):
         return text + (", newcomers get their experts' global" if self.matched_global else "")
 
 
+# The deployment's defaults are the federation rounds' validated pick in its product form
+# (bench/protocol.py PRODUCT_DEFAULTS_RULE; tests/test_run_config.py holds them to it): FedAdam
+# 0.01, 1 local epoch a round, each node's personal fine-tune (24 epochs) and the similarity
+# fit (50 steps a round) on the agreements of the experts' rankings of the shipped probe set.
 DEFAULTS = ServerRunConfig()

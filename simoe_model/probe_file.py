@@ -4,6 +4,10 @@ An .npz of `rows_<i>` (log-transformed PerStoreFeature rows [rows, FEATURE_DIM],
 and `offsets_<i>` (row offsets of the candidates [n + 1]) per probe task i = 0, 1, ...:
 candidate programs of public workloads, program features only, no latency. Here, not in
 `server` or `agent`, because both sides use it and neither may import the other.
+
+SiMoE ships one: `suite` (`SUITE_PROBES`), the deployment's default probe set, written by
+`simoe-agent probes build --out simoe_model/probe_sets/suite_seed0.npz` (the operator suite's
+public workloads, 32 candidates each, seed 0). A server can read it without TVM.
 """
 
 from __future__ import annotations
@@ -29,10 +33,20 @@ class ProbeTask:
     n: int
 
 
+SUITE_PROBES = Path(__file__).resolve().parent / "probe_sets" / "suite_seed0.npz"
+# what `--probes` accepts besides a file's path
+NAMED_PROBES = {"suite": SUITE_PROBES}
+
+
+def probe_file_path(name_or_path: str | Path) -> Path:
+    """The file of a probe set: a shipped set's name (`NAMED_PROBES`) or a path."""
+    return NAMED_PROBES.get(str(name_or_path), Path(name_or_path))
+
+
 def load_probes(path: str | Path) -> list[ProbeTask]:
-    """The probe set of an .npz file (see the module docstring); BadInputError, one line,
-    for a missing or malformed file."""
-    file = Path(path)
+    """The probe set of an .npz file or a shipped set's name (see the module docstring);
+    BadInputError, one line, for a missing or malformed file."""
+    file = probe_file_path(path)
     if not file.is_file():
         raise BadInputError(f"probe file {file} does not exist")
     try:

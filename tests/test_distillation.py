@@ -196,7 +196,9 @@ def test_wrong_shaped_teacher_scores_reject_the_update_in_one_line(tmp_path: Pat
         with pytest.raises(UpdateRejected, match="did not ask for"):
             off._check_reply(reply(good), current)
         with pytest.raises(ValueError, match="need a probe set"):
-            make_strategy(ServerRunConfig(teacher_epochs=1), registry, model_similarity)
+            make_strategy(
+                ServerRunConfig(teacher_epochs=1, probes="none"), registry, model_similarity
+            )
         # the new global distilled toward the teachers' scores only when asked
         outcome = RoundOutcome(round=1, sampled=[], delivered={})
         outcome.aggregated = dict(current)

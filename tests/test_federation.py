@@ -166,9 +166,10 @@ def test_robust_strategies_ignore_two_outliers(tmp_path: Path, aggregation: str)
     nodes = [ToyNode(f"n{i}", 1000 * (i + 1), value=1.0 + 0.01 * i) for i in range(6)]
     nodes.append(ToyNode("evil", 9000, value=1e6, weight=100))
     nodes.append(ToyNode("flip", 9500, value=-50.0, weight=100))
-    config = ServerRunConfig(
-        aggregation=aggregation, trim=0.25, krum_f=2, server_optimizer="sgd", server_lr=1.0
-    )
+    config = ServerRunConfig(  # toy arrays: no model to fit a similarity or rank probes on
+        aggregation=aggregation, trim=0.25, krum_f=2, server_optimizer="sgd", server_lr=1.0,
+        similarity_steps=0, similarity_source="reported", probes="none",
+    )  # fmt: skip
     registry = Registry(tmp_path / "registry.sqlite")
     strategy = make_strategy(config, registry, toy_similarity)  # type: ignore[arg-type]
     assert type(strategy).aggregation == aggregation
@@ -407,13 +408,13 @@ def test_server_step_settings_survive_the_run_config_and_reach_the_strategy(
     assert strategy.aggregation == "median" and strategy.matched_global
     assert strategy.server_adam is not None and strategy.server_adam.lr == 0.01
     assert (strategy.k_experts, strategy.epochs, strategy.min_available_nodes) == (5, 3, 2)
-    assert strategy.personal_epochs == 4 and ServerRunConfig().personal_epochs == 0  # off
+    assert strategy.personal_epochs == 4 and ServerRunConfig().personal_epochs == 24  # the pick
     deployed = ServerRunConfig.from_run_config({})  # the defaults come from one place
     assert deployed == ServerRunConfig() and deployed.server_optimizer == "adam"
     assert ServerRunConfig.from_run_config({"matched-global": "true"}).matched_global  # old runs
 
 
-def test_the_similarity_fit_is_off_by_default_and_the_option_turns_it_on(
+def test_the_similarity_fit_is_on_by_default_and_the_option_turns_it_off(
     tmp_path: Path,
 ) -> None:
     from server.similarity import fit_shared_similarity
@@ -423,7 +424,7 @@ def test_the_similarity_fit_is_off_by_default_and_the_option_turns_it_on(
         off = make_strategy(ServerRunConfig(similarity_steps=0), registry, toy_similarity)
         five = ServerRunConfig.from_run_config(ServerRunConfig(similarity_steps=5).to_run_config())
         more = make_strategy(five, registry, toy_similarity)
-    assert default.similarity_fit is None and default.similarity_steps == 0  # validation
+    assert default.similarity_fit is fit_shared_similarity and default.similarity_steps == 50
     assert off.similarity_fit is None and off.similarity_steps == 0
     assert more.similarity_fit is fit_shared_similarity and more.similarity_steps == 5
     assert five.start_options() == ["--similarity-steps", "5"]

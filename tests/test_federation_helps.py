@@ -173,7 +173,7 @@ def test_similarity_steps_option_reaches_the_server_and_the_report(run, fleet) -
     from server.aggregation import make_strategy
 
     report, _ = run
-    assert fh.FederationHelpsSettings().similarity_steps == 0  # the deployment's default: off
+    assert fh.FederationHelpsSettings().similarity_steps == 0  # the bench's own default: off
     assert report.similarity_steps == 10  # the fixture turns it on
     off = fh.FederationHelpsSettings(rounds=2, similarity_steps=0).server_config(seed=0)
     on = fh.FederationHelpsSettings(rounds=2, similarity_steps=7).server_config(seed=0)

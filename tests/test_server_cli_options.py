@@ -121,8 +121,8 @@ def test_every_run_setting_reaches_the_run_through_its_start_option(
         (["--personal-epochs", "1001"], "--personal-epochs must be at most 1000"),
         (["--wait-nodes", "-5"], "--wait-nodes must be at least 0"),
         (["--seed", "-1"], "--seed must be at least 0"),
-        (["--distill-steps", "5"], "need --probes FILE"),
-        (["--similarity-source", "probes"], "need --probes FILE"),
+        (["--distill-steps", "5", "--probes", "none"], "need probes: --probes suite or FILE"),
+        (["--probes", "none"], "need probes: --probes suite or FILE"),
         (["--probes", "no-such-probes.npz"], "does not exist"),
     ],
 )

@@ -170,8 +170,10 @@ class FederationHelpsSettings(BaseModel):
     server_lr: float = 1.0  # 1 with sgd: plain FedAvg, the strategy class's default
     server_optimizer: Literal["sgd", "adam"] = "sgd"
     matched_global: bool = False
-    # the server's similarity fit after each average (ServerRunConfig.similarity_steps; 0: off)
-    similarity_steps: int = ServerRunConfig.model_fields["similarity_steps"].default
+    # the server's similarity fit after each average (ServerRunConfig.similarity_steps; 0: off).
+    # This bench's defaults are its own, fixed (the deployment's moved to the validated pick on
+    # 2026-12-02), so that every recorded command still means what it meant
+    similarity_steps: int = 0
     # each node's personal fine-tune in the last round (ServerRunConfig.personal_epochs; 0: off)
     personal_epochs: int = 0
     # FedDF on public probes (ServerRunConfig.distill_steps; 0: off) and where the similarity
@@ -198,7 +200,8 @@ class FederationHelpsSettings(BaseModel):
         rest are the defaults, which build the strategy as `SiMoEStrategy` built directly is
         (no clipping, FedAvg's rule). A bad value is one line naming its option."""
         shared = set(type(self).model_fields) & set(ServerRunConfig.model_fields)
-        return ServerRunConfig.from_options(seed=seed, **self.model_dump(include=shared))
+        # no probe set unless the run needs one (then its own: see run_federation_helps)
+        return ServerRunConfig.from_options(seed=seed, probes="", **self.model_dump(include=shared))
 
     @property
     def needs_probes(self) -> bool:
@@ -480,7 +483,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--similarity-steps",
         type=int,
-        default=ServerRunConfig.model_fields["similarity_steps"].default,
+        default=0,
         help="the server's similarity fit steps after each average (ServerRunConfig; 0: off)",
     )
     parser.add_argument(

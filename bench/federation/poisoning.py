@@ -151,9 +151,13 @@ class PoisoningSettings(BaseModel):
     check_measurements: int  # a newcomer's measurements per task to check experts with
 
     def server_config(self, rule: str, seed: int) -> ServerRunConfig:
-        """The server's settings of one run: `rule` aggregates; plain FedAvg's step, as the
-        bench's recorded runs."""
+        """The server's settings of one run: `rule` aggregates; plain FedAvg's step, no
+        personal fine-tune, similarity fit or probe set, as the bench's recorded runs."""
         return ServerRunConfig(
+            personal_epochs=0,
+            similarity_steps=0,
+            similarity_source="reported",
+            probes="",
             aggregation=rule,  # type: ignore[arg-type]
             clip=self.clip or 0.0,
             trim=self.trim,
