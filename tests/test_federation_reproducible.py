@@ -6,7 +6,8 @@ similarity fit took its units and pairs in the order of the node keys, which eve
 enrolment draws afresh, and its float sums follow that order. Here two fresh processes
 (other key draws, other PYTHONHASHSEEDs) run a tiny federation with what the real runs use
 (the fit on probe agreements, FedAdam, personal fine-tunes, several newcomers) and must
-agree on every field of the report but the wall and CPU times."""
+agree on every field of the report but the wall and CPU times, in the same order (the
+report's traffic was listed by node key)."""
 
 from __future__ import annotations
 
@@ -71,3 +72,4 @@ def test_a_seed_of_the_federation_benchmark_repeats_bit_for_bit() -> None:
     assert len(first["newcomers"]) == 2 and first["newcomers"][0]["similarity_to_nodes"]
     assert first["nodes"][0]["federated_global_top1"] is not None  # the personal fine-tune ran
     assert first == second
+    assert json.dumps(first) == json.dumps(second)  # the report's text too: keys in one order
