@@ -87,7 +87,15 @@ def check_cost_model(name: str) -> None:
 
 
 def make_cost_model(
-    name: str, device: Device, node: NodeState | None = None
+    name: str, device: Device, node: NodeState | None = None, *, seed: int = 0
 ) -> ms.cost_model.CostModel | str:
+    """The cost model `name` for this device and node; a SiMoE's online fine-tune and replay
+    buffer draw from `seed` (the tuning run's `--seed`: before, they drew from 0 whatever it
+    was)."""
     check_cost_model(name)
-    return COST_MODELS[name](device, node)
+    model = COST_MODELS[name](device, node)
+    from simoe_model.cost_model import SiMoECostModel
+
+    if isinstance(model, SiMoECostModel):
+        model.reseed(seed)
+    return model

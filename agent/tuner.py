@@ -231,7 +231,7 @@ def _run_search(
     database = ms_database(
         store, device=device.name, profile_id=profile_id, simulated=device.simulated
     )
-    model = make_cost_model(cost_model, device, node)
+    model = make_cost_model(cost_model, device, node, seed=seed or 0)
     observe_stored(model, tasks, store, device.name)
     target = device.target()
     counts = [0] * len(tasks)

@@ -505,7 +505,8 @@ class SiMoEStrategy:
         names = NameBook(self.registry)
         updates: list[Arrays] = []
         weights: list[float] = []
-        metric_sums: dict[str, float] = {}
+        accepted_metrics: list[dict[str, float]] = []
+        accepted_names: list[str] = []
         teacher_scores: dict[str, list[np.ndarray]] = {}  # node -> its teacher's probe scores
         # The SuperLink answers for a node that is gone with an error reply of its own
         # (source node 0): match replies to what was sent, so that node counts once.
@@ -562,7 +563,19 @@ class SiMoEStrategy:
             updates.append(update)
             weights.append(weight)
             outcome.accepted.append(who)
-            for key, value in metrics.items():
+            accepted_metrics.append(metrics)
+            accepted_names.append(node.hello.name)
+        # Replies arrive in any order over gRPC, and float sums depend on the order of their
+        # terms: the accepted updates are combined in the order of the nodes' names (then
+        # keys), so the same replies give the same bits however they arrived. Names, not
+        # keys or node ids: those are drawn afresh when a node enrols or reconnects.
+        order = sorted(range(len(updates)), key=lambda i: (accepted_names[i], outcome.accepted[i]))
+        updates = [updates[i] for i in order]
+        weights = [weights[i] for i in order]
+        outcome.accepted = [outcome.accepted[i] for i in order]
+        metric_sums: dict[str, float] = {}
+        for i, weight in zip(order, weights, strict=True):
+            for key, value in accepted_metrics[i].items():
                 metric_sums[key] = metric_sums.get(key, 0.0) + value * weight
         outcome.missing = sorted(set(sent.values()) - answered)
         outcome.errored = sorted(errored)
@@ -664,13 +677,22 @@ class SiMoEStrategy:
                     latest[(answer.node_key, owner[name])] = value
         if self.similarity_source == "probes":
             latest = self.probe_agreements(outcome)
-        keys = {key for pair in latest for key in pair}
-        profiles = {k: p for k in sorted(keys) if (p := self.registry.profile(k)) is not None}
-        agreements = [
-            (a, b, min(1.0, max(-1.0, value)))
-            for (a, b), value in sorted(latest.items())
-            if a in profiles and b in profiles
-        ]
+        # The fit names each node by its name, not its key: the fit's sums run in the order
+        # of its units and pairs, and a key is drawn afresh at each enrolment, so an order by
+        # key differs between two runs of the same fleet (names are unique, as keys are).
+        names: dict[str, str] = {}
+        profiles: dict[str, HardwareProfile] = {}
+        for key in {key for pair in latest for key in pair}:
+            node, profile = self.registry.node(key), self.registry.profile(key)
+            if node is not None and profile is not None:
+                names[key] = node["name"]
+                profiles[node["name"]] = profile
+        profiles = dict(sorted(profiles.items()))
+        agreements = sorted(
+            (names[a], names[b], min(1.0, max(-1.0, value)))
+            for (a, b), value in latest.items()
+            if a in names and b in names
+        )
         if len(agreements) < MIN_FIT_PAIRS:
             log.info(
                 "round %d: similarity not fitted (%d agreement pairs, %d needed)",

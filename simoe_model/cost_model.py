@@ -88,6 +88,16 @@ class SiMoECostModel(PyCostModel):
         # task key -> (model version, expert names, evidence): recomputed after an update
         self._evidence: dict[str, tuple[int, list[str], np.ndarray]] = {}
 
+    def reseed(self, seed: int) -> None:
+        """Draw the online fine-tune's and the replay buffer's randomness from `seed`; only
+        before the first update (what was drawn already cannot be redrawn)."""
+        if self.updates or len(self.replay):
+            raise ValueError("reseed before the first update")
+        self.seed = seed
+        self.replay = ReplayBuffer(
+            max_tasks=self.replay.max_tasks, per_task=self.replay.per_task, seed=seed
+        )
+
     @classmethod
     def for_device(
         cls, profile: HardwareProfile, model_path: str | Path | None = None, **options: object

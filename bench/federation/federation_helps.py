@@ -321,10 +321,12 @@ def run_federation_helps(
 
     last = federation.run(strategy, seed, rounds, newcomers, report_round)
     federation_wall = time.perf_counter() - fed_started
+    # by name: the registry lists traffic by node key, drawn afresh at each enrolment
     traffic = {
         registry.node(row["node_key"])["name"]: {"down": row["bytes_down"], "up": row["bytes_up"]}
         for row in registry.traffic(last.round)
     }
+    traffic = dict(sorted(traffic.items()))
     registry.close()
 
     own_started = time.perf_counter()
