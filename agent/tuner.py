@@ -46,6 +46,7 @@ from schemas.tuning import ModelUsed, NetworkCheck, TaskResult, TuneResult
 if TYPE_CHECKING:
     import tvm
     from tvm.s_tir import meta_schedule as ms
+    from typing_extensions import Unpack  # typing's own from Python 3.11 on
 
     from agent.devices.base import Device
     from agent.node_state import NodeState
@@ -177,19 +178,40 @@ class Searched:
     report: SearchReport
 
 
+class SearchOptions(TypedDict, total=False):
+    """How `_run_search` searches, each option and its default described there:
+    `tune_workload` and `tune_network` take these as keywords and pass them on as they
+    came, so the two take the same options with the same defaults."""
+
+    cost_model: str
+    node: NodeState | None
+    progress: ProgressCallback | None
+    seed: int | None
+    work_dir: Path | None
+    profile_id: str | None
+    log_level: int
+    population: int | None
+    model_rounds: int
+    warm_start: Path | None
+    shared: SharedSeeds | None
+    shared_reserve: float
+    hedge_below: float | None
+    hedge_ranking: str
+
+
 def _run_search(
     tasks: list[TuneTask],
     device: Device,
     store: Store,
     *,
     trials_per_task: int,
-    cost_model: str,
+    cost_model: str = "xgb",
     node: NodeState | None = None,
-    progress: ProgressCallback | None,
-    seed: int | None,
-    work_dir: Path | None,
-    profile_id: str | None,
-    log_level: int,
+    progress: ProgressCallback | None = None,
+    seed: int | None = 0,
+    work_dir: Path | None = None,
+    profile_id: str | None = None,
+    log_level: int = logging.WARNING,
     population: int | None = None,
     model_rounds: int = 0,
     warm_start: Path | None = None,
@@ -198,8 +220,13 @@ def _run_search(
     hedge_below: float | None = HEDGE_SPEARMAN,
     hedge_ranking: str = HEDGE_RANKING,
 ) -> Searched:
-    """Run MetaSchedule over `tasks`.
+    """Run MetaSchedule over `tasks` with `trials_per_task` measurements each.
 
+    `cost_model`: the model that guides the search (see the module docstring); `node`: the
+    node's state (a SiMoE is built from it); `progress`: called with each task's measured
+    count; `seed` seeds the cost model and the search; `work_dir` and `log_level` go to
+    MetaSchedule; `profile_id`: the device profile the stored records cite; `population`:
+    see `search_population`.
     `model_rounds` > 0 is fast mode: per task, that many chained model-only searches
     (simoe_model.model_search), then the device measures only the model's top
     `trials_per_task`. `warm_start`: the fleet schedule warm start (fast mode only; see
@@ -401,27 +428,15 @@ def tune_workload(
     store: Store,
     *,
     trials: int,
-    cost_model: str = "xgb",
-    node: NodeState | None = None,
-    progress: ProgressCallback | None = None,
-    seed: int | None = 0,
     baseline: bool = True,
     repeat: int = 5,
-    work_dir: Path | None = None,
-    profile_id: str | None = None,
-    log_level: int = logging.WARNING,
-    population: int | None = None,
-    model_rounds: int = 0,
-    warm_start: Path | None = None,
-    shared: SharedSeeds | None = None,
-    shared_reserve: float = SHARED_RESERVE,
-    hedge_below: float | None = HEDGE_SPEARMAN,
-    hedge_ranking: str = HEDGE_RANKING,
+    **search: Unpack[SearchOptions],
 ) -> TuneResult:
     """Tune one operator for `trials` candidates; every measurement goes to `store`.
 
-    `model_rounds` > 0: fast mode; `shared`: the federation's shared schedules and
-    `shared_reserve` the share of the first batch kept for them (see `_run_search`)."""
+    `search`: how to search (`SearchOptions`: the cost model, fast mode's `model_rounds`,
+    the federation's `shared` schedules, ...; see `_run_search`). `baseline`: measure the
+    untuned default too, each `repeat` times."""
     from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
 
     if trials < 1:
@@ -431,13 +446,7 @@ def tune_workload(
     task = TuneTask(
         name=str(workload), mod=mod, weight=1.0, flops=flops(workload), spec=str(workload)
     )
-    searched = _run_search(
-        [task], device, store, trials_per_task=trials, cost_model=cost_model,
-        node=node, progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
-        log_level=log_level, population=population, model_rounds=model_rounds,
-        warm_start=warm_start, shared=shared, shared_reserve=shared_reserve,
-        hedge_below=hedge_below, hedge_ranking=hedge_ranking,
-    )  # fmt: skip
+    searched = _run_search([task], device, store, trials_per_task=trials, **search)
     result = _task_result(
         task, searched.database, device, searched.counts[0], baseline=baseline, repeat=repeat
     )
@@ -456,30 +465,17 @@ def tune_network(
     store: Store,
     *,
     trials_per_task: int,
-    cost_model: str = "xgb",
-    node: NodeState | None = None,
-    progress: ProgressCallback | None = None,
-    seed: int | None = 0,
     baseline: bool = True,
     verify: bool = True,
     repeat: int = 5,
-    work_dir: Path | None = None,
-    profile_id: str | None = None,
-    log_level: int = logging.WARNING,
     on_stage: Callable[[str], None] | None = None,
-    population: int | None = None,
-    model_rounds: int = 0,
     choice: TaskChoice | None = None,
-    warm_start: Path | None = None,
-    shared: SharedSeeds | None = None,
-    shared_reserve: float = SHARED_RESERVE,
-    hedge_below: float | None = HEDGE_SPEARMAN,
-    hedge_ranking: str = HEDGE_RANKING,
+    **search: Unpack[SearchOptions],
 ) -> TuneResult:
     """Tune a network's tasks, compile it from the store's best schedules and check it.
 
     `choice`: only its largest tasks (the others keep TVM's default schedule).
-    `model_rounds` > 0: fast mode (see `_run_search`)."""
+    `search`: how to search, as `tune_workload`'s."""
     if trials_per_task < 1:
         raise BadInputError(f"--trials must be at least 1, got {trials_per_task}")
     stage = on_stage or (lambda _text: None)
@@ -501,13 +497,7 @@ def tune_network(
     picked, selection = select_tasks([t.name for t in everything], sizes, choice or TaskChoice())
     tasks = [everything[i] for i in picked]
     stage(f"{network.name}: tuning {len(tasks)} of {len(everything)} tasks")
-    searched = _run_search(
-        tasks, device, store, trials_per_task=trials_per_task, cost_model=cost_model,
-        node=node, progress=progress, seed=seed, work_dir=work_dir, profile_id=profile_id,
-        log_level=log_level, population=population, model_rounds=model_rounds,
-        warm_start=warm_start, shared=shared, shared_reserve=shared_reserve,
-        hedge_below=hedge_below, hedge_ranking=hedge_ranking,
-    )  # fmt: skip
+    searched = _run_search(tasks, device, store, trials_per_task=trials_per_task, **search)
     stage(f"{network.name}: measuring the best and the untuned schedules")
     results = [
         _task_result(t, searched.database, device, n, baseline=baseline, repeat=repeat)

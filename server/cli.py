@@ -319,6 +319,11 @@ def init_certs_command(
     console.print("give nodes the CA: simoe-agent enroll --ca " + str(certs.ca))
 
 
+# Every run setting is a parameter spelled out here, typer's idiom: typer reads the options
+# from this signature. Generated from ServerRunConfig's fields they would lose their help,
+# written for the command line (--wait-nodes names --min-nodes; --probes the options that
+# need it), and be hidden from readers; tests/test_server_cli_options.py holds the two to
+# each other instead.
 @app.command()
 def start(
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),

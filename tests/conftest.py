@@ -1,12 +1,14 @@
-"""Shared fixtures: every test gets its own state directory; Flower stays offline."""
+"""Shared fixtures: every test gets its own state directory; Flower stays offline; the
+processes a test starts end with it."""
 
 from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from schemas.protocol import prepare_flower_env
@@ -43,3 +45,17 @@ def wait_for(
             raise AssertionError(f"{process.args[0]} exited ({process.returncode}) before {what}")
         time.sleep(0.5)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@pytest.fixture()
+def started() -> Iterator[list[subprocess.Popen]]:
+    """Processes a test starts (it appends them); whatever is left is killed with its
+    children, so a failed test leaves no SuperLink or ServerApp behind."""
+    processes: list[subprocess.Popen] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            for child in psutil.Process(process.pid).children(recursive=True):
+                child.kill()
+            process.kill()
+            process.wait()

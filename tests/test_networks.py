@@ -3,16 +3,14 @@ compiled from the store, and the compiled output agrees with PyTorch / ONNX."""
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
+from cli_helpers import tune_json
 
-from agent.cli import app
 from agent.devices import get_device
 from agent.ms_database import ms_database
 from agent.networks import (
@@ -25,8 +23,6 @@ from agent.networks import (
 from agent.store import Store
 from agent.tuner import tune_network, verify_network
 from schemas import BadInputError
-
-runner = CliRunner()
 
 
 @pytest.mark.parametrize(
@@ -114,14 +110,10 @@ def test_verify_network_catches_a_wrong_reference(tmp_path: Path) -> None:
 def test_cli_tunes_tiny_mlp_and_matches_pytorch(tmp_path: Path) -> None:
     """Its larger task only (--largest-tasks 1): the other keeps TVM's default schedule."""
     state = tmp_path / "state"
-    result = runner.invoke(
-        app,
-        ["tune", "--model", "tiny_mlp", "--device", "cpu", "--trials", "1",
-         "--cost-model", "random", "--no-baseline", "--largest-tasks", "1", "--json",
-         "--state-dir", str(state)],
+    data = tune_json(
+        state, "--model", "tiny_mlp", "--device", "cpu", "--trials", "1",
+        "--cost-model", "random", "--no-baseline", "--largest-tasks", "1",
     )  # fmt: skip
-    assert result.exit_code == 0, (result.output, result.exception)
-    data = json.loads(result.stdout)
     assert data["kind"] == "network" and data["subject"] == "tiny_mlp"
     assert [t["task_name"] for t in data["tasks"]] == ["fused_matmul_add_relu"]
     selection = data["selection"]

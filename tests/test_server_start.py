@@ -15,7 +15,6 @@ import sqlite3
 import ssl
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -38,19 +37,6 @@ def global_version(state: Path) -> int | None:
         return None
     result = cli("status", "--state-dir", str(state), "--json")
     return json.loads(result.stdout)["global_version"] if result.returncode == 0 else None
-
-
-@pytest.fixture()
-def started() -> Iterator[list[subprocess.Popen[str]]]:
-    """Processes a test starts; whatever is left is killed with its children."""
-    processes: list[subprocess.Popen[str]] = []
-    yield processes
-    for process in processes:
-        if process.poll() is None:
-            for child in psutil.Process(process.pid).children(recursive=True):
-                child.kill()
-            process.kill()
-            process.wait()
 
 
 @pytest.mark.slow  # the ServerApp process imports torch: 20-60 s on 2 busy cores

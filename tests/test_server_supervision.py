@@ -10,7 +10,6 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -43,18 +42,6 @@ def alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-@pytest.fixture()
-def started() -> Iterator[list[subprocess.Popen]]:
-    processes: list[subprocess.Popen] = []
-    yield processes
-    for process in processes:
-        if process.poll() is None:
-            for kid in psutil.Process(process.pid).children(recursive=True):
-                kid.kill()
-            process.kill()
-            process.wait()
 
 
 @pytest.mark.slow  # two SuperLinks and a ServerApp process start: 20-60 s on 2 busy cores

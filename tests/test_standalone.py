@@ -7,16 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import one_line_error, run_main
-from typer.testing import CliRunner
+from cli_helpers import one_line_error, run_main, tune_json
 
 import agent.model_choice as model_choice
-from agent.cli import app, main
+from agent.cli import main
 from agent.model_choice import choose_model
 from agent.node_state import NodeState
 from simoe_model.model import SiMoE, model_metadata, save_model
-
-runner = CliRunner()
 
 
 def _model_file(path: Path, label: str | None = None) -> Path:
@@ -105,14 +102,10 @@ def test_the_shipped_starter_model_says_what_it_was_trained_on() -> None:
 @pytest.mark.slow  # a real (simulated-GPU) search of 4 candidates, with profiling: ~30 s loaded
 def test_tune_with_simoe_and_no_server_profiles_first_and_names_its_model(tmp_path: Path) -> None:
     state = tmp_path / "state"  # a fresh node: no profile, no federation, no server
-    result = runner.invoke(
-        app,
-        ["tune", "--workload", "matmul:64,64,64", "--device", "sim:t4", "--trials", "4",
-         "--cost-model", "simoe", "--population", "16", "--no-baseline", "--json",
-         "--state-dir", str(state)],
+    data = tune_json(
+        state, "--workload", "matmul:64,64,64", "--device", "sim:t4", "--trials", "4",
+        "--cost-model", "simoe", "--population", "16", "--no-baseline",
     )  # fmt: skip
-    assert result.exit_code == 0, (result.output, result.exception)
-    data = json.loads(result.stdout)
     used = data["model_used"]
     expected = choose_model(NodeState(state))
     assert used["source"] == expected.source and used["path"] == expected.path

@@ -3,14 +3,13 @@ and `file.py:factory`; bad files are one line, exit 2 (issue 13)."""
 
 from __future__ import annotations
 
-import json
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from cli_helpers import one_line_error, run_main
+from cli_helpers import one_line_error, run_main, tune_json
 from typer.testing import CliRunner
 
 from agent.cli import app, main
@@ -85,13 +84,10 @@ def test_both_forms_load_and_compile_to_pytorchs_output(block_file: Path, block_
 
 
 def _tune(ref: str, state: Path, *extra: str) -> dict:
-    result = runner.invoke(
-        app,
-        ["tune", "--model", ref, "--device", "cpu", "--trials", "1", "--cost-model", "random",
-         *extra, "--json", "--state-dir", str(state)],
+    return tune_json(
+        state, "--model", ref, "--device", "cpu", "--trials", "1", "--cost-model", "random",
+        *extra,
     )  # fmt: skip
-    assert result.exit_code == 0, (result.output, result.exception)
-    return json.loads(result.stdout)
 
 
 @pytest.mark.slow  # tunes a real network on the CPU (1 trial per task): ~1 min when loaded

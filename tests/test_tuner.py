@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import tune_json
 from typer.testing import CliRunner
 
 from agent.cli import app, main
@@ -22,13 +23,10 @@ runner = CliRunner()
 
 def test_cli_tunes_a_tiny_matmul_into_the_store(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    result = runner.invoke(
-        app,
-        ["tune", "--workload", "matmul:32,32,32", "--device", "cpu", "--trials", "3",
-         "--cost-model", "random", "--json", "--state-dir", str(state)],
+    data = tune_json(
+        state, "--workload", "matmul:32,32,32", "--device", "cpu", "--trials", "3",
+        "--cost-model", "random",
     )  # fmt: skip
-    assert result.exit_code == 0, (result.output, result.exception)
-    data = json.loads(result.stdout)  # exactly one JSON document on stdout
     assert data["kind"] == "workload" and data["device"] == "cpu" and not data["simulated"]
     (task,) = data["tasks"]
     assert task["task_name"] == "matmul:32,32,32"
@@ -138,13 +136,10 @@ def test_cost_model_registry_is_extensible() -> None:
 
 def test_simulated_gpu_tuning_is_labelled_simulated(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    result = runner.invoke(
-        app,
-        ["tune", "--workload", "matmul:64,64,64", "--device", "sim:t4", "--trials", "4",
-         "--cost-model", "random", "--population", "16", "--json", "--state-dir", str(state)],
+    data = tune_json(
+        state, "--workload", "matmul:64,64,64", "--device", "sim:t4", "--trials", "4",
+        "--cost-model", "random", "--population", "16",
     )  # fmt: skip
-    assert result.exit_code == 0, (result.output, result.exception)
-    data = json.loads(result.stdout)
     assert data["simulated"] is True and data["device"] == "sim:t4"
     assert data["modelled_measure_s"] is not None and data["modelled_measure_s"] > 0
     with Store(state / "store.sqlite") as store:
@@ -158,14 +153,10 @@ def test_fast_mode_measures_only_the_models_picks(tmp_path: Path) -> None:
     state = tmp_path / "state"
     profiled = runner.invoke(app, ["profile", "--device", "sim:t4", "--state-dir", str(state)])
     assert profiled.exit_code == 0, (profiled.output, profiled.exception)
-    result = runner.invoke(
-        app,
-        ["tune", "--workload", "matmul:64,64,64", "--device", "sim:t4", "--trials", "4",
-         "--cost-model", "simoe", "--model-rounds", "2", "--population", "16", "--no-baseline",
-         "--json", "--state-dir", str(state)],
+    data = tune_json(
+        state, "--workload", "matmul:64,64,64", "--device", "sim:t4", "--trials", "4",
+        "--cost-model", "simoe", "--model-rounds", "2", "--population", "16", "--no-baseline",
     )  # fmt: skip
-    assert result.exit_code == 0, (result.output, result.exception)
-    data = json.loads(result.stdout)
     assert data["trials"] == 4 and data["cost_model"] == "simoe"
     assert data["tasks"][0]["best_latency_s"] > 0
     with Store(state / "store.sqlite") as store:
@@ -177,13 +168,10 @@ def test_a_tuned_schedule_never_loses_to_the_default(tmp_path: Path) -> None:
     """Issue 12 item 2, its own example: matmul:256,256,256 on sim:t4 at 16 trials gave
     41.5 us tuned against 23.1 us untuned. The task now keeps whichever is faster."""
     state = tmp_path / "state"
-    result = runner.invoke(
-        app,
-        ["tune", "--workload", "matmul:256,256,256", "--device", "sim:t4", "--trials", "16",
-         "--cost-model", "xgb", "--population", "32", "--json", "--state-dir", str(state)],
-    )  # fmt: skip
-    assert result.exit_code == 0, (result.output, result.exception)
-    (task,) = json.loads(result.stdout)["tasks"]
+    (task,) = tune_json(
+        state, "--workload", "matmul:256,256,256", "--device", "sim:t4", "--trials", "16",
+        "--cost-model", "xgb", "--population", "32",
+    )["tasks"]  # fmt: skip
     default, tuned = task["untuned_latency_s"], task["tuned_latency_s"]
     assert default is not None and tuned is not None
     assert task["best_latency_s"] <= default and task["speedup"] >= 1.0
