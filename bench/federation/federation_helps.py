@@ -585,12 +585,15 @@ def main(argv: list[str] | None = None) -> None:
                 f"rows of fleet {fleet} ({', '.join(among)}): {choose_variant(among)}\n"
             )
         # later rounds, each against its incumbent (the second round's pick until the fifth,
-        # the fifth's pick for the sixth), listed first: the rule's last tie-break goes to it
+        # the fifth's pick for the sixth and seventh), listed first: the rule's last tie-break
+        # goes to it
         later = [("Third", "R3", protocol.FEDERATION_VARIANTS_DA10_R3, R3_INCUMBENT),
                  ("Fourth", "R4", protocol.FEDERATION_VARIANTS_DA10_R4, R3_INCUMBENT),
                  ("Fifth", "R5", protocol.FEDERATION_VARIANTS_DA10_R5, R3_INCUMBENT),
                  ("Sixth", "R6", protocol.FEDERATION_VARIANTS_DA10_R6,
-                  protocol.FEDERATION_R6_INCUMBENT)]  # fmt: skip
+                  protocol.FEDERATION_R6_INCUMBENT),
+                 ("Seventh", "R7", protocol.FEDERATION_VARIANTS_DA10_R7,
+                  protocol.FEDERATION_R7_INCUMBENT)]  # fmt: skip
         for name, rule, variants, incumbent in later:
             listed = [f"validation_{t}" for t in [incumbent, *variants]]
             if any(t in among for t in listed[1:]):
