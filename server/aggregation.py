@@ -54,6 +54,7 @@ def make_strategy(
         "similarity_source": config.similarity_source,
         "teacher_epochs": config.teacher_epochs,
         "teacher_distill_steps": config.teacher_distill_steps,
+        "teacher_balance": config.teacher_balance,
     }
     if config.probes:
         from simoe_model.probe_file import load_probes

@@ -442,6 +442,12 @@ def start(
         help="after each average, steps distilling the averaged program encoder toward the "
         "nodes' teacher scores on the probes (0: off; needs --teacher-epochs)",
     ),
+    teacher_balance: bool = typer.Option(
+        DEFAULTS.teacher_balance,
+        "--teacher-balance",
+        help="weight each node's teacher so each hardware cluster counts about alike "
+        "(needs --teacher-distill-steps)",
+    ),
     state_dir: StateDir = None,
     verbose: Verbose = False,
 ) -> None:
@@ -481,9 +487,12 @@ def start(
         similarity_source=similarity_source,
         teacher_epochs=teacher_epochs,
         teacher_distill_steps=teacher_distill_steps,
+        teacher_balance=teacher_balance,
     )
     if run_config.teacher_distill_steps and not run_config.teacher_epochs:
         raise BadInputError("--teacher-distill-steps needs --teacher-epochs")
+    if run_config.teacher_balance and not run_config.teacher_distill_steps:
+        raise BadInputError("--teacher-balance needs --teacher-distill-steps")
     if run_config.probes:  # a missing or malformed probe file: refused now, in one line
         from simoe_model.probe_file import load_probes
 

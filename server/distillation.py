@@ -127,11 +127,14 @@ def distill_to_scores(
     steps: int,
     seed: int,
     lr: float = DISTILL_LR,
+    balance: bool = False,
 ) -> tuple[dict[str, np.ndarray], float, float]:
     """`distill_shared` with each teacher given as scores: per node, (the expert read on the
     averaged encoder, its target scores on each probe task). The targets can come from a
     model the server never sees (a node's persistent model's scores on the public probes);
-    they are task-centred here, so only their order within a task matters."""
+    they are task-centred here, so only their order within a task matters. With `balance`
+    each teacher's loss is weighted by `cluster_weights` (each hardware cluster counts about
+    equally) instead of all alike."""
     student = _model(aggregated)
     if not teachers or not probes or steps <= 0:
         return shared_arrays(student), float("nan"), float("nan")
@@ -145,6 +148,9 @@ def distill_to_scores(
         head = student.expert(f"teacher{i}")
         head.requires_grad_(False)
         heads.append(head)
+    weights = (
+        cluster_weights(student, [h.hardware for h in heads]) if balance else torch.ones(len(heads))
+    )
     torch.manual_seed(seed)
     params = list(student.program_encoder.parameters())
     optimizer = torch.optim.Adam(params, lr=lr)
@@ -152,9 +158,9 @@ def distill_to_scores(
     def loss_now() -> torch.Tensor:
         e = student.embed(batch.rows, batch.segment, batch.n)
         total = e.new_zeros(())
-        for head, target in zip(heads, targets, strict=True):
+        for head, target, w in zip(heads, targets, weights, strict=True):
             diff = batch.centred(head(e), len(probes)) - target
-            total = total + (batch.weight * diff**2).sum()
+            total = total + w * (batch.weight * diff**2).sum()
         return total / len(heads)
 
     student.train()
@@ -169,6 +175,21 @@ def distill_to_scores(
     with torch.no_grad():
         after = float(loss_now())
     return shared_arrays(student), before, after
+
+
+@torch.no_grad()
+def cluster_weights(model: SiMoE, hardware: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Per teacher, 1 / the sum of its positive cosine similarities (in the model's z, the
+    hardware encoder the server already holds) to all teachers, itself included; scaled to
+    mean 1. Why: a plain mean follows the largest hardware family (26 of the 30 validation
+    nodes are not embedded), and the sixth round's teachers pulled the encoder away from the
+    embedded newcomers; a teacher alone in its cluster weighs about as much as a whole
+    cluster of near-equals."""
+    z = model.encode_hardware(torch.stack([h.float().reshape(-1) for h in hardware]))
+    z = torch.nn.functional.normalize(z, dim=1)
+    mass = (z @ z.T).clamp(min=0.0).sum(dim=1)  # >= 1: its own cosine
+    w = 1.0 / mass
+    return w * (len(w) / w.sum())
 
 
 def probe_agreements(

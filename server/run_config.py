@@ -141,6 +141,14 @@ class ServerRunConfig(BaseModel):
         description="server steps distilling the averaged program encoder toward the nodes' "
         "teacher scores on the probes after each average (0: off; needs teacher_epochs)",
     )
+    # off by default (issue 23, seventh round): the teacher distillation's targets weighted
+    # so that each hardware cluster counts about alike (server.distillation.cluster_weights,
+    # from the z of the hardware encoder the server holds; nothing more leaves a node)
+    teacher_balance: bool = Field(
+        default=False,
+        description="weight each node's teacher by 1 / its summed positive similarity to the "
+        "teachers, so each hardware cluster counts about alike (needs teacher_distill_steps)",
+    )
 
     @field_validator("probes")
     @classmethod

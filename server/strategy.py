@@ -38,7 +38,9 @@ replies) and does the rest itself:
   `teacher_epochs` the train message also carries the probes and each node replies with its
   own-records teacher's scores on them (checked against the probe set's shapes: a wrong one
   rejects the update in one line); `teacher_distill_steps` then distils the averaged encoder
-  toward those scores, each read through the node's expert.
+  toward those scores, each read through the node's expert; with `teacher_balance` each
+  teacher weighs 1 / its summed positive z-cosine to the teachers (each hardware cluster
+  about alike; off by default).
 
 Robust aggregation is a choice of strategy, one class per file as Flower's are:
 `server/strategy_trimmed.py`, `strategy_median.py` override `combine`,
@@ -51,6 +53,7 @@ each round's `RoundInputs` and with the hello replies, and only the loop changes
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -179,6 +182,7 @@ class SiMoEStrategy:
         similarity_source: SimilaritySource = "reported",
         teacher_epochs: int = 0,
         teacher_distill_steps: int = 0,
+        teacher_balance: bool = False,
     ) -> None:
         self.registry = registry
         # the nodes' own-records teachers: their probe scores, distilled into the average
@@ -188,8 +192,11 @@ class SiMoEStrategy:
             raise ValueError("teacher scores need a probe set")
         if teacher_distill_steps and not teacher_epochs:
             raise ValueError("teacher distillation needs teacher_epochs")
+        if teacher_balance and not teacher_distill_steps:
+            raise ValueError("teacher_balance weighs the teacher distillation: needs its steps")
         self.teacher_epochs = teacher_epochs
         self.teacher_distill_steps = teacher_distill_steps
+        self.teacher_balance = teacher_balance  # each hardware cluster's teachers weigh alike
         self._probe_record: ArrayRecord | None = None
         # FedDF on public probes after each average (no probes or 0 steps: off)
         if distill_steps < 0:
@@ -620,7 +627,11 @@ class SiMoEStrategy:
         from server import distillation
 
         toward = "the teachers' probe scores" if to_teacher_scores else "the encoders"
-        run = distillation.distill_to_scores if to_teacher_scores else distillation.distill_shared
+        run = (
+            functools.partial(distillation.distill_to_scores, balance=self.teacher_balance)
+            if to_teacher_scores
+            else distillation.distill_shared
+        )
         try:
             arrays, before, after = run(
                 outcome.aggregated,

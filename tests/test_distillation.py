@@ -199,6 +199,12 @@ def test_wrong_shaped_teacher_scores_reject_the_update_in_one_line(tmp_path: Pat
             make_strategy(
                 ServerRunConfig(teacher_epochs=1, probes="none"), registry, model_similarity
             )
+        with pytest.raises(ValueError, match="teacher_balance"):  # it weighs a distillation
+            make_strategy(
+                ServerRunConfig(probes=probes, teacher_epochs=1, teacher_balance=True),
+                registry,
+                model_similarity,
+            )
         # the new global distilled toward the teachers' scores only when asked
         outcome = RoundOutcome(round=1, sampled=[], delivered={})
         outcome.aggregated = dict(current)
@@ -209,3 +215,51 @@ def test_wrong_shaped_teacher_scores_reject_the_update_in_one_line(tmp_path: Pat
         assert np.array_equal(outcome.aggregated[key], current[key])
         on.distill(outcome, teachers, to_teacher_scores=True)
         assert not np.array_equal(outcome.aggregated[key], current[key])
+
+
+def _expert_on(seed: int, hardware: np.ndarray) -> dict[str, np.ndarray]:
+    return {**expert(seed), "hardware": hardware.astype(np.float32)}
+
+
+def test_balanced_teachers_weigh_a_lone_hardware_as_much_as_a_crowd(tmp_path: Path) -> None:
+    """cluster_weights / distill_to_scores(balance=True) (the seventh round's option): three
+    teachers on near-equal hardware and one alone; each weighs 1 / its summed positive z-cosine
+    (mean 1), so the lone one weighs more than each of the crowd and, distilled, its probe
+    order is followed more closely than with all alike."""
+    from server.distillation import cluster_weights, distill_to_scores
+    from simoe_model.hardware import HARDWARE_DIM
+
+    rng = np.random.default_rng(1)
+    crowd = rng.normal(size=HARDWARE_DIM)
+    hardware = [crowd + 0.01 * rng.normal(size=HARDWARE_DIM) for _ in range(3)]
+    hardware.append(-crowd)  # the lone one, far from the crowd in z
+    model = SiMoE()
+    load = torch.as_tensor(np.stack(hardware))
+    w = cluster_weights(model, list(load))
+    assert float(w.mean()) == pytest.approx(1.0)
+    assert float(w[3]) > 1.5 * float(w[:3].max())  # the lone one
+    assert float(w[:3].max() - w[:3].min()) < 0.1  # the crowd alike
+
+    probes = load_probes(probe_file(tmp_path / "p.npz"))
+    average = model_arrays(0)
+    heads = [_expert_on(20 + i, h) for i, h in enumerate(hardware)]
+    crowd_target = [rng.normal(size=t.n).astype(np.float32) for t in probes]
+    lone_target = [rng.normal(size=t.n).astype(np.float32) for t in probes]
+    targets = [crowd_target] * 3 + [lone_target]
+
+    def lone_error(balance: bool) -> float:  # the lone teacher's task-centred squared error
+        arrays, _, _ = distill_to_scores(
+            average, list(zip(heads, targets, strict=True)), probes, steps=20, seed=0,
+            lr=1e-2, balance=balance,
+        )  # fmt: skip
+        scores = expert_scores(arrays, {"lone": heads[3]}, probes)["lone"]
+        return float(
+            np.mean(
+                [
+                    np.mean(((s - s.mean()) - (t - t.mean())) ** 2)
+                    for s, t in zip(scores, lone_target, strict=True)
+                ]
+            )
+        )
+
+    assert lone_error(True) < 0.9 * lone_error(False)

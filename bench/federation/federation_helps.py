@@ -3,7 +3,8 @@
     python -m bench.federation.federation_helps --protocol validation|test [--seeds 0,1,2]
         [--rounds R --epochs E --central-epochs R*E] [--server-optimizer adam --server-lr L]
         [--local-batch B] [--prox-mu M] [--transfer-weight W] [--k-experts K] [--matched-global]
-        [--similarity-steps N] [--personal-epochs E] [--tag T]
+        [--similarity-steps N] [--personal-epochs E] [--teacher-epochs E
+        --teacher-distill-steps N [--teacher-balance]] [--tag T]
     python -m bench.federation.federation_helps --compare OUT/federation_helps_*.json --tag T
     python -m bench.federation.federation_helps --data DIR [DIR2 ...]     # the fleet dataset
     python -m bench.federation.federation_helps --synthetic     # synthetic fleet (development)
@@ -141,6 +142,7 @@ OPTIONS = [
     "probe_file",
     "teacher_epochs",
     "teacher_distill_steps",
+    "teacher_balance",
     "threads",
 ]
 # the public probe set the server distils on (ServerRunConfig.probes): this many candidates of
@@ -188,6 +190,7 @@ class FederationHelpsSettings(BaseModel):
     # (ServerRunConfig.teacher_epochs, teacher_distill_steps; 0: off)
     teacher_epochs: int = 0
     teacher_distill_steps: int = 0
+    teacher_balance: bool = False  # each hardware cluster's teachers weigh alike
     own_only_epochs: int | None = None  # None: the federation's rounds x epochs
     fleet: str | None = None  # the protocol fleet's digest (bench.protocol.fleet_hashes)
     # what the report says about the run
@@ -524,6 +527,13 @@ def main(argv: list[str] | None = None) -> None:
         "after each average (ServerRunConfig; 0: off)",
     )
     parser.add_argument(
+        "--teacher-balance",
+        action="store_true",
+        help="weight each node's teacher by 1 / its summed positive z-similarity to the "
+        "teachers, so each hardware cluster counts about alike (ServerRunConfig; needs "
+        "--teacher-distill-steps)",
+    )
+    parser.add_argument(
         "--probe-file",
         default="",
         help="the server's public probe file (e.g. `simoe-agent probes build --out FILE`) "
@@ -580,12 +590,15 @@ def main(argv: list[str] | None = None) -> None:
                 f"rows of fleet {fleet} ({', '.join(among)}): {choose_variant(among)}\n"
             )
         # later rounds, each against its incumbent (the second round's pick until the fifth,
-        # the fifth's pick for the sixth), listed first: the rule's last tie-break goes to it
+        # the fifth's pick for the sixth and seventh), listed first: the rule's last tie-break
+        # goes to it
         later = [("Third", "R3", protocol.FEDERATION_VARIANTS_DA10_R3, R3_INCUMBENT),
                  ("Fourth", "R4", protocol.FEDERATION_VARIANTS_DA10_R4, R3_INCUMBENT),
                  ("Fifth", "R5", protocol.FEDERATION_VARIANTS_DA10_R5, R3_INCUMBENT),
                  ("Sixth", "R6", protocol.FEDERATION_VARIANTS_DA10_R6,
-                  protocol.FEDERATION_R6_INCUMBENT)]  # fmt: skip
+                  protocol.FEDERATION_R6_INCUMBENT),
+                 ("Seventh", "R7", protocol.FEDERATION_VARIANTS_DA10_R7,
+                  protocol.FEDERATION_R7_INCUMBENT)]  # fmt: skip
         for name, rule, variants, incumbent in later:
             listed = [f"validation_{t}" for t in [incumbent, *variants]]
             if any(t in among for t in listed[1:]):

@@ -107,6 +107,7 @@ class FederationHelpsReport(BaseModel):
     # toward its probe scores, steps per round (0: off)
     teacher_epochs: int = 0
     teacher_distill_steps: int = 0
+    teacher_balance: bool = False  # the teachers weighted so each hardware cluster counts alike
     bytes_per_node_last_round: dict[str, dict[str, int]]
     federation_wall_s: float
     own_only_wall_s: float
@@ -326,7 +327,11 @@ def _fit_text(report: FederationHelpsReport) -> str:
 def _teacher_text(report: FederationHelpsReport) -> str:
     if not report.teacher_epochs:
         return ""
-    return f" + teachers {report.teacher_epochs} ep/round, distil {report.teacher_distill_steps}"
+    balance = " cluster-balanced" if report.teacher_balance else ""
+    return (
+        f" + teachers {report.teacher_epochs} ep/round, distil {report.teacher_distill_steps}"
+        f"{balance}"
+    )
 
 
 def _fleet_text(report: FederationHelpsReport) -> str:

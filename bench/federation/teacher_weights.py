@@ -1,0 +1,80 @@
+"""The weight each node's teacher would get with `--teacher-balance` (SIMULATED fleets).
+
+    python -m bench.federation.teacher_weights --registry DIR/registry.sqlite [--out FILE.json]
+
+From a finished federation's registry (its latest global and every node's expert):
+`server.distillation.cluster_weights` over the experts' hardware in the global's z (1 / the
+summed positive cosine to all teachers, mean 1), per node, and the share of the total weight
+held by each hardware family named in `FAMILIES` (by unit-name prefix), beside its share
+with all teachers alike. Says whether the balance would move the distillation's targets at
+all on that run (a z in which every node is alike gives every node weight 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+# unit-name prefixes of the embedded (Jetson) units of the protocol fleet: the family the
+# sixth round's teachers pulled the encoder away from
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "embedded": ("tx2-", "nano-", "orin-", "xavier-"),
+}
+
+
+def weights(registry_path: Path) -> dict:
+    import torch
+
+    from schemas import BadInputError
+    from server.distillation import cluster_weights
+    from server.registry import Registry
+    from simoe_model.model import SiMoE, load_shared_arrays
+
+    if not registry_path.is_file():
+        raise BadInputError(f"--registry {registry_path} does not exist")
+    with Registry(registry_path) as registry:
+        latest = registry.latest_global()
+        if latest is None:
+            raise BadInputError(f"--registry {registry_path} holds no global model")
+        experts = {name: registry.expert(name) for name in registry.expert_names()}
+    model = SiMoE()
+    load_shared_arrays(model, latest[1])
+    model.eval()
+    names = sorted(n for n, arrays in experts.items() if arrays is not None)
+    hardware = [torch.as_tensor(experts[n]["hardware"]) for n in names]  # type: ignore[index]
+    w = cluster_weights(model, hardware).tolist()
+    units = [n.split(":")[-1] for n in names]
+    shares = {}
+    for family, prefixes in FAMILIES.items():
+        members = [i for i, u in enumerate(units) if u.startswith(prefixes)]
+        shares[family] = {
+            "units": [units[i] for i in members],
+            "balanced_share": sum(w[i] for i in members) / sum(w),
+            "equal_share": len(members) / len(w),
+        }
+    return {
+        "simulated": True,
+        "registry": str(registry_path),
+        "global_version": latest[0],
+        "weights": dict(zip(units, w, strict=True)),
+        "families": shares,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--registry", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    text = json.dumps(weights(args.registry), indent=1)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    from schemas.errors import run_cli
+
+    run_cli(main, "teacher_weights")
