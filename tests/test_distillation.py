@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schemas import BadInputError
 from server.distillation import distill_shared, expert_scores, probe_agreements
@@ -69,6 +71,35 @@ def test_probe_agreements_say_how_alike_two_experts_rank_the_probes(tmp_path: Pa
     assert value[("a", "c")] == pytest.approx(-1.0)
     scores = expert_scores(arrays, {"a": first}, probes)
     assert [len(s) for s in scores["a"]] == [8, 8, 8]
+
+
+@pytest.mark.filterwarnings("ignore:An input array is constant")
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.integers(2, 6),
+    candidates=st.integers(2, 9),
+    levels=st.integers(1, 4),  # few levels: ties, and now and then a constant row
+    seed=st.integers(0, 2**16),
+)
+def test_the_spearman_matrix_is_scipys_spearman_of_every_pair(
+    rows: int, candidates: int, levels: int, seed: int
+) -> None:
+    """probe_agreements ranks all pairs at once (spearman_matrix); each entry must be what
+    scipy's spearmanr gives that pair, ties and constant rows (NaN) included."""
+    from scipy.stats import spearmanr
+
+    from server.distillation import spearman_matrix
+
+    scores = np.random.default_rng(seed).integers(0, levels, size=(rows, candidates))
+    matrix = spearman_matrix(scores.astype(np.float32))
+    for i in range(rows):
+        for j in range(rows):
+            with np.errstate(invalid="ignore", divide="ignore"):
+                expected = float(spearmanr(scores[i], scores[j]).statistic)
+            if np.isnan(expected):
+                assert np.isnan(matrix[i, j])
+            else:
+                assert matrix[i, j] == pytest.approx(expected, abs=1e-9)
 
 
 def test_a_bad_probe_file_is_refused_in_one_line(tmp_path: Path) -> None:

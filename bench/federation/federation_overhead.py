@@ -26,6 +26,7 @@ from flwr.clientapp import ClientApp
 from schemas import HardwareProfile
 from schemas.messages import REC_CONFIG, WEIGHT_METRIC, NodeHello, TrainInstruction
 from schemas.protocol import node_reply, payload_bytes
+from server.run_config import DEFAULTS, ServerRunConfig
 
 
 def stand_in_node(name: str, profile: HardwareProfile, seed: int) -> ClientApp:
@@ -66,8 +67,18 @@ def stand_in_node(name: str, profile: HardwareProfile, seed: int) -> ClientApp:
     return app
 
 
-def measure(n_nodes: int, profiles: list[HardwareProfile], rounds: int) -> dict[str, Any]:
-    """Run `rounds` rounds with `n_nodes` stand-in nodes; time and bytes per round."""
+def measure(
+    n_nodes: int,
+    profiles: list[HardwareProfile],
+    rounds: int,
+    config: ServerRunConfig | None = None,
+) -> dict[str, Any]:
+    """Run `rounds` rounds with `n_nodes` stand-in nodes; time and bytes per round.
+
+    `config`: the strategy the deployment builds from it (`make_strategy`: with the
+    defaults, the similarity fit on the shipped probe set's agreements every round);
+    None: `SiMoEStrategy` as built directly (FedAvg, no fit)."""
+    from server.aggregation import make_strategy
     from server.inprocess import InProcessGrid
     from server.registry import Registry
     from server.server_app import run_rounds
@@ -100,7 +111,11 @@ def measure(n_nodes: int, profiles: list[HardwareProfile], rounds: int) -> dict[
     times: list[float] = []
     with tempfile.TemporaryDirectory(prefix="simoe-fed-bench-") as tmp:
         registry = Registry(Path(tmp) / "registry.sqlite")
-        strategy = SiMoEStrategy(registry, model_similarity, k_experts=3, epochs=2)
+        strategy = (
+            SiMoEStrategy(registry, model_similarity, k_experts=3, epochs=2)
+            if config is None
+            else make_strategy(config, registry, model_similarity)
+        )
         last = [time.perf_counter()]
 
         def on_round(_outcome: Any) -> None:
@@ -145,4 +160,6 @@ def run_section(node_counts: list[int], rounds: int, profiles: list[HardwareProf
         "model_parameters": parameter_count(model),
         "profiles_from": sorted({p.device for p in profiles}),
         "results": [measure(n, profiles, rounds) for n in node_counts],
+        # what a server started with `simoe-server start`'s defaults adds per round
+        "deployment_defaults": [measure(n, profiles, rounds, DEFAULTS) for n in node_counts],
     }

@@ -14,6 +14,7 @@ from bench.report.report_model import (
     CompileSection,
     CpuSection,
     EarlierRun,
+    FederationRow,
     FederationSection,
     OfflineSection,
     own_sections,
@@ -136,6 +137,13 @@ def offline_md(o: OfflineSection) -> list[str]:
     ]
 
 
+_FEDERATION_HEADER = [
+    "| nodes | rounds | median round s | steady round s | KiB down / node / round "
+    "| KiB up / node / round |",
+    "|---|---|---|---|---|---|",
+]
+
+
 def federation_md(f: FederationSection) -> list[str]:
     lines = [
         "## 3. Federation overhead",
@@ -146,17 +154,29 @@ def federation_md(f: FederationSection) -> list[str]:
         "the federation's own overhead (aggregation, expert registry, similarity, message "
         "copies) on this machine, without node-side training or network transfer.",
         "",
-        "| nodes | rounds | median round s | steady round s | KiB down / node / round "
-        "| KiB up / node / round |",
-        "|---|---|---|---|---|---|",
+        *_FEDERATION_HEADER,
+        *_federation_rows(f.results),
     ]
-    for r in f.results:
-        lines.append(
-            f"| {r.nodes} | {r.rounds} | {fmt(r.median_round_s, '.2f')} "
-            f"| {fmt(r.steady_round_s, '.2f')} | {r.bytes_down_per_node_per_round / 1024:.0f} "
-            f"| {r.bytes_up_per_node_per_round / 1024:.0f} |"
-        )
+    if f.deployment_defaults:
+        lines += [
+            "",
+            "With the strategy `simoe-server start`'s defaults build (FedAdam, the similarity fit "
+            "every round on how alike the experts rank the shipped probe set; the table above is "
+            "`SiMoEStrategy` as built directly, FedAvg without the fit):",
+            "",
+            *_FEDERATION_HEADER,
+            *_federation_rows(f.deployment_defaults),
+        ]
     return [*lines, ""]
+
+
+def _federation_rows(rows: list[FederationRow]) -> list[str]:
+    return [
+        f"| {r.nodes} | {r.rounds} | {fmt(r.median_round_s, '.2f')} "
+        f"| {fmt(r.steady_round_s, '.2f')} | {r.bytes_down_per_node_per_round / 1024:.0f} "
+        f"| {r.bytes_up_per_node_per_round / 1024:.0f} |"
+        for r in rows
+    ]
 
 
 def cpu_md(c: CpuSection) -> list[str]:

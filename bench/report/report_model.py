@@ -211,6 +211,8 @@ class FederationSection(_Row):
     model_parameters: int
     profiles_from: list[str]
     results: list[FederationRow]
+    # the same with the strategy `simoe-server start`'s defaults build (empty in old reports)
+    deployment_defaults: list[FederationRow] = []
 
 
 class CpuRow(_Row):
