@@ -480,6 +480,17 @@ FEDERATION_VARIANT_RULE_R6 = later_round_rule(
 # simoe_model/probe_sets/suite_seed0.npz (sha256 2d2b68b9..., the file A's runs recorded).
 # So the defaults move by PRODUCT_DEFAULTS_RULE, a policy over the rows already reported, not a
 # new selection; the one test run it names gives the product's own figure.
+# Amendment (2026-12-02 16:00 UTC, the rule's text above and below unchanged; written AFTER the
+# seventh round's validation picked `da10r7_suite_teach2_td20_bal_pers0` and BEFORE its test
+# result exists): the rule was written before the seventh round's variants were registered
+# (15:13) and did not foresee a pick that changes what crosses the network. That pick turns
+# on teachers: every train message carries the public probe set (2.3 MB of features a node a
+# round, against ~0.25 MB of model arrays) and every reply a field the defaults never sent
+# (`probe_scores`). What leaves a node beyond the model has been opt-in by design (schedule
+# sharing, teachers), so the defaults follow a pick only where it adds no outbound field and
+# does not multiply a round's traffic; otherwise they stay at the last pick that does not
+# (today A), and the pick is documented as the recommended opt-in. The seventh round's test
+# run is scored and reported either way.
 PRODUCT_DEFAULTS_VARIANT = "da10r6_pers24_simprobe50_suite"
 PRODUCT_DEFAULTS_RULE = (
     "The deployment's defaults (server/run_config.py ServerRunConfig) are the options of the "
