@@ -503,7 +503,10 @@ PRODUCT_DEFAULTS_RULE = (
     "(`python -m bench.federation.federation_helps --protocol test --seeds 0,1,2 --threads 1` "
     "and them, --probe-file the shipped set, --tag da10_product_defaults), to report the "
     "product's figure beside the pick's; that run picks nothing. When a later round picks a new "
-    "variant, the defaults follow its product form."
+    "variant, the defaults follow its product form. Amendment (2026-12-02 16:00 UTC, after the "
+    "seventh round's validation pick, before its test result): the defaults follow a pick only "
+    "where it adds no outbound message field and does not multiply a round's traffic; otherwise "
+    "they stay at the last pick that does not, and the pick is the documented opt-in."
 )
 
 # Seventh round on the newcomer gap (issue 23, Must-show "newcomer gap <= 0.03, nodes still
