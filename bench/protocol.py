@@ -481,8 +481,11 @@ FEDERATION_VARIANT_RULE_R6 = later_round_rule(
 # So the defaults move by PRODUCT_DEFAULTS_RULE, a policy over the rows already reported, not a
 # new selection; the one test run it names gives the product's own figure.
 # Amendment (2026-12-02 16:00 UTC, the rule's text above and below unchanged; written AFTER the
-# seventh round's validation picked `da10r7_suite_teach2_td20_bal_pers0` and BEFORE its test
-# result exists): the rule was written before the seventh round's variants were registered
+# seventh round's validation picked `da10r7_suite_teach2_td20_bal_pers0` and before the lead
+# had seen its test result. Correction, 16:10 UTC: that test run had already ended at 15:59 in
+# the helper's worktree, a minute before this amendment was committed; it reached the lead at
+# 16:07 (test: gap +0.043, nodes -0.022 against own-only). So the amendment is not blind to it):
+# the rule was written before the seventh round's variants were registered
 # (15:13) and did not foresee a pick that changes what crosses the network. That pick turns
 # on teachers: every train message carries the public probe set (2.3 MB of features a node a
 # round, against ~0.25 MB of model arrays) and every reply a field the defaults never sent
@@ -504,7 +507,8 @@ PRODUCT_DEFAULTS_RULE = (
     "and them, --probe-file the shipped set, --tag da10_product_defaults), to report the "
     "product's figure beside the pick's; that run picks nothing. When a later round picks a new "
     "variant, the defaults follow its product form. Amendment (2026-12-02 16:00 UTC, after the "
-    "seventh round's validation pick, before its test result): the defaults follow a pick only "
+    "seventh round's validation pick; its test run had ended at 15:59, unseen by the lead until "
+    "16:07): the defaults follow a pick only "
     "where it adds no outbound message field and does not multiply a round's traffic; otherwise "
     "they stay at the last pick that does not, and the pick is the documented opt-in."
 )
