@@ -25,23 +25,18 @@ import numpy as np
 def swap(registries: list[Path], reports: list[Path], seed: int) -> dict:
     from bench.federation.federation_diagnose import _top1_with
     from bench.federation.fleet import protocol_gpus
+    from bench.federation.saved_run import read_saved_run
     from bench.transfer.offline_transfer import split_device
     from schemas import BadInputError
-    from server.registry import Registry
     from simoe_model.model import SiMoE, add_expert, load_shared_arrays
 
     models = []
     for path in registries:
-        if not path.is_file():
-            raise BadInputError(f"--registry {path} does not exist")
-        with Registry(path) as registry:
-            latest = registry.latest_global()
-            if latest is None:
-                raise BadInputError(f"--registry {path} holds no global model")
-            model = SiMoE()
-            load_shared_arrays(model, latest[1])
-            for name in registry.expert_names():
-                add_expert(model, name, registry.expert(name))
+        run = read_saved_run(path)
+        model = SiMoE()
+        load_shared_arrays(model, run.global_arrays)
+        for name, arrays in run.experts.items():
+            add_expert(model, name, arrays)
         model.eval()
         models.append(model)
     choices = []

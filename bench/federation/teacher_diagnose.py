@@ -40,27 +40,20 @@ def diagnose(
     from bench.federation.federation_baselines import own_only_model
     from bench.federation.federation_diagnose import _top1_with
     from bench.federation.fleet import protocol_gpus, split_tasks
+    from bench.federation.saved_run import read_saved_run
     from bench.transfer.offline_transfer import split_device
-    from schemas import BadInputError
     from server.distillation import distill_to_scores, expert_scores
-    from server.registry import Registry
     from simoe_model.model import SiMoE, add_expert, load_shared_arrays
     from simoe_model.probe_file import load_probes
     from simoe_model.task_data import DeviceDataset
     from simoe_model.train import personalise
 
-    if not registry_path.is_file():
-        raise BadInputError(f"--registry {registry_path} does not exist")
+    run = read_saved_run(registry_path)
     cpu = time.process_time()
     nodes, newcomers = protocol_gpus("validation")
     held = list(protocol.HELD_OUT_TASKS)
     probes = load_probes(probes_path)
-    with Registry(registry_path) as registry:
-        latest = registry.latest_global()
-        if latest is None:
-            raise BadInputError(f"--registry {registry_path} holds no global model")
-        experts = {name: registry.expert(name) for name in registry.expert_names()}
-    global_arrays = latest[1]
+    experts, global_arrays = run.experts, run.global_arrays
     by_unit = {}
     for g in nodes:
         matches = [n for n in experts if n.split(":")[-1] == g.name]

@@ -26,20 +26,14 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 def weights(registry_path: Path) -> dict:
     import torch
 
-    from schemas import BadInputError
+    from bench.federation.saved_run import read_saved_run
     from server.distillation import cluster_weights
-    from server.registry import Registry
     from simoe_model.model import SiMoE, load_shared_arrays
 
-    if not registry_path.is_file():
-        raise BadInputError(f"--registry {registry_path} does not exist")
-    with Registry(registry_path) as registry:
-        latest = registry.latest_global()
-        if latest is None:
-            raise BadInputError(f"--registry {registry_path} holds no global model")
-        experts = {name: registry.expert(name) for name in registry.expert_names()}
+    run = read_saved_run(registry_path)
+    experts = run.experts
     model = SiMoE()
-    load_shared_arrays(model, latest[1])
+    load_shared_arrays(model, run.global_arrays)
     model.eval()
     names = sorted(n for n, arrays in experts.items() if arrays is not None)
     hardware = [torch.as_tensor(experts[n]["hardware"]) for n in names]  # type: ignore[index]
@@ -56,7 +50,7 @@ def weights(registry_path: Path) -> dict:
     return {
         "simulated": True,
         "registry": str(registry_path),
-        "global_version": latest[0],
+        "global_version": run.version,
         "weights": dict(zip(units, w, strict=True)),
         "families": shares,
     }
