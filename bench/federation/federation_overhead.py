@@ -10,10 +10,14 @@ So the round time is the federation's own overhead (server aggregation, registry
 similarity, message handling), without node-side training or network transfer time;
 the bytes are each message's content as Flower serialises it for the wire
 (`schemas.protocol.payload_bytes`, the count the registry's traffic table keeps too).
+`bench.run --sections federation` runs it as a section; alone, with torch's thread count:
+
+    python -m bench.federation.federation_overhead [--nodes 4,16,64] [--rounds 3] [--threads N]
 """
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -163,3 +167,32 @@ def run_section(node_counts: list[int], rounds: int, profiles: list[HardwareProf
         # what a server started with `simoe-server start`'s defaults adds per round
         "deployment_defaults": [measure(n, profiles, rounds, DEFAULTS) for n in node_counts],
     }
+
+
+def main(argv: list[str] | None = None) -> None:
+    import torch
+
+    from bench.compile import compile_data, presets
+    from bench.report.report_md import federation_md
+    from bench.report.report_model import FederationSection
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", default="4,16,64", help="node counts, comma-separated")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: its default)")
+    parser.add_argument("--work", type=Path, default=Path("runs/federation_overhead"))
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    gpus = presets.QUICK.train_gpus[:6]  # as bench.run's section
+    profiles = list(compile_data.profile_vectors(gpus, args.work / "profiles").values())
+    counts = [int(n) for n in args.nodes.split(",")]
+    section = FederationSection.model_validate(run_section(counts, args.rounds, profiles))
+    print(f"torch threads: {torch.get_num_threads()}")
+    print("\n".join(federation_md(section)))
+
+
+if __name__ == "__main__":
+    from schemas.errors import run_cli
+
+    run_cli(main, "federation_overhead")
