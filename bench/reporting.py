@@ -6,6 +6,7 @@ from its JSON without running anything)."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -34,6 +35,15 @@ def public_command(module: str, argv: Sequence[str]) -> str:
         else:
             out.append(arg)
     return " ".join(["python", "-m", f"bench.{module}", *out])
+
+
+def print_json(value: object, out: Path | None) -> None:
+    """A diagnosis tool's result as indented JSON: printed, and written to `out` if given."""
+    text = json.dumps(value, indent=1)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+    print(text)
 
 
 def load_average() -> list[float]:

@@ -19,7 +19,6 @@ beside them: how far the teacher's probe order is from the same expert on the gl
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -149,11 +148,9 @@ def main(argv: list[str] | None = None) -> None:
     result = diagnose(
         args.registry, args.probes, args.seed, args.personal_epochs, steps, args.teacher
     )
-    text = json.dumps(result, indent=1)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
-    print(text)
+    from bench.reporting import print_json
+
+    print_json(result, args.out)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ all on that run (a z in which every node is alike gives every node weight 1).
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 # unit-name prefixes of the embedded (Jetson) units of the protocol fleet: the family the
@@ -61,11 +60,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--registry", type=Path, required=True)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    text = json.dumps(weights(args.registry), indent=1)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
-    print(text)
+    from bench.reporting import print_json
+
+    print_json(weights(args.registry), args.out)
 
 
 if __name__ == "__main__":
