@@ -55,6 +55,7 @@ def make_strategy(
         "teacher_epochs": config.teacher_epochs,
         "teacher_distill_steps": config.teacher_distill_steps,
         "teacher_balance": config.teacher_balance,
+        "newcomer_distill_steps": config.newcomer_distill_steps,
     }
     if config.probes:
         from simoe_model.probe_file import load_probes

@@ -448,6 +448,13 @@ def start(
         help="weight each node's teacher so each hardware cluster counts about alike "
         "(needs --teacher-distill-steps)",
     ),
+    newcomer_distill_steps: int = typer.Option(
+        DEFAULTS.newcomer_distill_steps,
+        "--newcomer-distill-steps",
+        help="steps distilling the copy of the global served to newcomers (nodes with no "
+        "records yet) toward the nodes' teacher scores on the probes (0: off; needs "
+        "--teacher-epochs)",
+    ),
     state_dir: StateDir = None,
     verbose: Verbose = False,
 ) -> None:
@@ -488,11 +495,14 @@ def start(
         teacher_epochs=teacher_epochs,
         teacher_distill_steps=teacher_distill_steps,
         teacher_balance=teacher_balance,
+        newcomer_distill_steps=newcomer_distill_steps,
     )
     if run_config.teacher_distill_steps and not run_config.teacher_epochs:
         raise BadInputError("--teacher-distill-steps needs --teacher-epochs")
     if run_config.teacher_balance and not run_config.teacher_distill_steps:
         raise BadInputError("--teacher-balance needs --teacher-distill-steps")
+    if run_config.newcomer_distill_steps and not run_config.teacher_epochs:
+        raise BadInputError("--newcomer-distill-steps needs --teacher-epochs")
     if run_config.probes:  # a missing or malformed probe file: refused now, in one line
         from simoe_model.probe_file import load_probes
 

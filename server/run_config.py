@@ -150,6 +150,17 @@ class ServerRunConfig(BaseModel):
         "teachers, so each hardware cluster counts about alike (needs teacher_distill_steps)",
     )
 
+    # off by default (issue 23, eighth round): a newcomer (no records of its own) is served a
+    # copy of the global distilled toward every node's latest teacher scores; the average the
+    # nodes train on is untouched (SiMoEStrategy.newcomer_arrays)
+    newcomer_distill_steps: int = Field(
+        default=0,
+        ge=0,
+        le=10000,
+        description="server steps distilling the copy of the global served to newcomers toward "
+        "the nodes' teacher scores on the probes (0: off; needs teacher_epochs)",
+    )
+
     @field_validator("probes")
     @classmethod
     def _no_probes(cls, value: str) -> str:

@@ -40,7 +40,11 @@ replies) and does the rest itself:
   rejects the update in one line); `teacher_distill_steps` then distils the averaged encoder
   toward those scores, each read through the node's expert; with `teacher_balance` each
   teacher weighs 1 / its summed positive z-cosine to the teachers (each hardware cluster
-  about alike; off by default).
+  about alike; off by default). With `newcomer_distill_steps` (the average untouched by it)
+  a newcomer (a node with no records of its own, `Roster.can_check`) is served a copy of
+  the global whose program encoder is distilled toward the latest teacher scores of every
+  node (`newcomer_arrays`): what a newcomer tunes with zero-shot, while the nodes' shared
+  trajectory stays the plain average.
 
 Robust aggregation is a choice of strategy, one class per file as Flower's are:
 `server/strategy_trimmed.py`, `strategy_median.py` override `combine`,
@@ -183,6 +187,7 @@ class SiMoEStrategy:
         teacher_epochs: int = 0,
         teacher_distill_steps: int = 0,
         teacher_balance: bool = False,
+        newcomer_distill_steps: int = 0,
     ) -> None:
         self.registry = registry
         # the nodes' own-records teachers: their probe scores, distilled into the average
@@ -197,6 +202,15 @@ class SiMoEStrategy:
         self.teacher_epochs = teacher_epochs
         self.teacher_distill_steps = teacher_distill_steps
         self.teacher_balance = teacher_balance  # each hardware cluster's teachers weigh alike
+        if newcomer_distill_steps < 0:
+            raise ValueError("newcomer_distill_steps must not be negative")
+        if newcomer_distill_steps and not teacher_epochs:
+            raise ValueError("the newcomers' distillation needs teacher_epochs")
+        # the copy served to newcomers: distilled toward each node's latest teacher scores
+        # (kept by node name, so their order never depends on enrolment), cached per version
+        self.newcomer_distill_steps = newcomer_distill_steps
+        self._teachers: dict[str, tuple[Arrays, list[np.ndarray]]] = {}
+        self._newcomer_copy: tuple[int, Arrays] | None = None
         self._probe_record: ArrayRecord | None = None
         # FedDF on public probes after each average (no probes or 0 steps: off)
         if distill_steps < 0:
@@ -437,6 +451,8 @@ class SiMoEStrategy:
             if base is not None:
                 version, plan.bases[node_id] = base
                 arrays = arrays_to_record(plan.bases[node_id])
+            elif not can_check and (distilled := self.newcomer_arrays(inputs, latest)):
+                arrays = arrays_to_record(distilled)
             instruction = TrainInstruction(
                 server_round=server_round,
                 global_version=version,
@@ -606,8 +622,56 @@ class SiMoEStrategy:
                 [(own[who], teacher_scores[who]) for _, who in kept if who in teacher_scores],
                 to_teacher_scores=True,
             )
+            if self.newcomer_distill_steps:  # each node's latest teacher, for newcomers
+                name_of = {a.node_key: a.name for a in outcome.replies}
+                for _, who in kept:
+                    if who in teacher_scores:
+                        self._teachers[name_of[who]] = (own[who], teacher_scores[who])
             self.fit_similarity(outcome)
         return outcome
+
+    def newcomer_arrays(self, inputs: RoundInputs, version: int) -> Arrays | None:
+        """The global `inputs.arrays` (registry version `version`) with its program encoder
+        distilled toward every node's latest teacher scores on the probes, each read through
+        that node's expert (`newcomer_distill_steps`; None: off or no teacher yet).
+
+        Why a copy for newcomers only: distilling the average itself each round (the
+        `teacher_distill_steps` rounds) did not carry over, since the nodes' next local
+        round and average undo part of it, while distilling the FINAL global once, many
+        steps, toward the nodes' own-records teachers nearly closed the newcomers' gap to a
+        central model (VALIDATION, one seed; docs/results/model_evaluation.md, sixth round).
+        A newcomer tunes zero-shot with what it is sent, so it gets that; the nodes, who
+        have records and their own expert, keep the plain average. Computed at most once per
+        global version; kept in memory only (after a restart, the next round's teachers)."""
+        if not self.newcomer_distill_steps or not self._teachers:
+            return None
+        if self._newcomer_copy is not None and self._newcomer_copy[0] == version:
+            return self._newcomer_copy[1]
+        from server.distillation import distill_to_scores
+
+        teachers = [self._teachers[name] for name in sorted(self._teachers)]
+        try:
+            arrays, before, after = distill_to_scores(
+                inputs.arrays,
+                teachers,
+                self.probes,
+                steps=self.newcomer_distill_steps,
+                seed=self.seed + inputs.server_round,
+            )
+        except BadInputError as exc:  # arrays the model cannot load: newcomers get the global
+            log.warning("round %d: no distilled copy for newcomers: %s", inputs.server_round, exc)
+            return None
+        log.info(
+            "round %d: the newcomers' copy distilled toward %d teachers on %d probes, "
+            "loss %.4f -> %.4f",
+            inputs.server_round,
+            len(teachers),
+            len(self.probes),
+            before,
+            after,
+        )
+        self._newcomer_copy = (version, arrays)
+        return arrays
 
     def distill(
         self,

@@ -4,7 +4,7 @@
         [--rounds R --epochs E --central-epochs R*E] [--server-optimizer adam --server-lr L]
         [--local-batch B] [--prox-mu M] [--transfer-weight W] [--k-experts K] [--matched-global]
         [--similarity-steps N] [--personal-epochs E] [--teacher-epochs E
-        --teacher-distill-steps N [--teacher-balance]] [--tag T]
+        --teacher-distill-steps N [--teacher-balance] [--newcomer-distill-steps N]] [--tag T]
     python -m bench.federation.federation_helps --compare OUT/federation_helps_*.json --tag T
     python -m bench.federation.federation_helps --data DIR [DIR2 ...]     # the fleet dataset
     python -m bench.federation.federation_helps --synthetic     # synthetic fleet (development)
@@ -143,6 +143,7 @@ OPTIONS = [
     "teacher_epochs",
     "teacher_distill_steps",
     "teacher_balance",
+    "newcomer_distill_steps",
     "threads",
 ]
 # the public probe set the server distils on (ServerRunConfig.probes): this many candidates of
@@ -191,6 +192,9 @@ class FederationHelpsSettings(BaseModel):
     teacher_epochs: int = 0
     teacher_distill_steps: int = 0
     teacher_balance: bool = False  # each hardware cluster's teachers weigh alike
+    # the copy of the global served to newcomers, distilled toward the teachers' scores
+    # (ServerRunConfig.newcomer_distill_steps; 0: off)
+    newcomer_distill_steps: int = 0
     own_only_epochs: int | None = None  # None: the federation's rounds x epochs
     fleet: str | None = None  # the protocol fleet's digest (bench.protocol.fleet_hashes)
     # what the report says about the run
@@ -532,6 +536,13 @@ def main(argv: list[str] | None = None) -> None:
         help="weight each node's teacher by 1 / its summed positive z-similarity to the "
         "teachers, so each hardware cluster counts about alike (ServerRunConfig; needs "
         "--teacher-distill-steps)",
+    )
+    parser.add_argument(
+        "--newcomer-distill-steps",
+        type=int,
+        default=0,
+        help="server steps distilling the copy of the global served to newcomers toward the "
+        "teachers' probe scores (ServerRunConfig; 0: off; needs --teacher-epochs)",
     )
     parser.add_argument(
         "--probe-file",

@@ -108,6 +108,7 @@ class FederationHelpsReport(BaseModel):
     teacher_epochs: int = 0
     teacher_distill_steps: int = 0
     teacher_balance: bool = False  # the teachers weighted so each hardware cluster counts alike
+    newcomer_distill_steps: int = 0  # the newcomers' copy distilled toward the teachers (0: off)
     bytes_per_node_last_round: dict[str, dict[str, int]]
     federation_wall_s: float
     own_only_wall_s: float
@@ -328,9 +329,14 @@ def _teacher_text(report: FederationHelpsReport) -> str:
     if not report.teacher_epochs:
         return ""
     balance = " cluster-balanced" if report.teacher_balance else ""
+    newcomers = (
+        f", newcomers' copy distilled {report.newcomer_distill_steps}"
+        if report.newcomer_distill_steps
+        else ""
+    )
     return (
         f" + teachers {report.teacher_epochs} ep/round, distil {report.teacher_distill_steps}"
-        f"{balance}"
+        f"{balance}{newcomers}"
     )
 
 
