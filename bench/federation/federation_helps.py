@@ -609,7 +609,9 @@ def main(argv: list[str] | None = None) -> None:
                  ("Sixth", "R6", protocol.FEDERATION_VARIANTS_DA10_R6,
                   protocol.FEDERATION_R6_INCUMBENT),
                  ("Seventh", "R7", protocol.FEDERATION_VARIANTS_DA10_R7,
-                  protocol.FEDERATION_R7_INCUMBENT)]  # fmt: skip
+                  protocol.FEDERATION_R7_INCUMBENT),
+                 ("Eighth", "R8", protocol.FEDERATION_VARIANTS_DA10_R8,
+                  protocol.FEDERATION_R8_INCUMBENT)]  # fmt: skip
         for name, rule, variants, incumbent in later:
             listed = [f"validation_{t}" for t in [incumbent, *variants]]
             if any(t in among for t in listed[1:]):
