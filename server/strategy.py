@@ -120,6 +120,7 @@ from server.round_outcome import (
     RoundOutcome,
     RoundPlan,
 )
+from server.run_config import settings_problem
 
 log = logging.getLogger("simoe.server")
 
@@ -188,12 +189,20 @@ class SiMoEStrategy:
         # the nodes' own-records teachers: their probe scores, distilled into the average
         if teacher_epochs < 0 or teacher_distill_steps < 0:
             raise ValueError("teacher_epochs and teacher_distill_steps must not be negative")
-        if teacher_epochs and not probes:
-            raise ValueError("teacher scores need a probe set")
-        if teacher_distill_steps and not teacher_epochs:
-            raise ValueError("teacher distillation needs teacher_epochs")
-        if teacher_balance and not teacher_distill_steps:
-            raise ValueError("teacher_balance weighs the teacher distillation: needs its steps")
+        # the rules across settings are the run config's (a strategy built directly, as the
+        # tests and the poisoning bench do, gets the same one-line refusal)
+        problem = settings_problem(
+            {
+                "probes": bool(probes),
+                "distill_steps": distill_steps,
+                "similarity_source": similarity_source,
+                "teacher_epochs": teacher_epochs,
+                "teacher_distill_steps": teacher_distill_steps,
+                "teacher_balance": teacher_balance,
+            }
+        )
+        if problem:
+            raise ValueError(problem)
         self.teacher_epochs = teacher_epochs
         self.teacher_distill_steps = teacher_distill_steps
         self.teacher_balance = teacher_balance  # each hardware cluster's teachers weigh alike
@@ -201,8 +210,6 @@ class SiMoEStrategy:
         # FedDF on public probes after each average (no probes or 0 steps: off)
         if distill_steps < 0:
             raise ValueError(f"distill_steps must not be negative, got {distill_steps}")
-        if (distill_steps or similarity_source == "probes") and not probes:
-            raise ValueError("distillation and probe agreements need a probe set")
         self.probes = list(probes)
         self.distill_steps = distill_steps
         self.similarity_source = similarity_source
