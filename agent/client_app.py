@@ -163,11 +163,16 @@ def train(message: Message, context: Context) -> Message:
         except PayloadRefused as exc:
             refuse_payload(node, f"round {instruction.server_round}: {exc}")
     probes = []
-    if instruction.teacher_epochs > 0 and REC_PROBES in inbox.array_records:
-        from simoe_model.probe_file import probes_from_arrays
+    if instruction.teacher_epochs > 0:
+        from agent.probe_cache import ProbesUnavailable, round_probes
 
+        # the probe set comes once per node, then by its digest (agent.probe_cache)
+        record = inbox.array_records.get(REC_PROBES)
         try:  # bad probes are refused and noted; the round goes on without the teacher
-            probes = probes_from_arrays(decode(inbox.array_records[REC_PROBES], "probes"), "probes")
+            sent = None if record is None else decode(record, "probes")
+            probes = round_probes(node, instruction, sent)
+        except ProbesUnavailable as exc:  # the reply's hello lists what it holds: sent next
+            log.warning("round %d: %s", instruction.server_round, exc)
         except (PayloadRefused, BadInputError) as exc:
             refuse_payload(node, f"round {instruction.server_round}: {exc}")
     result = node_round(

@@ -183,6 +183,11 @@ class NodeState:
         return self.federation_dir / "teacher.pt"
 
     @property
+    def probes_dir(self) -> Path:
+        """The public probe set a server sent, kept by its sha256 (agent.probe_cache)."""
+        return self.federation_dir / "probes"
+
+    @property
     def imported_model_path(self) -> Path:
         """A model imported with `simoe-agent model import` (used without a federation)."""
         return self.dir / "models" / "imported.pt"
@@ -369,7 +374,10 @@ class NodeState:
             save_model(model, self.personal_model_path)
 
     def hello(self, *, leaving: bool = False) -> NodeHello:
-        """Who this node is, with its verdicts on the experts it was last sent."""
+        """Who this node is, with its verdicts on the experts it was last sent (and the
+        public probe sets it holds, so the server sends one once)."""
+        from agent.probe_cache import held_digests
+
         state = self.federation_state()
         return NodeHello(
             leaving=leaving,
@@ -381,4 +389,5 @@ class NodeState:
             checked_experts=state.checked_experts,
             refuted_experts=state.refuted_experts,
             expert_agreement=state.expert_agreement,
+            probes_held=held_digests(self),
         )

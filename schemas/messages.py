@@ -10,8 +10,11 @@ about (`schemas.sharing.ScheduleShare`), never latencies or features. When the s
 for it (`TrainInstruction.teacher_epochs`, off by default) a node also sends
 `REC_PROBE_SCORES`: its teacher model's scores on the server's PUBLIC probe programs (one
 float per probe candidate, `scores_<i>` per probe task): model outputs on public inputs, no
-record, feature, latency or workload of the node. The record keys below are the whole
-vocabulary; the privacy audit checks every reply against it.
+record, feature, latency or workload of the node. The probe set itself crosses once per node:
+the train message names it by its sha256 (`TrainInstruction.probes_sha256`) and carries its
+arrays (`REC_PROBES`) only to a node whose hello does not list that digest
+(`NodeHello.probes_held`: digests of public probe sets, nothing of the node). The record keys
+below are the whole vocabulary; the privacy audit checks every reply against it.
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ REC_SHARED = "shared"  # ArrayRecord
 # Server -> node.
 REC_EXPERT_PREFIX = "expert/"  # ArrayRecord per delivered expert: "expert/<name>"
 REC_CONFIG = "config"  # ConfigRecord: {"instruction": TrainInstruction JSON}
+# A public probe set's sha256 (simoe_model.probe_file.probe_digest): the train message names
+# the set by it, and a node's hello lists those it holds, so the set is sent once per node.
+ProbeDigest = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+MAX_PROBES_HELD = 4  # digests a hello may list (the shipped set and the last one sent)
 # Node -> server.
 REC_OWN_EXPERT = "own_expert"  # ArrayRecord: the node's own expert
 REC_METRICS = "metrics"  # MetricRecord: ALLOWED_METRICS only
@@ -130,6 +137,14 @@ class NodeHello(BaseModel):
         description="it replies once and goes (an enrolment's download): the server "
         "confirms it has the reply (MSG_RECEIVED) and does not sample it again",
     )
+    # not data about the node: digests of PUBLIC probe sets (the one SiMoE ships, the one
+    # the server sent it), so the server sends the probes' arrays only to a node without them
+    probes_held: list[ProbeDigest] = Field(
+        default_factory=list,
+        max_length=MAX_PROBES_HELD,
+        description="sha256 of each public probe set the node holds (the train message then "
+        "names it instead of carrying it)",
+    )
 
     @field_validator("name")
     @classmethod
@@ -190,6 +205,11 @@ class TrainInstruction(BaseModel):
         description="train the node's teacher (a model kept on its own records alone, never "
         "replaced by the average) this many epochs and send its scores on the public probes "
         "the message carries (0: none)",
+    )
+    probes_sha256: ProbeDigest | None = Field(
+        default=None,
+        description="with teacher_epochs: the public probe set's digest; the message carries "
+        "its arrays only to a node that does not hold it (NodeHello.probes_held)",
     )
     train: bool = Field(default=True, description="False: only deliver the model")
     protocol: int = Field(default=PROTOCOL_VERSION, description="the payload's layout version")

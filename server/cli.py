@@ -497,25 +497,11 @@ def start(
         teacher_balance=teacher_balance,
         newcomer_distill_steps=newcomer_distill_steps,
     )
-    if run_config.teacher_distill_steps and not run_config.teacher_epochs:
-        raise BadInputError("--teacher-distill-steps needs --teacher-epochs")
-    if run_config.teacher_balance and not run_config.teacher_distill_steps:
-        raise BadInputError("--teacher-balance needs --teacher-distill-steps")
-    if run_config.newcomer_distill_steps and not run_config.teacher_epochs:
-        raise BadInputError("--newcomer-distill-steps needs --teacher-epochs")
+    # the rules across settings were checked by ServerRunConfig; the file system's here
     if run_config.probes:  # a missing or malformed probe file: refused now, in one line
         from simoe_model.probe_file import load_probes
 
         load_probes(run_config.probes)
-    elif (
-        run_config.distill_steps
-        or run_config.similarity_source == "probes"
-        or run_config.teacher_epochs
-    ):
-        raise BadInputError(
-            "--similarity-source probes (the default), --distill-steps and --teacher-epochs "
-            "need probes: --probes suite or FILE, or --similarity-source reported"
-        )
     state_folder(directory)
     if registry_path(directory).exists():  # a damaged or foreign registry: refused now
         open_registry(directory).close()

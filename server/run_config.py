@@ -5,7 +5,9 @@ hands Flower as the run config (`to_run_config`: Flower's own value types, a boo
 stays a bool), what the generated app's pyproject lists as the defaults
 (`server.superlink.write_app`), what the ServerApp reads back (`from_run_config`)
 and what `server.aggregation.make_strategy` builds the strategy from. Its defaults
-are the deployment's defaults, here and nowhere else.
+are the deployment's defaults, here and nowhere else. So are the rules across settings
+(`settings_problem`: e.g. `--teacher-balance needs --teacher-distill-steps`), checked however
+the settings arrive and refused in one line naming the options.
 
 The server's step: FedAdam (a step of about `server_lr` per learned value per round)
 with many rounds of one local epoch, each node's personal fine-tune and the similarity fit
@@ -19,10 +21,17 @@ when built directly (the tests and the poisoning bench).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from schemas import BadInputError
 from schemas.errors import plain_problem
@@ -36,6 +45,53 @@ CLI_OPTIONS = {"num_rounds": "--rounds"}
 
 def _key(field: str) -> str:
     return field.replace("_", "-")
+
+
+def _option(field: str) -> str:
+    """The `simoe-server start` option that sets `field`."""
+    return CLI_OPTIONS.get(field, "--" + _key(field))
+
+
+# A setting that only means something with another one on: (the setting, the one it needs).
+NEEDS = [
+    ("teacher_distill_steps", "teacher_epochs"),
+    ("teacher_balance", "teacher_distill_steps"),
+    ("newcomer_distill_steps", "teacher_epochs"),
+]
+# The settings that read the public probe set (`similarity_source` when it is "probes").
+USE_PROBES = ["similarity_source", "distill_steps", "teacher_epochs"]
+
+
+def settings_problem(settings: Mapping[str, object]) -> str | None:
+    """What is wrong with a combination of settings, in one line naming the options; None if
+    nothing. The one place these rules live: `ServerRunConfig` checks them (the CLI, Flower's
+    run config, `make_strategy`) and so does a directly built `SiMoEStrategy`. `settings` maps
+    field names to values (a missing one counts as off); `probes` is truthy when there is a
+    probe set. Whether a probe file loads is `simoe-server start`'s to check."""
+
+    def on(name: str) -> bool:
+        value = settings.get(name)
+        return value == "probes" if name == "similarity_source" else bool(value)
+
+    for name, needed in NEEDS:
+        if on(name) and not on(needed):
+            return f"{_option(name)} needs {_option(needed)}"
+    if not settings.get("probes") and any(on(name) for name in USE_PROBES):
+        return (
+            "--similarity-source probes (the default), --distill-steps and --teacher-epochs "
+            "need probes: --probes suite or FILE, or --similarity-source reported"
+        )
+    return None
+
+
+def _one_line(exc: ValidationError, name_of: Callable[[str], str]) -> BadInputError:
+    """A pydantic refusal as one line: the setting (as `name_of` spells it) and what is wrong;
+    a rule across settings (no field of its own) in its own words."""
+    error = exc.errors()[0]
+    if not error["loc"]:  # settings_problem: its message names the options already
+        return BadInputError(plain_problem(error))
+    name = name_of(str(error["loc"][0]).replace("-", "_"))
+    return BadInputError(f"{name} {plain_problem(error)} (got {error.get('input')!r})")
 
 
 class ServerRunConfig(BaseModel):
@@ -167,12 +223,24 @@ class ServerRunConfig(BaseModel):
         """`none` turns the probe set off (empty, as the checks below read it)."""
         return "" if value.strip().lower() == "none" else value
 
+    @model_validator(mode="after")
+    def _settings_agree(self) -> ServerRunConfig:
+        problem = settings_problem(dict(iter(self)))  # not dict(self): `keys` is a classmethod
+        if problem:
+            raise ValueError(problem)
+        return self
+
     # -- Flower's run config ------------------------------------------------------------
 
     @classmethod
     def from_run_config(cls, cfg: Mapping[str, object]) -> ServerRunConfig:
-        """From a Flower run config (keys with dashes; missing keys take the defaults)."""
-        return cls.model_validate(dict(cfg))
+        """From a Flower run config (keys with dashes; missing keys take the defaults).
+
+        A bad value or combination is one line (BadInputError) naming its run-config key."""
+        try:
+            return cls.model_validate(dict(cfg))
+        except ValidationError as exc:
+            raise _one_line(exc, _key) from None
 
     def to_run_config(self) -> dict[str, RunConfigValue]:
         """Flower's run config: every key, with Flower's own value types (bool, int, ...)."""
@@ -190,12 +258,7 @@ class ServerRunConfig(BaseModel):
         try:
             return cls(**values)  # type: ignore[arg-type]
         except ValidationError as exc:
-            error = exc.errors()[0]
-            name = str(error["loc"][0]).replace("-", "_")
-            option = CLI_OPTIONS.get(name, "--" + _key(name))
-            raise BadInputError(
-                f"{option} {plain_problem(error)} (got {error.get('input')!r})"
-            ) from None
+            raise _one_line(exc, _option) from None
 
     def start_options(self) -> list[str]:
         """`simoe-server start` options that give these settings (those off the defaults)."""
@@ -203,7 +266,7 @@ class ServerRunConfig(BaseModel):
         for name, value in self:
             if name == "registry" or value == getattr(DEFAULTS, name):
                 continue
-            option = CLI_OPTIONS.get(name, "--" + _key(name))
+            option = _option(name)
             if isinstance(value, bool):
                 options.append(option if value else "--latest-global")
             else:

@@ -35,7 +35,8 @@ replies) and does the rest itself:
   experts on the probes (`distill_steps`, FedDF), and with `similarity_source="probes"` the
   fit's agreements are how alike the nodes' experts rank the probes, computed here from
   model outputs on public inputs instead of the nodes' reported values. With
-  `teacher_epochs` the train message also carries the probes and each node replies with its
+  `teacher_epochs` the train message also names the probes by their sha256 (carrying them
+  only to a node whose hello does not list it: `holds_probes`) and each node replies with its
   own-records teacher's scores on them (checked against the probe set's shapes: a wrong one
   rejects the update in one line); `teacher_distill_steps` then distils the averaged encoder
   toward those scores, each read through the node's expert; with `teacher_balance` each
@@ -124,6 +125,7 @@ from server.round_outcome import (
     RoundOutcome,
     RoundPlan,
 )
+from server.run_config import settings_problem
 
 log = logging.getLogger("simoe.server")
 
@@ -193,30 +195,36 @@ class SiMoEStrategy:
         # the nodes' own-records teachers: their probe scores, distilled into the average
         if teacher_epochs < 0 or teacher_distill_steps < 0:
             raise ValueError("teacher_epochs and teacher_distill_steps must not be negative")
-        if teacher_epochs and not probes:
-            raise ValueError("teacher scores need a probe set")
-        if teacher_distill_steps and not teacher_epochs:
-            raise ValueError("teacher distillation needs teacher_epochs")
-        if teacher_balance and not teacher_distill_steps:
-            raise ValueError("teacher_balance weighs the teacher distillation: needs its steps")
+        # the rules across settings are the run config's (a strategy built directly, as the
+        # tests and the poisoning bench do, gets the same one-line refusal)
+        problem = settings_problem(
+            {
+                "probes": bool(probes),
+                "distill_steps": distill_steps,
+                "similarity_source": similarity_source,
+                "teacher_epochs": teacher_epochs,
+                "teacher_distill_steps": teacher_distill_steps,
+                "teacher_balance": teacher_balance,
+                "newcomer_distill_steps": newcomer_distill_steps,
+            }
+        )
+        if problem:
+            raise ValueError(problem)
         self.teacher_epochs = teacher_epochs
         self.teacher_distill_steps = teacher_distill_steps
         self.teacher_balance = teacher_balance  # each hardware cluster's teachers weigh alike
         if newcomer_distill_steps < 0:
             raise ValueError("newcomer_distill_steps must not be negative")
-        if newcomer_distill_steps and not teacher_epochs:
-            raise ValueError("the newcomers' distillation needs teacher_epochs")
         # the copy served to newcomers: distilled toward each node's latest teacher scores
         # (kept by node name, so their order never depends on enrolment), cached per version
         self.newcomer_distill_steps = newcomer_distill_steps
         self._teachers: dict[str, tuple[Arrays, list[np.ndarray]]] = {}
         self._newcomer_copy: tuple[int, Arrays] | None = None
         self._probe_record: ArrayRecord | None = None
+        self._probe_digest: str | None = None  # its sha256: sent once per node, then named
         # FedDF on public probes after each average (no probes or 0 steps: off)
         if distill_steps < 0:
             raise ValueError(f"distill_steps must not be negative, got {distill_steps}")
-        if (distill_steps or similarity_source == "probes") and not probes:
-            raise ValueError("distillation and probe agreements need a probe set")
         self.probes = list(probes)
         self.distill_steps = distill_steps
         self.similarity_source = similarity_source
@@ -464,9 +472,10 @@ class SiMoEStrategy:
                 transfer_weight=self.transfer_weight,
                 personal_epochs=self.personal_epochs if inputs.final else 0,
                 teacher_epochs=self.teacher_epochs,
+                probes_sha256=self.probe_digest() if self.teacher_epochs else None,
             )
             content = RecordDict({REC_SHARED: arrays})
-            if self.teacher_epochs:
+            if self.teacher_epochs and not self.holds_probes(roster, node_id):
                 content[REC_PROBES] = self.probe_record()
             content[REC_CONFIG] = ConfigRecord({"instruction": instruction.model_dump_json()})
             for name in experts:
@@ -493,6 +502,22 @@ class SiMoEStrategy:
 
             self._probe_record = arrays_to_record(probe_arrays(self.probes))
         return self._probe_record
+
+    def probe_digest(self) -> str:
+        """The public probe set's sha256 (`simoe_model.probe_file.probe_digest`), which
+        every train message with teacher_epochs names it by (computed once)."""
+        if self._probe_digest is None:
+            from simoe_model.probe_file import probe_digest
+
+            self._probe_digest = probe_digest(self.probes)
+        return self._probe_digest
+
+    def holds_probes(self, roster: Roster, node_id: int) -> bool:
+        """Whether the node's last hello (or reply) said it holds the probe set: then its
+        train message names the set and does not carry it. A node told a digest it no
+        longer holds replies without scores and a hello without it: it gets them next."""
+        hello = roster.hellos.get(node_id)
+        return hello is not None and self.probe_digest() in hello.probes_held
 
     def matched_base(self, experts: Sequence[str], latest: int) -> tuple[int, Arrays] | None:
         """For a node with no expert of its own: the global its delivered experts were

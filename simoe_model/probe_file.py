@@ -12,7 +12,11 @@ public workloads, 32 candidates each, seed 0). A server can read it without TVM.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import itertools
+import zipfile
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +56,8 @@ def load_probes(path: str | Path) -> list[ProbeTask]:
     try:
         with np.load(file, allow_pickle=False) as data:
             arrays = {k: np.asarray(data[k]) for k in data.files}
-    except (OSError, ValueError) as exc:
+    # a damaged file: a zip that does not open, or one cut short inside a member
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
         raise BadInputError(f"probe file {file} is not an .npz of arrays: {exc}") from None
     return probes_from_arrays(arrays, f"probe file {file}")
 
@@ -92,6 +97,23 @@ def probe_arrays(tasks: Sequence[ProbeTask]) -> dict[str, np.ndarray]:
         arrays[f"rows_{i}"] = task.rows.numpy().astype(np.float32)
         arrays[f"offsets_{i}"] = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     return arrays
+
+
+def probe_digest(tasks: Sequence[ProbeTask]) -> str:
+    """The sha256 of a probe set, over `probe_arrays`' form (names, dtypes, shapes, bytes):
+    the same set has the same digest whatever file or message it came in (compressed or
+    not, float64 rows or float32), so the server and a node compute it alike."""
+    digest = hashlib.sha256()
+    for key, array in probe_arrays(tasks).items():
+        digest.update(f"{key} {array.dtype.str} {array.shape}\n".encode())
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
+
+
+@functools.cache
+def suite_digest() -> str:
+    """The digest of the probe set SiMoE ships (`SUITE_PROBES`): every node holds it."""
+    return probe_digest(load_probes(SUITE_PROBES))
 
 
 def save_probes(path: Path, tasks: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:

@@ -7,7 +7,7 @@ real loopback deployment's ClientApps recorded (tests/test_federation_processes.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
@@ -21,6 +21,7 @@ from schemas.messages import (
 )
 from schemas.sharing import REC_SCHEDULES, SHARE_FIELD, ScheduleShare
 from simoe_model.model import Expert, SiMoE, shared_arrays
+from simoe_model.probe_file import suite_digest
 
 SHARED_SHAPES = {k: v.shape for k, v in shared_arrays(SiMoE()).items()}
 EXPERT_SHAPES = {k: tuple(v.shape) for k, v in Expert(SiMoE().config).state_dict().items()}
@@ -38,17 +39,21 @@ def audit_reply(
     *,
     sharing: bool = False,
     probe_counts: Sequence[int] | None = None,
+    probe_digests: Collection[str] = (),
 ) -> None:
     """Raise PrivacyViolation if the message carries anything but the allowed payloads."""
     if not message.has_error():
         audit_content(
-            message.content, secrets, secret_rows, sharing=sharing, probe_counts=probe_counts
-        )
+            message.content, secrets, secret_rows, sharing=sharing, probe_counts=probe_counts,
+            probe_digests=probe_digests,
+        )  # fmt: skip
 
 
 # What a NodeHello may say, field by field: who the node is, its hardware, what it holds,
-# and its verdicts on the experts it was sent (names, one 2-decimal agreement each).
+# its verdicts on the experts it was sent (names, one 2-decimal agreement each) and the
+# digests of the public probe sets it holds (the shipped one, the one the server sent).
 HELLO_FIELDS = {
+    "probes_held",
     "name",
     "key_fingerprint",
     "profile",
@@ -61,13 +66,17 @@ HELLO_FIELDS = {
 }
 
 
-def audit_hello(text: str) -> None:
-    """PrivacyViolation unless a hello holds only `HELLO_FIELDS` and its agreements are
-    one number (2 decimals) per checked expert."""
+def audit_hello(text: str, probe_digests: Collection[str] = ()) -> None:
+    """PrivacyViolation unless a hello holds only `HELLO_FIELDS`, its agreements are one
+    number (2 decimals) per checked expert and what it says of probe sets is digests of
+    public ones: SiMoE's shipped set's, or those of `probe_digests` (the server sent)."""
     hello = json.loads(text)
     extra = set(hello) - HELLO_FIELDS
     if extra:
         raise PrivacyViolation(f"hello has {sorted(extra)}")
+    unknown = set(hello.get("probes_held", [])) - {suite_digest(), *probe_digests}
+    if unknown:
+        raise PrivacyViolation(f"hello lists probe sets no server sent: {sorted(unknown)[:2]}")
     agreement = hello.get("expert_agreement", {})
     checked = set(hello.get("checked_experts", []))
     for name, value in agreement.items():
@@ -102,6 +111,7 @@ def audit_content(
     *,
     sharing: bool = False,
     probe_counts: Sequence[int] | None = None,
+    probe_digests: Collection[str] = (),
 ) -> None:
     """Raise PrivacyViolation if a reply's content holds anything but the allowed payloads.
 
@@ -109,7 +119,8 @@ def audit_content(
     (exactly `SHARED_ITEM_FIELDS` per schedule); without it, a share is a violation.
     `probe_counts`: the server asked for teacher scores on a public probe set of these
     candidates per task, so `REC_PROBE_SCORES` is allowed as exactly one float per probe
-    candidate (`scores_<i>` of shape (n_i,)); without it, probe scores are a violation."""
+    candidate (`scores_<i>` of shape (n_i,)); without it, probe scores are a violation.
+    `probe_digests`: the probe sets the server sent, which a hello may say it holds."""
     for key, record in content.items():
         if key == REC_SCHEDULES and not sharing:
             raise PrivacyViolation("a schedule share from a node that did not opt in")
@@ -141,7 +152,7 @@ def audit_content(
             continue
         if key != REC_NODE or set(record) != {"hello"}:
             raise PrivacyViolation(f"config record {key!r} has {sorted(record)}")
-        audit_hello(str(record["hello"]))
+        audit_hello(str(record["hello"]), probe_digests)
     text = json.dumps(
         {k: str(dict(r)) for k, r in content.config_records.items()}
         | {k: sorted(r) for k, r in content.array_records.items()}

@@ -136,7 +136,7 @@ def test_the_strategy_distils_the_average_only_when_asked(tmp_path: Path) -> Non
     key = encoder_keys(results[0])[0]
     assert np.array_equal(results[0][key], model_arrays(0)[key])  # off: the average stands
     assert not np.array_equal(results[1][key], model_arrays(0)[key])
-    with pytest.raises(ValueError, match="need a probe set"):
+    with pytest.raises(ValueError, match="--distill-steps and --teacher-epochs need probes"):
         from server.strategy import SiMoEStrategy
 
         SiMoEStrategy(registry, model_similarity, distill_steps=5)
@@ -226,11 +226,12 @@ def test_wrong_shaped_teacher_scores_reject_the_update_in_one_line(tmp_path: Pat
             assert "\n" not in str(caught.value)
         with pytest.raises(UpdateRejected, match="did not ask for"):
             off._check_reply(reply(good), current)
-        with pytest.raises(ValueError, match="need a probe set"):
+        with pytest.raises(ValueError, match="--teacher-epochs need probes"):
             make_strategy(
                 ServerRunConfig(teacher_epochs=1, probes="none"), registry, model_similarity
             )
-        with pytest.raises(ValueError, match="teacher_balance"):  # it weighs a distillation
+        # it weighs a distillation
+        with pytest.raises(ValueError, match="--teacher-balance needs --teacher-distill-steps"):
             make_strategy(
                 ServerRunConfig(probes=probes, teacher_epochs=1, teacher_balance=True),
                 registry,

@@ -188,8 +188,11 @@ def test_teacher_scores_are_one_float_per_public_probe_and_the_teacher_stays_hom
     secrets, secret_rows = node_secrets(tasks)
     replies = [m for m in grid.sent_by_nodes if "probe_scores" in m.content]
     assert len(replies) == 6  # every node, every round
+    sent_set = [strategy.probe_digest()]  # the hellos may say they hold it, and the shipped one
     for message in grid.sent_by_nodes:
-        audit_reply(message, secrets, secret_rows, probe_counts=[5, 5])
+        audit_reply(message, secrets, secret_rows, probe_counts=[5, 5], probe_digests=sent_set)
+    with pytest.raises(PrivacyViolation, match="probe sets no server sent"):
+        audit_reply(grid.sent_by_nodes[-1], secrets, secret_rows, probe_counts=[5, 5])
     assert sorted(replies[0].content["probe_scores"]) == ["scores_0", "scores_1"]
     with pytest.raises(PrivacyViolation, match="did not ask for"):
         audit_reply(replies[0], secrets, secret_rows)

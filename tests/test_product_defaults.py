@@ -70,5 +70,6 @@ def test_the_shipped_probe_set_is_what_probes_build_writes(tmp_path: Path) -> No
 
 
 def test_none_turns_the_probe_set_off() -> None:
-    assert ServerRunConfig(probes="none").probes == ""
-    assert ServerRunConfig(probes="None ").probes == ""
+    off = {"similarity_source": "reported"}  # the default source reads the probes
+    assert ServerRunConfig(probes="none", **off).probes == ""
+    assert ServerRunConfig(probes="None ", **off).probes == ""

@@ -123,6 +123,11 @@ def test_every_run_setting_reaches_the_run_through_its_start_option(
         (["--seed", "-1"], "--seed must be at least 0"),
         (["--distill-steps", "5", "--probes", "none"], "need probes: --probes suite or FILE"),
         (["--probes", "none"], "need probes: --probes suite or FILE"),
+        (["--teacher-distill-steps", "5"], "--teacher-distill-steps needs --teacher-epochs"),
+        (
+            ["--teacher-epochs", "1", "--teacher-balance"],
+            "--teacher-balance needs --teacher-distill-steps",
+        ),
         (["--probes", "no-such-probes.npz"], "does not exist"),
     ],
 )
@@ -139,6 +144,52 @@ def test_bad_run_settings_are_one_line_exit_2(
     assert len(lines) == 1 and named in lines[0], result.stderr
     assert "Traceback" not in result.stderr + result.stdout
     assert not (tmp_path / "server").exists()  # refused before anything was created
+
+
+NEED_PROBES = (
+    "--similarity-source probes (the default), --distill-steps and --teacher-epochs need "
+    "probes: --probes suite or FILE, or --similarity-source reported"
+)
+BAD_COMBINATIONS = [  # (Flower run config, the one line `simoe-server start` shows for it)
+    ({"teacher-distill-steps": 5}, "--teacher-distill-steps needs --teacher-epochs"),
+    (
+        {"teacher-epochs": 1, "teacher-balance": True},
+        "--teacher-balance needs --teacher-distill-steps",
+    ),
+    ({"newcomer-distill-steps": 600}, "--newcomer-distill-steps needs --teacher-epochs"),
+    ({"probes": "none"}, NEED_PROBES),
+    ({"probes": "none", "similarity-source": "reported", "teacher-epochs": 2}, NEED_PROBES),
+]
+
+
+@pytest.mark.parametrize(("run_config", "line"), BAD_COMBINATIONS)
+def test_a_bad_combination_is_refused_however_the_settings_arrive(
+    tmp_path: Path, run_config: dict[str, Any], line: str
+) -> None:
+    """The rules across settings live on ServerRunConfig: a run config the ServerApp reads
+    (`from_run_config`), `start`'s options and a strategy built directly are refused with
+    the same one line."""
+    from schemas import BadInputError
+    from server.similarity import model_similarity
+    from server.strategy import SiMoEStrategy
+    from simoe_model.probe_file import SUITE_PROBES, load_probes
+
+    with pytest.raises(BadInputError) as caught:
+        ServerRunConfig.from_run_config(run_config)
+    assert str(caught.value) == line
+    with pytest.raises(BadInputError) as caught:
+        ServerRunConfig.from_options(**{k.replace("-", "_"): v for k, v in run_config.items()})
+    assert str(caught.value) == line
+    settings = {k.replace("-", "_"): v for k, v in run_config.items() if k != "probes"}
+    probes = [] if "probes" in run_config else load_probes(str(SUITE_PROBES))
+    with Registry(tmp_path / "registry.sqlite") as registry, pytest.raises(ValueError) as raised:
+        SiMoEStrategy(
+            registry,
+            model_similarity,
+            probes=probes,
+            **{"similarity_source": "probes"} | settings,  # the run config's default
+        )
+    assert str(raised.value) == line
 
 
 def test_a_second_start_reports_and_counts_its_own_rounds_only(

@@ -202,13 +202,14 @@ class FederationHelpsSettings(BaseModel):
     data: str = ""
     threads: int = 1
 
-    def server_config(self, seed: int) -> ServerRunConfig:
+    def server_config(self, seed: int, probes: str = "") -> ServerRunConfig:
         """The server's settings for this run: those of its fields of the same names; the
         rest are the defaults, which build the strategy as `SiMoEStrategy` built directly is
         (no clipping, FedAvg's rule). A bad value is one line naming its option."""
         shared = set(type(self).model_fields) & set(ServerRunConfig.model_fields)
         # no probe set unless the run needs one (then its own: see run_federation_helps)
-        return ServerRunConfig.from_options(seed=seed, probes="", **self.model_dump(include=shared))
+        fields = self.model_dump(include=shared)
+        return ServerRunConfig.from_options(seed=seed, probes=probes, **fields)
 
     @property
     def needs_probes(self) -> bool:
@@ -291,17 +292,15 @@ def run_federation_helps(
     overlap = {n.name for n in nodes} & {n.name for n in newcomers}
     if overlap:
         raise BadInputError(f"newcomers must not be nodes: {sorted(overlap)}")
-    server = settings.server_config(seed)  # checked before anything is written
+    probes = ""  # the probe file the run needs, written below unless given
+    if settings.needs_probes:
+        probes = settings.probe_file or str(work_dir / "probes.npz")
+    server = settings.server_config(seed, probes)  # checked before anything is written
     load_start = load_average()
     started = time.perf_counter()
     work_dir.mkdir(parents=True, exist_ok=True)
-    if settings.needs_probes:
-        probes = (
-            Path(settings.probe_file)
-            if settings.probe_file
-            else write_probe_file(work_dir / "probes.npz", nodes)
-        )
-        server = server.model_copy(update={"probes": str(probes)})
+    if settings.needs_probes and not settings.probe_file:
+        write_probe_file(work_dir / "probes.npz", nodes)
 
     splits = {
         g.name: split_tasks(
