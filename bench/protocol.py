@@ -605,6 +605,34 @@ FEDERATION_VARIANT_RULE_R8 = later_round_rule(
     "the seventh round's pick rerun on the deterministic code",
 )
 
+# Ninth round (issue 23, the newcomer gap), written here (2026-12-02 17:48 UTC) after the
+# eighth round's validation (its pick nd600: gap +0.047, per seed +0.036, +0.034, +0.071; the
+# defaults rerun +0.050: +0.093, +0.007, +0.051) and BEFORE its test result was seen (that run
+# was started at 17:46). What the eighth round's per-newcomer rows show (validation JSONs):
+# the copy distilled toward all 30 teachers lifts the GPU newcomers where the plain global is
+# poor (seed 0: m40 0.664 -> 0.819, a10 0.829 -> 0.938) but costs the embedded Orins where it is
+# good (seed 1: orin-30w 0.679 -> 0.505, orin-15w 0.628 -> 0.494; seed 2: all four lose
+# 0.035-0.071), as the sixth round's in-round teachers did: 26 of the 30 teachers are not
+# embedded, and the copy moves the encoder for them, while an Orin newcomer mixes the experts
+# of tx2/p4/1080-like nodes. A newcomer's model mixes only the k experts it is sent, so the
+# new option `--newcomer-teachers sent` distils its copy toward those experts' teachers only
+# (one copy per set of experts). Variants on the eighth round's pick (the incumbent):
+# `da10r9_defaults_teach2_nd600_sent` and `da10r9_defaults_teach2_nd200_sent` (3 heads instead
+# of 30: fewer steps may already fit them). Both run at once (3 seeds, --threads 1). Chosen by
+# FEDERATION_VARIANT_RULE_R9: the later rounds' rule over the eighth round's pick and these two,
+# in that order; if one of the two is picked, the test split is scored once with it. Teachers
+# add a reply field: a pick stays the documented opt-in (PRODUCT_DEFAULTS_RULE as amended).
+FEDERATION_R9_INCUMBENT = "da10r8_defaults_teach2_nd600"
+FEDERATION_VARIANTS_DA10_R9: dict[str, str] = {
+    "da10r9_defaults_teach2_nd600_sent": FEDERATION_VARIANTS_DA10_R8[FEDERATION_R9_INCUMBENT]
+    + " --newcomer-teachers sent",
+    "da10r9_defaults_teach2_nd200_sent": _R6_BASE
+    + " --teacher-epochs 2 --newcomer-distill-steps 200 --newcomer-teachers sent",
+}
+FEDERATION_VARIANT_RULE_R9 = later_round_rule(
+    "Ninth", "FEDERATION_VARIANTS_DA10_R9", FEDERATION_R9_INCUMBENT, "the eighth round's pick"
+)
+
 Split = Literal["train", "validation", "test"]
 Purpose = Literal["train", "select", "test"]
 # git-ignored: built by --build-data, with the simulator's register and shared-memory
@@ -947,6 +975,8 @@ def markdown() -> str:
         f"{FEDERATION_VARIANT_RULE_R7}",
         f"- Federation helps, eighth round {list(FEDERATION_VARIANTS_DA10_R8)}: "
         f"{FEDERATION_VARIANT_RULE_R8}",
+        f"- Federation helps, ninth round {list(FEDERATION_VARIANTS_DA10_R9)}: "
+        f"{FEDERATION_VARIANT_RULE_R9}",
         f"- Hardware similarity (issue 23 item 3), variants {list(SIMILARITY_VARIANTS)}: "
         f"{SIMILARITY_RULE}",
         f"- Schedule sharing (issue 23, Must-show 1), share_weight {list(SHARE_WEIGHTS)} x "

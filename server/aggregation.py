@@ -56,6 +56,7 @@ def make_strategy(
         "teacher_distill_steps": config.teacher_distill_steps,
         "teacher_balance": config.teacher_balance,
         "newcomer_distill_steps": config.newcomer_distill_steps,
+        "newcomer_teachers": config.newcomer_teachers,
     }
     if config.probes:
         from simoe_model.probe_file import load_probes

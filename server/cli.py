@@ -455,6 +455,12 @@ def start(
         "records yet) toward the nodes' teacher scores on the probes (0: off; needs "
         "--teacher-epochs)",
     ),
+    newcomer_teachers: str = typer.Option(
+        DEFAULTS.newcomer_teachers,
+        "--newcomer-teachers",
+        help="whose teacher scores the newcomers' copy follows: all (every node's) or sent "
+        "(those of the experts the newcomer is sent)",
+    ),
     state_dir: StateDir = None,
     verbose: Verbose = False,
 ) -> None:
@@ -496,6 +502,7 @@ def start(
         teacher_distill_steps=teacher_distill_steps,
         teacher_balance=teacher_balance,
         newcomer_distill_steps=newcomer_distill_steps,
+        newcomer_teachers=newcomer_teachers,
     )
     # the rules across settings were checked by ServerRunConfig; the file system's here
     if run_config.probes:  # a missing or malformed probe file: refused now, in one line

@@ -216,6 +216,11 @@ class ServerRunConfig(BaseModel):
         description="server steps distilling the copy of the global served to newcomers toward "
         "the nodes' teacher scores on the probes (0: off; needs teacher_epochs)",
     )
+    newcomer_teachers: Literal["all", "sent"] = Field(
+        default="all",
+        description="whose teacher scores the newcomers' copy follows: every node's, or only "
+        "those of the experts the newcomer is sent",
+    )
 
     @field_validator("probes")
     @classmethod

@@ -44,7 +44,8 @@ replies) and does the rest itself:
   about alike; off by default). With `newcomer_distill_steps` (the average untouched by it)
   a newcomer (a node with no records of its own, `Roster.can_check`) is served a copy of
   the global whose program encoder is distilled toward the latest teacher scores of every
-  node (`newcomer_arrays`): what a newcomer tunes with zero-shot, while the nodes' shared
+  node, or with `newcomer_teachers="sent"` of the experts it is sent (`newcomer_arrays`):
+  what a newcomer tunes with zero-shot, while the nodes' shared
   trajectory stays the plain average.
 
 Robust aggregation is a choice of strategy, one class per file as Flower's are:
@@ -140,6 +141,7 @@ if TYPE_CHECKING:
 
 MIN_FIT_PAIRS = 3  # fewer (checking node, expert's node) pairs say too little to fit on
 SimilaritySource = Literal["reported", "probes"]
+NewcomerTeachers = Literal["all", "sent"]
 
 
 class SimilarityFit(Protocol):
@@ -190,6 +192,7 @@ class SiMoEStrategy:
         teacher_distill_steps: int = 0,
         teacher_balance: bool = False,
         newcomer_distill_steps: int = 0,
+        newcomer_teachers: NewcomerTeachers = "all",
     ) -> None:
         self.registry = registry
         # the nodes' own-records teachers: their probe scores, distilled into the average
@@ -219,7 +222,8 @@ class SiMoEStrategy:
         # (kept by node name, so their order never depends on enrolment), cached per version
         self.newcomer_distill_steps = newcomer_distill_steps
         self._teachers: dict[str, tuple[Arrays, list[np.ndarray]]] = {}
-        self._newcomer_copy: tuple[int, Arrays] | None = None
+        self.newcomer_teachers = newcomer_teachers
+        self._newcomer_copies: dict[tuple[int, tuple[str, ...]], Arrays] = {}
         self._probe_record: ArrayRecord | None = None
         self._probe_digest: str | None = None  # its sha256: sent once per node, then named
         # FedDF on public probes after each average (no probes or 0 steps: off)
@@ -459,7 +463,7 @@ class SiMoEStrategy:
             if base is not None:
                 version, plan.bases[node_id] = base
                 arrays = arrays_to_record(plan.bases[node_id])
-            elif not can_check and (distilled := self.newcomer_arrays(inputs, latest)):
+            elif not can_check and (distilled := self.newcomer_arrays(inputs, latest, experts)):
                 arrays = arrays_to_record(distilled)
             instruction = TrainInstruction(
                 server_round=server_round,
@@ -655,10 +659,14 @@ class SiMoEStrategy:
             self.fit_similarity(outcome)
         return outcome
 
-    def newcomer_arrays(self, inputs: RoundInputs, version: int) -> Arrays | None:
+    def newcomer_arrays(
+        self, inputs: RoundInputs, version: int, experts: Sequence[str] = ()
+    ) -> Arrays | None:
         """The global `inputs.arrays` (registry version `version`) with its program encoder
-        distilled toward every node's latest teacher scores on the probes, each read through
-        that node's expert (`newcomer_distill_steps`; None: off or no teacher yet).
+        distilled toward the nodes' latest teacher scores on the probes, each read through
+        that node's expert (`newcomer_distill_steps`; None: off or no teacher yet): every
+        node's (`newcomer_teachers="all"`) or only those of the `experts` the newcomer is
+        sent (`"sent"`: the only experts its model mixes, so the copy need not serve the rest).
 
         Why a copy for newcomers only: distilling the average itself each round (the
         `teacher_distill_steps` rounds) did not carry over, since the nodes' next local
@@ -667,14 +675,19 @@ class SiMoEStrategy:
         central model (VALIDATION, one seed; docs/results/model_evaluation.md, sixth round).
         A newcomer tunes zero-shot with what it is sent, so it gets that; the nodes, who
         have records and their own expert, keep the plain average. Computed at most once per
-        global version; kept in memory only (after a restart, the next round's teachers)."""
-        if not self.newcomer_distill_steps or not self._teachers:
+        global version and set of teachers; kept in memory only (after a restart, the next
+        round's teachers)."""
+        names = sorted(self._teachers)
+        if self.newcomer_teachers == "sent":
+            names = [name for name in names if name in set(experts)]
+        if not self.newcomer_distill_steps or not names:
             return None
-        if self._newcomer_copy is not None and self._newcomer_copy[0] == version:
-            return self._newcomer_copy[1]
+        key = (version, tuple(names))
+        if key in self._newcomer_copies:
+            return self._newcomer_copies[key]
         from server.distillation import distill_to_scores
 
-        teachers = [self._teachers[name] for name in sorted(self._teachers)]
+        teachers = [self._teachers[name] for name in names]
         try:
             arrays, before, after = distill_to_scores(
                 inputs.arrays,
@@ -695,7 +708,8 @@ class SiMoEStrategy:
             before,
             after,
         )
-        self._newcomer_copy = (version, arrays)
+        self._newcomer_copies = {k: v for k, v in self._newcomer_copies.items() if k[0] == version}
+        self._newcomer_copies[key] = arrays
         return arrays
 
     def distill(

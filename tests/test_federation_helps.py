@@ -474,7 +474,8 @@ def test_newcomers_get_a_copy_distilled_toward_the_teachers(fleet, tmp_path: Pat
     """--newcomer-distill-steps: the newcomer (no records of its own) is served the global with
     its program encoder distilled toward the nodes' teacher scores; its hardware encoder and
     gate are the global's, and the average the nodes train on is bit for bit what it is
-    without the option (the same run, off)."""
+    without the option (the same run, off). With --newcomer-teachers sent the copy follows
+    only the teachers of the experts the newcomer is sent: another copy, the same average."""
     from simoe_model.features import FEATURE_DIM
     from simoe_model.probe_file import save_probes
 
@@ -483,28 +484,34 @@ def test_newcomers_get_a_copy_distilled_toward_the_teachers(fleet, tmp_path: Pat
     save_probes(probes, [(rng.normal(size=(12, FEATURE_DIM)), np.arange(0, 13, 2))] * 2)
     names = list(fleet)
     runs = {}
-    for steps in (0, 30):
+    for steps, teachers in ((0, "all"), (30, "all"), (30, "sent")):
         settings = fh.FederationHelpsSettings(
             rounds=2, epochs=1, k_experts=2, similarity_steps=5, similarity_source="probes",
             probe_file=str(probes), command="c", data="synthetic", teacher_epochs=1,
-            newcomer_distill_steps=steps,
+            newcomer_distill_steps=steps, newcomer_teachers=teachers,
         )  # fmt: skip
-        work = tmp_path / f"steps{steps}"
+        work = tmp_path / f"steps{steps}{teachers}"
         report = fh.run_federation_helps(
             [fleet[n] for n in names[:3]], [fleet[names[3]]], work, settings, seed=0
         )
         with Registry(work / "server" / "registry.sqlite") as registry:
             globals_ = [arrays_from_bytes(r["weights"]) for r in registry.db["model_versions"].rows]
         newcomer = shared_arrays(NodeState(work / "newcomers" / names[3]).load_model())
-        runs[steps] = (report, globals_, newcomer)
-    (off, globals_off, plain), (on, globals_on, distilled) = runs[0], runs[30]
+        runs[steps, teachers] = (report, globals_, newcomer)
+    (off, globals_off, plain), (on, globals_on, distilled) = runs[0, "all"], runs[30, "all"]
+    sent_report, globals_sent, sent_copy = runs[30, "sent"]
     assert on.newcomer_distill_steps == 30 and off.newcomer_distill_steps == 0
     assert len(globals_on) == len(globals_off)
-    for a, b in zip(globals_on, globals_off, strict=True):  # the average: untouched
-        assert all(np.array_equal(a[k], b[k]) for k in a)
+    for a, b, c in zip(globals_on, globals_off, globals_sent, strict=True):  # untouched
+        assert all(np.array_equal(a[k], b[k]) and np.array_equal(a[k], c[k]) for k in a)
     sent = globals_on[-2]  # the last round was sent the version before its own
     assert all(np.array_equal(plain[k], sent[k]) for k in sent)  # off: the global itself
     moved = {k for k in sent if not np.array_equal(distilled[k], sent[k])}
     assert moved and all(k.startswith("program_encoder.") for k in moved)
+    other = {k for k in sent if not np.array_equal(sent_copy[k], distilled[k])}
+    assert other and all(k.startswith("program_encoder.") for k in other)  # 2 of 3 teachers
+    assert "toward the sent experts' teachers" in fh.variants_markdown(
+        {"x": fh.FederationHelpsSeeds(command="c", runs=[sent_report])}
+    )
     table = fh.variants_markdown({"x": fh.FederationHelpsSeeds(command="c", runs=[on])})
     assert "newcomers' copy distilled 30" in table

@@ -4,7 +4,8 @@
         [--rounds R --epochs E --central-epochs R*E] [--server-optimizer adam --server-lr L]
         [--local-batch B] [--prox-mu M] [--transfer-weight W] [--k-experts K] [--matched-global]
         [--similarity-steps N] [--personal-epochs E] [--teacher-epochs E
-        --teacher-distill-steps N [--teacher-balance] [--newcomer-distill-steps N]] [--tag T]
+        --teacher-distill-steps N [--teacher-balance] [--newcomer-distill-steps N
+        [--newcomer-teachers all|sent]]] [--tag T]
     python -m bench.federation.federation_helps --compare OUT/federation_helps_*.json --tag T
     python -m bench.federation.federation_helps --data DIR [DIR2 ...]     # the fleet dataset
     python -m bench.federation.federation_helps --synthetic     # synthetic fleet (development)
@@ -144,6 +145,7 @@ OPTIONS = [
     "teacher_distill_steps",
     "teacher_balance",
     "newcomer_distill_steps",
+    "newcomer_teachers",
     "threads",
 ]
 # the public probe set the server distils on (ServerRunConfig.probes): this many candidates of
@@ -195,6 +197,7 @@ class FederationHelpsSettings(BaseModel):
     # the copy of the global served to newcomers, distilled toward the teachers' scores
     # (ServerRunConfig.newcomer_distill_steps; 0: off)
     newcomer_distill_steps: int = 0
+    newcomer_teachers: Literal["all", "sent"] = "all"  # every node's, or the sent experts'
     own_only_epochs: int | None = None  # None: the federation's rounds x epochs
     fleet: str | None = None  # the protocol fleet's digest (bench.protocol.fleet_hashes)
     # what the report says about the run
@@ -544,6 +547,13 @@ def main(argv: list[str] | None = None) -> None:
         "teachers' probe scores (ServerRunConfig; 0: off; needs --teacher-epochs)",
     )
     parser.add_argument(
+        "--newcomer-teachers",
+        choices=["all", "sent"],
+        default="all",
+        help="whose teacher scores the newcomers' copy follows: every node's, or those of the "
+        "experts the newcomer is sent (ServerRunConfig)",
+    )
+    parser.add_argument(
         "--probe-file",
         default="",
         help="the server's public probe file (e.g. `simoe-agent probes build --out FILE`) "
@@ -610,7 +620,9 @@ def main(argv: list[str] | None = None) -> None:
                  ("Seventh", "R7", protocol.FEDERATION_VARIANTS_DA10_R7,
                   protocol.FEDERATION_R7_INCUMBENT),
                  ("Eighth", "R8", protocol.FEDERATION_VARIANTS_DA10_R8,
-                  protocol.FEDERATION_R8_INCUMBENT)]  # fmt: skip
+                  protocol.FEDERATION_R8_INCUMBENT),
+                 ("Ninth", "R9", protocol.FEDERATION_VARIANTS_DA10_R9,
+                  protocol.FEDERATION_R9_INCUMBENT)]  # fmt: skip
         for name, rule, variants, incumbent in later:
             listed = [f"validation_{t}" for t in [incumbent, *variants]]
             if any(t in among for t in listed[1:]):

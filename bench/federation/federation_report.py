@@ -109,6 +109,7 @@ class FederationHelpsReport(BaseModel):
     teacher_distill_steps: int = 0
     teacher_balance: bool = False  # the teachers weighted so each hardware cluster counts alike
     newcomer_distill_steps: int = 0  # the newcomers' copy distilled toward the teachers (0: off)
+    newcomer_teachers: str = "all"  # every node's teachers, or the sent experts' ("sent")
     bytes_per_node_last_round: dict[str, dict[str, int]]
     federation_wall_s: float
     own_only_wall_s: float
@@ -331,6 +332,7 @@ def _teacher_text(report: FederationHelpsReport) -> str:
     balance = " cluster-balanced" if report.teacher_balance else ""
     newcomers = (
         f", newcomers' copy distilled {report.newcomer_distill_steps}"
+        + (" toward the sent experts' teachers" if report.newcomer_teachers == "sent" else "")
         if report.newcomer_distill_steps
         else ""
     )
