@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from schemas import BadInputError
 from schemas.sharing import MAX_TOP_K
-from server.run_config import CLI_OPTIONS, DEFAULTS, ServerRunConfig
+from server.run_config import DEFAULTS, ServerRunConfig, start_option
 
 
 @dataclass
@@ -137,7 +137,7 @@ def _plain(value: object) -> str:
 def _option_names(config: ServerRunConfig) -> list[tuple[str, str]]:
     """(`simoe-server start` option, field name) of each setting off the defaults."""
     return [
-        (CLI_OPTIONS.get(name, "--" + name.replace("_", "-")), name)
+        (start_option(name), name)
         for name, value in config
         if name != "registry" and value != getattr(DEFAULTS, name)
     ]

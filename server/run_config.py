@@ -47,7 +47,7 @@ def _key(field: str) -> str:
     return field.replace("_", "-")
 
 
-def _option(field: str) -> str:
+def start_option(field: str) -> str:
     """The `simoe-server start` option that sets `field`."""
     return CLI_OPTIONS.get(field, "--" + _key(field))
 
@@ -75,7 +75,7 @@ def settings_problem(settings: Mapping[str, object]) -> str | None:
 
     for name, needed in NEEDS:
         if on(name) and not on(needed):
-            return f"{_option(name)} needs {_option(needed)}"
+            return f"{start_option(name)} needs {start_option(needed)}"
     if not settings.get("probes") and any(on(name) for name in USE_PROBES):
         return (
             "--similarity-source probes (the default), --distill-steps and --teacher-epochs "
@@ -263,7 +263,7 @@ class ServerRunConfig(BaseModel):
         try:
             return cls(**values)  # type: ignore[arg-type]
         except ValidationError as exc:
-            raise _one_line(exc, _option) from None
+            raise _one_line(exc, start_option) from None
 
     def start_options(self) -> list[str]:
         """`simoe-server start` options that give these settings (those off the defaults)."""
@@ -271,7 +271,7 @@ class ServerRunConfig(BaseModel):
         for name, value in self:
             if name == "registry" or value == getattr(DEFAULTS, name):
                 continue
-            option = _option(name)
+            option = start_option(name)
             if isinstance(value, bool):
                 options.append(option if value else "--latest-global")
             else:
