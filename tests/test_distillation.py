@@ -295,3 +295,15 @@ def test_balanced_teachers_weigh_a_lone_hardware_as_much_as_a_crowd(tmp_path: Pa
         )
 
     assert lone_error(True) < 0.9 * lone_error(False)
+
+
+def test_the_newcomer_copy_cost_bench_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/federation/newcomer_copy_cost.py: one JSON line with its settings and times."""
+    import json
+
+    from bench.federation import newcomer_copy_cost
+
+    newcomer_copy_cost.main(["--teachers", "2", "--steps", "2"])
+    result = json.loads(capsys.readouterr().out)
+    assert (result["teachers"], result["steps"], result["probe_programs"]) == (2, 2, 886)
+    assert result["cpu_s"] > 0 and result["wall_s"] > 0
