@@ -209,8 +209,9 @@ class ServerRunConfig(BaseModel):
     # off by default (issue 23, eighth round): a newcomer (no records of its own) is served a
     # copy of the global distilled toward every node's latest teacher scores; the average the
     # nodes train on is untouched (SiMoEStrategy.newcomer_arrays). The eighth round's pick
-    # (with teacher_epochs 2, 600 steps; test newcomer gap +0.026 against +0.041 for these
-    # defaults, docs/results/model_evaluation.md) stays opt-in: teachers add a reply field
+    # (with teacher_epochs 2, 600 steps; test newcomer gap +0.026, these defaults +0.041 on the
+    # code before the key-order fix; docs/results/model_evaluation.md) stays opt-in: teachers
+    # add a reply field
     newcomer_distill_steps: int = Field(
         default=0,
         ge=0,

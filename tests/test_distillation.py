@@ -307,3 +307,18 @@ def test_the_newcomer_copy_cost_bench_runs(capsys: pytest.CaptureFixture[str]) -
     result = json.loads(capsys.readouterr().out)
     assert (result["teachers"], result["steps"], result["probe_programs"]) == (2, 2, 886)
     assert result["cpu_s"] > 0 and result["wall_s"] > 0
+
+
+def test_the_newcomer_copy_diagnosis_refuses_a_folder_without_runs(tmp_path: Path) -> None:
+    """bench/federation/newcomer_copy_diagnose.py on a folder that is no federation-helps
+    --work: one line and a non-zero exit, before any fleet is read."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.federation.newcomer_copy_diagnose", "--work",
+         str(tmp_path), "--protocol", "test", "--seeds", "0"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0 and "no seed0/server/registry.sqlite" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
