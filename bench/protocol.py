@@ -633,6 +633,28 @@ FEDERATION_VARIANT_RULE_R9 = later_round_rule(
     "Ninth", "FEDERATION_VARIANTS_DA10_R9", FEDERATION_R9_INCUMBENT, "the eighth round's pick"
 )
 
+# Tenth round (issue 23: the newcomer gap AND "nodes still gaining"), written here (2026-12-02
+# 18:08 UTC) after the eighth round's test (nd600: gap +0.026 [+0.012, +0.037], nodes +0.003
+# [-0.013, +0.022], a tie) and the ninth round's validation (both lost). The nodes' half: of the
+# eighth round's four validation rows the seventh pick's rerun had the nodes furthest ahead
+# (+0.018 [-0.020, +0.044], with its in-round teacher distillation and no personal fine-tune),
+# and its newcomers' gap (+0.048) is the plain global's, which the copy does not touch. One
+# variant: the seventh pick's options plus `--newcomer-distill-steps 600` (the same teachers
+# then also feed the newcomers' copy), `da10r10_r7pick_nd600`, against the eighth round's pick.
+# Chosen by FEDERATION_VARIANT_RULE_R10: the later rounds' rule over the eighth round's pick and
+# it (in that order); if it is picked, the test split is scored once with it. This is the
+# tenth look at the same validation units: its margin is read against the spread the eighth
+# round showed between seeds, and the report says so. Teachers add a reply field: a pick stays
+# the documented opt-in.
+FEDERATION_R10_INCUMBENT = FEDERATION_R9_INCUMBENT
+FEDERATION_VARIANTS_DA10_R10: dict[str, str] = {
+    "da10r10_r7pick_nd600": FEDERATION_RERUNS_DA10_R8["da10r8_rerun_r7pick"]
+    + " --newcomer-distill-steps 600",
+}
+FEDERATION_VARIANT_RULE_R10 = later_round_rule(
+    "Tenth", "FEDERATION_VARIANTS_DA10_R10", FEDERATION_R10_INCUMBENT, "the eighth round's pick"
+)
+
 Split = Literal["train", "validation", "test"]
 Purpose = Literal["train", "select", "test"]
 # git-ignored: built by --build-data, with the simulator's register and shared-memory
@@ -977,6 +999,8 @@ def markdown() -> str:
         f"{FEDERATION_VARIANT_RULE_R8}",
         f"- Federation helps, ninth round {list(FEDERATION_VARIANTS_DA10_R9)}: "
         f"{FEDERATION_VARIANT_RULE_R9}",
+        f"- Federation helps, tenth round {list(FEDERATION_VARIANTS_DA10_R10)}: "
+        f"{FEDERATION_VARIANT_RULE_R10}",
         f"- Hardware similarity (issue 23 item 3), variants {list(SIMILARITY_VARIANTS)}: "
         f"{SIMILARITY_RULE}",
         f"- Schedule sharing (issue 23, Must-show 1), share_weight {list(SHARE_WEIGHTS)} x "

@@ -199,6 +199,7 @@ def test_the_rules_that_pick_variants_are_in_the_protocol_file() -> None:
         protocol.FEDERATION_VARIANT_RULE_R7,
         protocol.FEDERATION_VARIANT_RULE_R8,
         protocol.FEDERATION_VARIANT_RULE_R9,
+        protocol.FEDERATION_VARIANT_RULE_R10,
         protocol.SIMILARITY_RULE,
     ):
         assert "validation" in rule

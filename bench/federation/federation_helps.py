@@ -622,7 +622,9 @@ def main(argv: list[str] | None = None) -> None:
                  ("Eighth", "R8", protocol.FEDERATION_VARIANTS_DA10_R8,
                   protocol.FEDERATION_R8_INCUMBENT),
                  ("Ninth", "R9", protocol.FEDERATION_VARIANTS_DA10_R9,
-                  protocol.FEDERATION_R9_INCUMBENT)]  # fmt: skip
+                  protocol.FEDERATION_R9_INCUMBENT),
+                 ("Tenth", "R10", protocol.FEDERATION_VARIANTS_DA10_R10,
+                  protocol.FEDERATION_R10_INCUMBENT)]  # fmt: skip
         for name, rule, variants, incumbent in later:
             listed = [f"validation_{t}" for t in [incumbent, *variants]]
             if any(t in among for t in listed[1:]):
