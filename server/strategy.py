@@ -45,8 +45,8 @@ replies) and does the rest itself:
   a newcomer (a node with no records of its own, `Roster.can_check`) is served a copy of
   the global whose program encoder is distilled toward the latest teacher scores of every
   node, or with `newcomer_teachers="sent"` of the experts it is sent (`newcomer_arrays`):
-  what a newcomer tunes with zero-shot, while the nodes' shared
-  trajectory stays the plain average.
+  what a newcomer tunes with zero-shot, while the nodes' shared trajectory stays the plain
+  average.
 
 Robust aggregation is a choice of strategy, one class per file as Flower's are:
 `server/strategy_trimmed.py`, `strategy_median.py` override `combine`,
@@ -222,6 +222,8 @@ class SiMoEStrategy:
         # (kept by node name, so their order never depends on enrolment), cached per version
         self.newcomer_distill_steps = newcomer_distill_steps
         self._teachers: dict[str, tuple[Arrays, list[np.ndarray]]] = {}
+        if newcomer_teachers not in {"all", "sent"}:
+            raise ValueError(f"newcomer_teachers must be all or sent, got {newcomer_teachers!r}")
         self.newcomer_teachers = newcomer_teachers
         self._newcomer_copies: dict[tuple[int, tuple[str, ...]], Arrays] = {}
         self._probe_record: ArrayRecord | None = None
