@@ -45,6 +45,17 @@ def demo(
     epochs: int = typer.Option(
         DEFAULTS.epochs, "--epochs", help="local epochs per round (the deployment's default)"
     ),
+    teacher_epochs: int = typer.Option(
+        DEFAULTS.teacher_epochs,
+        "--teacher-epochs",
+        help="opt-in: epochs per round each node trains its own-records teacher (0: off)",
+    ),
+    newcomer_distill_steps: int = typer.Option(
+        DEFAULTS.newcomer_distill_steps,
+        "--newcomer-distill-steps",
+        help="opt-in: the newcomer is served a copy of the global distilled this many steps "
+        "toward the teachers (needs --teacher-epochs; 0: off)",
+    ),
     seed: int = typer.Option(0, "--seed", help="seed of the newcomer's three searches"),
     share_schedules: bool = typer.Option(
         False,
@@ -74,6 +85,8 @@ def demo(
         budget=budget,
         full_budget=full_budget,
         epochs=epochs,
+        teacher_epochs=teacher_epochs,
+        newcomer_distill_steps=newcomer_distill_steps,
         seed=seed,
         share_schedules=share_schedules,
         share_top_k=share_top_k,

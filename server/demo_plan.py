@@ -48,6 +48,10 @@ class DemoPlan:
     # its local epochs, its k); `server_overrides` lists the demo's only departures.
     epochs: int = DEFAULTS.epochs
     k_experts: int = DEFAULTS.k_experts
+    # Opt-in: each node's own-records teacher and the newcomers' distilled copy
+    # (`--teacher-epochs`, `--newcomer-distill-steps`; off, as in the product)
+    teacher_epochs: int = DEFAULTS.teacher_epochs
+    newcomer_distill_steps: int = DEFAULTS.newcomer_distill_steps
     # Rounds while nodes still tune cost CPU (a ClientApp process per node and round) and
     # teach little; the demo asks for a round when a node finishes tuning, and a node that
     # joins starts one, so nothing waits for the interval. At 60 s the rounds ran back to
@@ -61,6 +65,8 @@ class DemoPlan:
         return ServerRunConfig.from_options(
             epochs=self.epochs,
             k_experts=self.k_experts,
+            teacher_epochs=self.teacher_epochs,
+            newcomer_distill_steps=self.newcomer_distill_steps,
             round_interval=self.round_interval,
             min_nodes=len(self.gpus) + int(self.cpu),  # all, at once
         )
@@ -71,6 +77,8 @@ class DemoPlan:
             "round_interval": "rounds while the nodes still tune cost CPU and teach little; "
             "the demo asks for one when a node has tuned",
             "min_nodes": "the first round waits for the whole fleet",
+            "teacher_epochs": "opt-in: each node's own-records teacher, for the newcomers' copy",
+            "newcomer_distill_steps": "opt-in: the newcomer is served the distilled copy",
         }
         config = self.server_config()
         lines = []

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from schemas import RunFailure
+from schemas import BadInputError, RunFailure
 from schemas.messages import RoundInfo
 from server.cli import app
 from server.demo import DemoPlan, daemon_job_ended, fleet_ready
@@ -243,6 +243,15 @@ def test_the_demo_runs_on_the_deployments_defaults_but_for_its_named_overrides()
     overrides = plan.server_overrides()
     assert [line.split()[0] for line in overrides] == ["--min-nodes", "--round-interval"]
     assert all("(default " in line for line in overrides)
+
+    # the newcomers' distilled copy, opt-in as in the product: named with why, checked
+    copy = DemoPlan(gpus=["k80", "v100"], teacher_epochs=2, newcomer_distill_steps=600)
+    assert [line.split()[:2] for line in copy.server_overrides()][2:] == [
+        ["--teacher-epochs", "2"],
+        ["--newcomer-distill-steps", "600"],
+    ]
+    with pytest.raises(BadInputError, match="--newcomer-distill-steps needs --teacher-epochs"):
+        DemoPlan(gpus=["k80"], newcomer_distill_steps=600).check()
 
 
 def _round(number: int, started_at: str, status: str = "done") -> RoundInfo:
