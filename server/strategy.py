@@ -538,7 +538,8 @@ class SiMoEStrategy:
         """
         if not self.matched_global or not experts:
             return None
-        rounds = [info.round for info in self.registry.experts() if info.name in set(experts)]
+        sent = set(experts)
+        rounds = [info.round for info in self.registry.experts() if info.name in sent]
         base = self.registry.global_sent_in(max(rounds)) if rounds else None
         return base if base is not None and base[0] != latest else None
 
@@ -681,7 +682,8 @@ class SiMoEStrategy:
         round's teachers)."""
         names = sorted(self._teachers)
         if self.newcomer_teachers == "sent":
-            names = [name for name in names if name in set(experts)]
+            sent = set(experts)
+            names = [name for name in names if name in sent]
         if not self.newcomer_distill_steps or not names:
             return None
         key = (version, tuple(names))
