@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
 
     result = {
         "simulated": True,
-        "command": "python -m bench.federation.node_headroom " + " ".join(argv or []),
+        "command": " ".join(["python -m bench.federation.node_headroom", *(argv or sys.argv[1:])]),
         "fleet": protocol.fleet_hashes()["digest"],
         "summary": lines,
         "runs": runs,
