@@ -46,7 +46,11 @@ def headroom(seed: int, central_epochs: list[int], personal_epochs: int) -> dict
 
     nodes, _ = protocol_gpus("validation")  # the nodes only: no newcomer label is read
     held_names = tuple(protocol.HELD_OUT_TASKS)
-    splits = {g.name: split_tasks(g, 1 / 3, seed, False, held_names) for g in nodes}
+    bench = fh.FederationHelpsSettings()  # the federation bench's split, not a copy of it
+    splits = {
+        g.name: split_tasks(g, bench.held_out_fraction, seed, bench.same_split, held_names)
+        for g in nodes
+    }
     own_epochs = fh.own_only_budget(protocol.fleet_hashes()["digest"], fh.OWN_ONLY_CHOICE)
     rows: dict[str, dict[str, float]] = {}
     for gpu in nodes:
