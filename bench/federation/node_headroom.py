@@ -36,8 +36,9 @@ from bench.federation.federation_baselines import central_model, own_only_model,
 from bench.federation.fleet import split_tasks
 
 
-def headroom(seed: int, central_epochs: list[int], personal_epochs: int) -> dict:
-    """Per node of the validation fleet, this seed's scores (see the module docstring)."""
+def headroom(seed: int, central_epochs: list[int], personal_epochs: int, fleet: str) -> dict:
+    """Per node of the validation fleet (digest `fleet`), this seed's scores (see the module
+    docstring)."""
     from bench import protocol
     from bench.federation.fleet import protocol_gpus
     from simoe_model.metrics import task_metrics
@@ -51,7 +52,7 @@ def headroom(seed: int, central_epochs: list[int], personal_epochs: int) -> dict
         g.name: split_tasks(g, bench.held_out_fraction, seed, bench.same_split, held_names)
         for g in nodes
     }
-    own_epochs = fh.own_only_budget(protocol.fleet_hashes()["digest"], fh.OWN_ONLY_CHOICE)
+    own_epochs = fh.own_only_budget(fleet)
     rows: dict[str, dict[str, float]] = {}
     for gpu in nodes:
         train, held = splits[gpu.name]
@@ -106,16 +107,17 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     seeds = [int(s) for s in args.seeds.split(",")]
     epochs = [int(e) for e in args.central_epochs.split(",")]
-    runs = [headroom(seed, epochs, args.personal_epochs) for seed in seeds]
+    from bench import protocol
+
+    fleet = protocol.fleet_hashes()["digest"]  # hashed once: it reads every unit's file
+    runs = [headroom(seed, epochs, args.personal_epochs, fleet) for seed in seeds]
     lines = summary(runs)
     print("\n".join(lines))
     args.out.mkdir(parents=True, exist_ok=True)
-    from bench import protocol
-
     result = {
         "simulated": True,
         "command": " ".join(["python -m bench.federation.node_headroom", *(argv or sys.argv[1:])]),
-        "fleet": protocol.fleet_hashes()["digest"],
+        "fleet": fleet,
         "summary": lines,
         "runs": runs,
     }
