@@ -447,6 +447,14 @@ def main(argv: list[str] | None = None) -> None:
         help="bench/protocol.py: training units federate, this split's units join last, "
         "the protocol's held-out tasks on every node",
     )
+    parser.add_argument(
+        "--node-split",
+        choices=["protocol", "per-node"],
+        default="protocol",
+        help="with --protocol: the protocol's held-out tasks on every node, or a third of each "
+        "node's own tasks drawn per node, which other nodes train on (bench/protocol.py "
+        "NODE_SPLIT_RULE)",
+    )
     parser.add_argument("--nodes", default=DEFAULT_NODES, help="GPUs that federate")
     parser.add_argument("--newcomers", default=DEFAULT_NEWCOMERS, help="GPUs that join last")
     parser.add_argument("--rounds", type=int, default=16)
@@ -602,6 +610,7 @@ def main(argv: list[str] | None = None) -> None:
             for tag, r in reports.items()
             if r.runs[0].fleet == (fleets[-1] if fleets else None)
             and "validation split" in r.runs[0].data
+            and "per-node split" not in r.runs[0].data  # NODE_SPLIT_RULE: chooses nothing
         }
         if among:
             fleet = fleets[-1][:8] if fleets else "not recorded"
@@ -681,6 +690,11 @@ def main(argv: list[str] | None = None) -> None:
         node_names, newcomer_names = [g.name for g in nodes], [g.name for g in newcomers]
         data = f"protocol fleet dataset ({args.protocol} split as newcomers; bench/protocol.py)"
         offline, held_out_tasks = {}, list(protocol.HELD_OUT_TASKS)
+        if args.node_split == "per-node":  # NODE_SPLIT_RULE: the nodes' tasks drawn per node
+            held_out_tasks = None
+            data += ", per-node split"
+    elif args.node_split != "protocol":
+        parser.error("--node-split per-node is a footing of --protocol")
     elif args.synthetic:
         fleet = synthetic_gpus(12, 12, 48)
         node_names, newcomer_names = list(fleet)[:6], list(fleet)[6:8]
