@@ -553,6 +553,11 @@ class Registry:
             return None
         return rows[0]["version"], arrays_from_bytes(rows[0]["weights"])
 
+    def global_model(self, version: int) -> dict[str, np.ndarray] | None:
+        """The global model saved as `version`, None if there is none."""
+        rows = list(self.db["model_versions"].rows_where("version = ?", [version], limit=1))
+        return arrays_from_bytes(rows[0]["weights"]) if rows else None
+
     def latest_global(self) -> tuple[int, dict[str, np.ndarray]] | None:
         rows = list(self.db["model_versions"].rows_where(order_by="version desc", limit=1))
         if not rows:

@@ -318,3 +318,46 @@ def test_a_background_process_can_yield_the_cpu(tmp_path: Path) -> None:
     finally:
         process.stop(timeout=5)
     assert DemoPlan(gpus=["k80"]).sim_nice > 0  # the demo's default
+
+
+def test_the_paired_replay_serves_the_plain_global_of_the_version_received(
+    tmp_path: Path,
+) -> None:
+    """`demo_newcomer --served global`: the newcomer's shared parts become the registry's
+    global of the version it received; a copy that moved the program encoder is undone, and
+    only its arrays are named."""
+    import numpy as np
+    import torch
+
+    from agent.node_state import NodeState
+    from bench.federation.demo_newcomer import serve_plain_global
+    from schemas import NodeFederationState
+    from server.registry import Registry
+    from simoe_model.model import SiMoE, shared_arrays
+
+    plain = SiMoE()
+    registry_path = tmp_path / "registry.sqlite"
+    with Registry(registry_path) as registry:
+        registry.save_global(shared_arrays(SiMoE()), round_=1)  # version 1: another model
+        registry.save_global(shared_arrays(plain), round_=2)  # version 2: the one it received
+    copy = SiMoE()
+    copy.load_state_dict(plain.state_dict())
+    with torch.no_grad():  # the newcomer copy: the program encoder distilled, the rest as sent
+        for value in copy.program_encoder.parameters():
+            value.add_(0.1)
+    node = NodeState(tmp_path / "newcomer")
+    node.save_model(copy)
+    node.save_federation_state(NodeFederationState(global_version=2))
+
+    replaced = serve_plain_global(node.dir, registry_path)
+    assert replaced and all(k.startswith("program_encoder.") for k in replaced)
+    served = shared_arrays(node.load_model())
+    expected = shared_arrays(plain)
+    assert all(np.array_equal(served[k], expected[k]) for k in expected)
+    assert serve_plain_global(node.dir, registry_path) == []  # the plain global: nothing moves
+
+    node.save_federation_state(NodeFederationState(global_version=3))
+    with pytest.raises(BadInputError, match="no global model version 3"):
+        serve_plain_global(node.dir, registry_path)
+    with pytest.raises(BadInputError, match="no registry"):
+        serve_plain_global(node.dir, tmp_path / "missing.sqlite")

@@ -17,6 +17,11 @@ across seeds is in the same table.
 
 `--work WORK` keeps each seed's states; `python -m bench.federation.demo_shared_ranking
 --seeds WORK` then lists what each seed's SiMoE tune measured, the offered traces marked.
+
+`--served global` replays the same state with the plain global model of the version the
+newcomer received (read from the demo's registry) in place of its shared parts: with the
+opt-in newcomer copy (`--newcomer-distill-steps`), what it would have tuned with without the
+copy, so one fleet state measures the copy against its absence, seed for seed.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -69,6 +74,10 @@ class NewcomerReport(BaseModel):
     full_budget: int
     seeds: list[int]
     runs: list[SeedRun]
+    # what SiMoE tuned with: the model the newcomer received, or the plain global of that
+    # version (`--served global`), and the shared arrays that replay changed
+    served: Literal["received", "global"] = "received"
+    replaced_arrays: list[str] = []
     total_wall_s: float
     load_average_start: list[float]
     load_average_end: list[float]
@@ -124,6 +133,30 @@ def run_seed(plan: DemoPlan, newcomer_dir: Path, device: str, work: Path) -> See
     )  # fmt: skip
 
 
+def serve_plain_global(state: Path, registry_path: Path) -> list[str]:
+    """Give the newcomer state `state` the shared parts of the global model of the version it
+    received, as the server serves them without the newcomer copy; the names of the arrays
+    that changed (none: it had received the plain global). BadInputError, one line, when the
+    registry holds no such version."""
+    from agent.node_state import NodeState
+    from server.registry import Registry
+    from simoe_model.model import load_shared_arrays, shared_arrays
+
+    node = NodeState(state)
+    version = node.federation_state().global_version
+    if not registry_path.is_file():
+        raise BadInputError(f"{registry_path}: no registry to read the global model from")
+    with Registry(registry_path, read_only=True) as registry:
+        arrays = registry.global_model(version)
+    if arrays is None:
+        raise BadInputError(f"{registry_path}: no global model version {version}")
+    model = node.load_model()
+    received = shared_arrays(model)
+    load_shared_arrays(model, arrays)
+    node.save_model(model)
+    return sorted(k for k in received if not np.array_equal(received[k], arrays[k]))
+
+
 # -- the report -----------------------------------------------------------------------------
 def geomean(values: Sequence[float]) -> float:
     return float(np.exp(np.mean(np.log(np.asarray(values, dtype=np.float64)))))
@@ -154,6 +187,17 @@ def _us(value: float | None) -> str:
     return "none" if value is None else f"{value * 1e6:.2f}"
 
 
+def served_line(report: NewcomerReport) -> str:
+    if report.served == "received":
+        return "- SiMoE tuned with the model the newcomer received."
+    parts = sorted({k.split(".")[0] for k in report.replaced_arrays}) or ["none"]
+    return (
+        "- SiMoE tuned with the plain global model of the version the newcomer received "
+        f"(`--served global`; {len(report.replaced_arrays)} shared arrays replaced, of "
+        f"{', '.join(parts)})."
+    )
+
+
 def markdown(report: NewcomerReport) -> str:
     demo = report.demo
     lines = [
@@ -171,6 +215,7 @@ def markdown(report: NewcomerReport) -> str:
         f"- Load average {reporting.load_text(report.load_average_start)} at the start, "
         f"{reporting.load_text(report.load_average_end)} at the end; "
         f"{report.total_wall_s:.0f} s wall in all.",
+        served_line(report),
         "",
         f"| seed | SiMoE zero-shot, {report.budget} | MetaSchedule, {report.budget} "
         f"| MetaSchedule, {report.full_budget} | MS {report.budget} / SiMoE "
@@ -250,6 +295,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--tag", default="", help="report name: demo_newcomer[_TAG]")
     parser.add_argument("--work", type=Path, help="keep the seeds' state here (default: a temp)")
+    parser.add_argument(
+        "--served",
+        choices=["received", "global"],
+        default="received",
+        help="SiMoE tunes with the model the newcomer received, or with the plain global of "
+        "that version (a paired replay without the opt-in newcomer copy)",
+    )
     reporting.add_render_option(parser)
     args = parser.parse_args(argv)
     stem = "demo_newcomer" + (f"_{args.tag}" if args.tag else "")
@@ -271,8 +323,15 @@ def main(argv: list[str] | None = None) -> None:
         raise BadInputError(f"{newcomer_dir}: not the newcomer's state directory")
     load_start, started = reporting.load_average(), time.perf_counter()
     work = args.work or Path(tempfile.mkdtemp(prefix="demo-newcomer-"))
-    runs = []
+    runs, replaced = [], []
     try:
+        if args.served == "global":  # one copy of the state, served the plain global
+            served = work / "served-global"
+            shutil.rmtree(served, ignore_errors=True)
+            shutil.copytree(newcomer_dir, served, ignore=shutil.ignore_patterns("logs"))
+            replaced = serve_plain_global(served, args.data / "server" / "registry.sqlite")
+            print(f"served the plain global: {len(replaced)} shared arrays replaced", flush=True)
+            newcomer_dir = served
         for seed in seeds:
             print(f"seed {seed}", flush=True)
             plan = dataclasses.replace(base, seed=seed)
@@ -303,6 +362,8 @@ def main(argv: list[str] | None = None) -> None:
         full_budget=base.full_budget,
         seeds=seeds,
         runs=runs,
+        served=args.served,
+        replaced_arrays=replaced,
         total_wall_s=time.perf_counter() - started,
         load_average_start=load_start,
         load_average_end=reporting.load_average(),
