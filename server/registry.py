@@ -12,7 +12,7 @@ import contextlib
 import io
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
@@ -262,6 +262,45 @@ class Registry:
             )
         return version
 
+    def put_teacher(
+        self,
+        node_key: str,
+        name: str,
+        probes_sha256: str,
+        expert: Mapping[str, np.ndarray],
+        scores: Sequence[np.ndarray],
+        *,
+        round_: int,
+    ) -> None:
+        """Keep a node's latest teacher: the expert its scores are read through, and its
+        scores on the probe set `probes_sha256` (one array per probe task)."""
+        with self._writing():
+            self.db["teachers"].upsert(
+                {
+                    "node_key": node_key,
+                    "name": name,
+                    "probes_sha256": probes_sha256,
+                    "round": round_,
+                    "expert": arrays_to_bytes(expert),
+                    "scores": arrays_to_bytes({str(i): s for i, s in enumerate(scores)}),
+                    "updated_at": now_iso(),
+                },
+                pk="node_key",
+            )
+
+    def teachers(
+        self, probes_sha256: str
+    ) -> dict[str, tuple[dict[str, np.ndarray], list[np.ndarray]]]:
+        """Each node's latest teacher on that probe set, by node name: (expert, scores)."""
+        out = {}
+        for row in self.db["teachers"].rows_where("probes_sha256 = ?", [probes_sha256]):
+            scores = arrays_from_bytes(row["scores"])
+            out[row["name"]] = (
+                arrays_from_bytes(row["expert"]),
+                [scores[str(i)] for i in range(len(scores))],
+            )
+        return out
+
     def record_checks(
         self,
         round_: int,
@@ -398,9 +437,10 @@ class Registry:
         return out
 
     def drop_node(self, node_key: str) -> None:
-        """Forget a node: its row, profiles, expert, verdicts and shared schedules."""
+        """Forget a node: its row, profiles, expert, teacher, verdicts and shared schedules."""
         with self._writing():
-            for table in ("shared_schedules", "schedule_sharing", "profiles", "experts"):
+            tables = ("shared_schedules", "schedule_sharing", "profiles", "experts", "teachers")
+            for table in tables:
                 self.db.execute(f"delete from {table} where node_key = ?", [node_key])  # noqa: S608
             self.db.execute("delete from expert_checks where node_key = ?", [node_key])
             self.db.execute("delete from nodes where node_key = ?", [node_key])

@@ -95,6 +95,20 @@ TABLES: dict[str, Table] = {
         },
         pk="round",
     ),
+    # each node's latest own-records teacher (opt-in teachers): its expert and its scores on
+    # the public probe set named by sha256, so the newcomers' copy outlives a server restart
+    "teachers": Table(
+        {
+            "node_key": str,
+            "name": str,
+            "probes_sha256": str,
+            "round": int,
+            "expert": bytes,
+            "scores": bytes,
+            "updated_at": str,
+        },
+        pk="node_key",
+    ),
     "model_versions": Table(
         {"version": int, "round": int, "weights": bytes, "created_at": str}, pk="version"
     ),

@@ -232,6 +232,8 @@ class SiMoEStrategy:
         if distill_steps < 0:
             raise ValueError(f"distill_steps must not be negative, got {distill_steps}")
         self.probes = list(probes)
+        if newcomer_distill_steps and self.probes:  # a restarted server serves the copy at once
+            self._teachers = registry.teachers(self.probe_digest())
         self.distill_steps = distill_steps
         self.similarity_source = similarity_source
         # the fit of the hardware similarity after each average (None or 0 steps: off)
@@ -659,6 +661,10 @@ class SiMoEStrategy:
                 for _, who in kept:
                     if who in teacher_scores:
                         self._teachers[name_of[who]] = (own[who], teacher_scores[who])
+                        self.registry.put_teacher(
+                            who, name_of[who], self.probe_digest(), own[who],
+                            teacher_scores[who], round_=outcome.round,
+                        )  # fmt: skip
             self.fit_similarity(outcome)
         return outcome
 
@@ -678,8 +684,8 @@ class SiMoEStrategy:
         central model (VALIDATION, one seed; docs/results/model_evaluation.md, sixth round).
         A newcomer tunes zero-shot with what it is sent, so it gets that; the nodes, who
         have records and their own expert, keep the plain average. Computed at most once per
-        global version and set of teachers; kept in memory only (after a restart, the next
-        round's teachers)."""
+        global version and set of teachers; the teachers are kept in the registry, so a
+        restarted server serves the same copy before any round."""
         names = sorted(self._teachers)
         if self.newcomer_teachers == "sent":
             sent = set(experts)

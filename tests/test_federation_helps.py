@@ -515,3 +515,33 @@ def test_newcomers_get_a_copy_distilled_toward_the_teachers(fleet, tmp_path: Pat
     )
     table = fh.variants_markdown({"x": fh.FederationHelpsSeeds(command="c", runs=[on])})
     assert "newcomers' copy distilled 30" in table
+
+    # the teachers outlive the server: a strategy built anew on the run's registry holds each
+    # node's latest teacher (its expert as the registry keeps it) and serves a copy before
+    # any round; on an empty registry it has none to serve
+    from server.aggregation import make_strategy
+    from server.round_outcome import RoundInputs
+    from server.similarity import model_similarity
+
+    settings = fh.FederationHelpsSettings(
+        rounds=2, epochs=1, k_experts=2, similarity_steps=5, similarity_source="probes",
+        probe_file=str(probes), teacher_epochs=1, newcomer_distill_steps=30,
+    )  # fmt: skip
+    inputs = RoundInputs(server_round=3, arrays=globals_on[-1], node_ids=[])
+    for path, held in ((tmp_path / "steps30all", names[:3]), (tmp_path / "empty", [])):
+        path.mkdir(exist_ok=True)
+        with Registry(path / "server" / "registry.sqlite") as registry:
+            restarted = make_strategy(
+                settings.server_config(0, str(probes)), registry, model_similarity
+            )
+            assert sorted(restarted._teachers) == sorted(held)
+            for name in held:
+                expert, scores = restarted._teachers[name]
+                kept = registry.expert(name)
+                assert all(np.array_equal(expert[k], kept[k]) for k in kept)
+                assert [s.shape for s in scores] == [(6,), (6,)]  # one per probe program
+            copy = restarted.newcomer_arrays(inputs, len(globals_on))
+            assert (copy is not None) == bool(held)
+            if held:
+                registry.drop_node(registry.node_by_name(names[0])["node_key"])
+                assert names[0] not in registry.teachers(restarted.probe_digest())
