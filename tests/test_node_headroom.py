@@ -90,3 +90,33 @@ def test_the_per_node_footing_is_one_of_the_protocol(capsys: pytest.CaptureFixtu
         fh.main(["--synthetic", "--node-split", "per-node"])
     assert exit_code.value.code == 2
     assert "--node-split per-node is a footing of --protocol" in capsys.readouterr().err
+
+
+def test_join_scores_a_saved_run_again_with_the_federation(
+    federation_report: Path, tmp_path: Path
+) -> None:
+    """`--join`: a saved node_headroom file's runs with a federation report's rows, its own
+    command kept; rows an earlier join added are replaced, not doubled."""
+    from bench.federation.node_headroom import main
+
+    report = reporting.read_report(federation_report, FederationHelpsSeeds)
+    runs = [
+        {
+            "seed": r.seed,
+            "split": "per-node",
+            "nodes": {
+                n.gpu: {"own_only": n.own_only_top1, "own_only_3": 0.5, "fed_stale": 0.0}
+                for n in r.nodes
+            },
+        }
+        for r in report.runs
+    ]
+    saved = tmp_path / "saved.json"
+    saved.write_text(json.dumps({"command": "first", "fleet": "f", "runs": runs}))
+    main(["--join", str(saved), "--federation", str(federation_report), "--out", str(tmp_path)])
+    joined = json.loads((tmp_path / "node_headroom_per-node.json").read_text())
+    assert joined["command"].startswith("first; then python -m bench.federation.node_headroom")
+    assert joined["fleet"] == "f"
+    row = joined["runs"][0]["nodes"][report.runs[0].nodes[0].gpu]
+    assert set(row) == {"own_only", "own_only_3", "fed_nodesplit_x"}
+    assert any(line.startswith("fed_nodesplit_x") for line in joined["summary"])

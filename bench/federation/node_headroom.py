@@ -3,6 +3,8 @@
     python -m bench.federation.node_headroom [--seeds 0,1,2] [--central-epochs 12,24]
         [--personal-epochs 24] [--split protocol|per-node] [--federation REPORT.json ...]
         [--out docs/results/federation_helps_diagnose]
+    python -m bench.federation.node_headroom --join OUT/node_headroom_per-node.json
+        --federation REPORT.json ... --out OUT       # computes nothing: joins the reports
 
 Issue 23 asks that federated nodes keep gaining over their own-data-only models. Federation
 can at best approach what pooling every node's train data in one process gives, so this
@@ -136,10 +138,11 @@ def summary(runs: list[dict]) -> list[str]:
     unit = {k: {u: [r["nodes"][u][k] for r in runs] for u in nodes} for k in keys}
     means = {k: float(np.mean([np.mean(v) for v in unit[k].values()])) for k in keys}
     grid = [k for k in keys if k.startswith("own_only_")]
-    best = max(grid, key=lambda k: (means[k], -int(k.removeprefix("own_only_"))))
+    # the grid's best mean (ties: the smaller budget); none in a report from before the grid
+    best = max(grid, key=lambda k: (means[k], -int(k.removeprefix("own_only_"))), default=None)
     lines = [
         f"seeds {[r['seed'] for r in runs]}, split {runs[0].get('split', 'protocol')}, "
-        f"{len(nodes)} nodes (SIMULATED); own-only best in hindsight: {best}"
+        f"{len(nodes)} nodes (SIMULATED); own-only best in hindsight: {best or 'not scored'}"
     ]
 
     def against(key: str, peer: str, name: str) -> str:
@@ -151,7 +154,7 @@ def summary(runs: list[dict]) -> list[str]:
         line = f"{key}: {means[key]:.3f}"
         if key != "own_only":
             line += against(key, "own_only", "own-only")
-        if key not in ("own_only", best) and not key.startswith("own_only_"):
+        if best and key not in ("own_only", best) and not key.startswith("own_only_"):
             line += against(key, best, best)
         lines.append(line)
     return lines
@@ -170,17 +173,38 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         help="federation_helps reports (.json) of the same split and seeds, to add",
     )
+    parser.add_argument(
+        "--join",
+        type=Path,
+        help="a node_headroom JSON: its runs, scored again with --federation (computes nothing)",
+    )
     parser.add_argument("--out", type=Path, default=Path("docs/results/federation_helps_diagnose"))
     args = parser.parse_args(argv)
-    import torch
+    command = " ".join(["python -m bench.federation.node_headroom", *(argv or sys.argv[1:])])
+    if args.join:
+        earlier = json.loads(args.join.read_text())
+        fleet, split = earlier["fleet"], earlier["runs"][0].get("split", "protocol")
+        command = f"{earlier['command']}; then {command}"
+        runs = [
+            {
+                **run,
+                "nodes": {
+                    unit: {k: v for k, v in row.items() if not k.startswith("fed_")}
+                    for unit, row in run["nodes"].items()
+                },
+            }  # fmt: skip
+            for run in earlier["runs"]
+        ]
+    else:
+        import torch
 
-    torch.set_num_threads(1)
-    seeds = [int(s) for s in args.seeds.split(",")]
-    epochs = [int(e) for e in args.central_epochs.split(",")]
-    from bench import protocol
+        from bench import protocol
 
-    fleet = protocol.fleet_hashes()["digest"]  # hashed once: it reads every unit's file
-    runs = [headroom(seed, epochs, args.personal_epochs, fleet, args.split) for seed in seeds]
+        torch.set_num_threads(1)
+        seeds = [int(s) for s in args.seeds.split(",")]
+        epochs = [int(e) for e in args.central_epochs.split(",")]
+        fleet, split = protocol.fleet_hashes()["digest"], args.split  # hashed once
+        runs = [headroom(seed, epochs, args.personal_epochs, fleet, split) for seed in seeds]
     for report in args.federation:
         add_federation(runs, report)
     lines = summary(runs)
@@ -188,12 +212,12 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     result = {
         "simulated": True,
-        "command": " ".join(["python -m bench.federation.node_headroom", *(argv or sys.argv[1:])]),
+        "command": command,
         "fleet": fleet,
         "summary": lines,
         "runs": runs,
     }
-    stem = "node_headroom" if args.split == "protocol" else f"node_headroom_{args.split}"
+    stem = "node_headroom" if split == "protocol" else f"node_headroom_{split}"
     (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
 
 
