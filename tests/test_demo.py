@@ -361,3 +361,33 @@ def test_the_paired_replay_serves_the_plain_global_of_the_version_received(
         serve_plain_global(node.dir, registry_path)
     with pytest.raises(BadInputError, match="no registry"):
         serve_plain_global(node.dir, tmp_path / "missing.sqlite")
+
+
+def test_two_replays_of_one_demo_state_pair_simoe_seed_for_seed() -> None:
+    from bench.federation.demo_newcomer import NewcomerReport, SeedRun, paired_lines
+
+    def replay(served: str, simoe: list[float], demo: dict | None = None) -> NewcomerReport:
+        runs = [
+            SeedRun(
+                seed=s,
+                rows=[_row("s", v), _row("m8", 3e-4), _row("m32", 1e-4)],
+                model_used="fed",
+                cpu_s=1.0,
+                wall_s=1.0,
+            )  # fmt: skip
+            for s, v in enumerate(simoe)
+        ]
+        return NewcomerReport(
+            command="c", demo=demo or {"rounds": 4}, network="bert_layer", tuned_tasks=["t"],
+            new_gpu="a10", budget=8, full_budget=32, seeds=[0, 1, 2], runs=runs,
+            served=served, total_wall_s=1.0, load_average_start=[1.0], load_average_end=[1.0],
+        )  # fmt: skip
+
+    received = replay("received", [1e-4, 2e-4, 2e-4])
+    plain = replay("global", [2e-4, 2e-4, 2e-4])
+    lines = paired_lines(received, plain)
+    assert "seed 0: 100.00 and 200.00" in lines[1]
+    assert "received faster in 1, equal in 2 of 3 seeds" in lines[4]
+    assert lines[4].startswith(f"global / received: geometric mean {2 ** (1 / 3):.3f}")
+    with pytest.raises(BadInputError, match="not replays of one demo"):
+        paired_lines(received, replay("global", [2e-4] * 3, {"rounds": 5}))

@@ -268,6 +268,39 @@ def markdown(report: NewcomerReport) -> str:
     return "\n".join(lines)
 
 
+def paired_lines(first: NewcomerReport, second: NewcomerReport) -> list[str]:
+    """SiMoE's latency in `second` over `first`, seed for seed (>1: `first` faster), with the
+    geometric mean and its bootstrap interval; for two replays of one demo state (e.g. the
+    model received against `--served global`), where SiMoE's tune repeats at a fixed seed
+    and only what it tuned with differs. MetaSchedule is set beside it, per replay: its
+    search does not repeat at a fixed seed. BadInputError unless both are of one demo."""
+    if first.demo != second.demo or first.seeds != second.seeds:
+        raise BadInputError("--pair: the two reports are not replays of one demo on one seed set")
+    pairs = [
+        (a.seed, a.rows[0].network_latency_s, b.rows[0].network_latency_s)
+        for a, b in zip(first.runs, second.runs, strict=True)
+    ]
+    ratios_ = [b / a for _, a, b in pairs if a and b]
+    lines = [f"SiMoE, {first.served} then {second.served}, per seed (us):"]
+    lines += [f"  seed {s}: {_us(a)} and {_us(b)}" for s, a, b in pairs]
+    if ratios_:
+        mean, low, high = geomean_interval(ratios_)
+        wins = sum(r > 1 for r in ratios_)
+        ties = sum(r == 1 for r in ratios_)
+        lines.append(
+            f"{second.served} / {first.served}: geometric mean {mean:.3f} (95% bootstrap "
+            f"interval over seeds {low:.3f} to {high:.3f}); {first.served} faster in {wins}, "
+            f"equal in {ties} of {len(ratios_)} seeds"
+        )
+    for report in (first, second):
+        same = [r.rows[1].network_latency_s for r in report.runs if r.rows[1].network_latency_s]
+        lines.append(
+            f"MetaSchedule at {report.budget}, the {report.served} replay: "
+            f"{', '.join(_us(v) for v in same)} us (geometric mean {_us(geomean(same))})"
+        )
+    return lines
+
+
 def plan_of(demo: DemoReport) -> DemoPlan:
     """The plan a demo ran; for a report older than `DemoReport.plan`, what its report
     says: the newcomer's network, GPU and budgets, and the FLOPs share its tuned tasks
@@ -303,8 +336,19 @@ def main(argv: list[str] | None = None) -> None:
         "that version (a paired replay without the opt-in newcomer copy)",
     )
     reporting.add_render_option(parser)
+    parser.add_argument(
+        "--pair",
+        type=Path,
+        nargs=2,
+        metavar="REPORT",
+        help="two reports (.json) replaying one demo state: SiMoE seed for seed; runs nothing",
+    )
     args = parser.parse_args(argv)
     stem = "demo_newcomer" + (f"_{args.tag}" if args.tag else "")
+    if args.pair:
+        first, second = (reporting.read_report(p, NewcomerReport) for p in args.pair)
+        print("\n".join(paired_lines(first, second)))
+        return
     if args.render:
         print(reporting.render(args.render, NewcomerReport, markdown).command)
         return
