@@ -691,6 +691,25 @@ NODE_SPLIT_RULE = (
     "as is nodesplit_r7pick. It adds a footing: the protocol split's figures stay reported."
 )
 
+# Which model a federated node tunes with (issue 23, "nodes still gaining"), written here
+# (2026-12-06 ~16:27 UTC) after the per-node split's runs above showed the personal
+# fine-tune BEHIND the averaged model there (0.828 against 0.837) while on the protocol split
+# it is far ahead (validation: 0.819 against 0.666), and after ONE diagnosis on the per-node
+# split's validation runs (python -m bench.federation.model_choice_diagnose; seen: the two
+# models ranking together, each standardised per task, 0.848, +0.020 [+0.003, +0.033] over the
+# personal model), and BEFORE the same diagnosis on the protocol split, whose federation
+# rerun (the deployment's defaults, --work kept, tag protocolsplit_defaults_rerun) was running.
+MODEL_CHOICE_RULE = (
+    "A node's model (agent.model_choice) becomes the ensemble of its personal fine-tune and the "
+    "averaged federation model (per task the mean of their standardised scores) if, on the "
+    "validation protocol's nodes with the deployment's defaults over the protocol's seeds, its "
+    "mean top-1 on the nodes' held-out tasks is at least the personal model's on BOTH the "
+    "protocol split and the per-node split (bench.federation.model_choice_diagnose on each "
+    "footing's federation_helps --work run); otherwise the personal model stays. If it "
+    "qualifies, the nodes are scored once on the test protocol's run with it. Every "
+    "diagnosis run is reported."
+)
+
 Split = Literal["train", "validation", "test"]
 Purpose = Literal["train", "select", "test"]
 # git-ignored: built by --build-data, with the simulator's register and shared-memory
@@ -1048,6 +1067,7 @@ def markdown() -> str:
         "test --seeds 0,1,2 --threads 1`), SIMULATED units.",
         f"- The deployment's defaults: {PRODUCT_DEFAULTS_RULE}",
         f"- Nodes gaining, per-node split {list(NODE_SPLIT_VARIANTS)}: {NODE_SPLIT_RULE}",
+        f"- A node's model: {MODEL_CHOICE_RULE}",
     ]
     return "\n".join(lines) + "\n"
 
