@@ -692,7 +692,7 @@ NODE_SPLIT_RULE = (
 )
 
 # Which model a federated node tunes with (issue 23, "nodes still gaining"), written here
-# (2026-12-06 ~16:27 UTC) after the per-node split's runs above showed the personal
+# (2026-12-06 16:25 UTC) after the per-node split's runs above showed the personal
 # fine-tune BEHIND the averaged model there (0.828 against 0.837) while on the protocol split
 # it is far ahead (validation: 0.819 against 0.666), and after ONE diagnosis on the per-node
 # split's validation runs (python -m bench.federation.model_choice_diagnose; seen: the two
