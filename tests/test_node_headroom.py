@@ -120,3 +120,35 @@ def test_join_scores_a_saved_run_again_with_the_federation(
     row = joined["runs"][0]["nodes"][report.runs[0].nodes[0].gpu]
     assert set(row) == {"own_only", "own_only_3", "fed_nodesplit_x"}
     assert any(line.startswith("fed_nodesplit_x") for line in joined["summary"])
+
+
+def test_the_model_choice_diagnosis_ranks_two_models_on_one_scale() -> None:
+    """The ensemble standardises each model's scores per task, so a model with scores 100x
+    larger does not decide alone; the summary pairs nodes over seeds."""
+    import numpy as np
+
+    from bench.federation.model_choice_diagnose import standardised, summary
+
+    small, large = np.array([0.1, 0.3, 0.2]), np.array([300.0, 100.0, 250.0])
+    both = standardised(small) + standardised(large)
+    # each model's favourite is the other's worst or middling: the compromise wins
+    assert (np.argmax(small), np.argmax(large), np.argmax(both)) == (1, 0, 2)
+    assert np.array_equal(standardised(np.ones(3)), np.zeros(3))  # nothing to rank: no NaN
+
+    runs = [
+        {
+            "seed": s,
+            "split": "per-node",
+            "nodes": {
+                u: {"own_only": 0.7, "personal": 0.8, "averaged": 0.75, "ensemble": 0.9}
+                for u in ("a100-sxm4-400w", "4090-ref")
+            },
+        }  # fmt: skip
+        for s in (0, 1)
+    ]
+    lines = summary(runs)
+    assert lines[0].startswith("seeds [0, 1], split per-node, 2 nodes")
+    assert lines[4] == (
+        "ensemble: 0.900, minus personal +0.100 [+0.100, +0.100], "
+        "minus own_only +0.200 [+0.200, +0.200]"
+    )
