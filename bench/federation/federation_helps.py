@@ -610,7 +610,7 @@ def main(argv: list[str] | None = None) -> None:
             for tag, r in reports.items()
             if r.runs[0].fleet == (fleets[-1] if fleets else None)
             and "validation split" in r.runs[0].data
-            and "per-node split" not in r.runs[0].data  # NODE_SPLIT_RULE: chooses nothing
+            and r.runs[0].split != "per node"  # NODE_SPLIT_RULE's footing chooses nothing
         }
         if among:
             fleet = fleets[-1][:8] if fleets else "not recorded"

@@ -68,7 +68,7 @@ def diagnose(report_path: Path, work: Path) -> list[dict]:
     report = reporting.read_report(report_path, FederationHelpsSeeds)
     if "validation split" not in report.runs[0].data:
         raise BadInputError(f"{report_path}: not a validation run of the protocol")
-    per_node = "per-node split" in report.runs[0].data
+    per_node = report.runs[0].split == "per node"
     held_names = None if per_node else tuple(protocol.HELD_OUT_TASKS)
     settings = fh.FederationHelpsSettings()  # the bench's split fraction, not a copy of it
     nodes, _ = protocol_gpus("validation")  # the nodes only: no newcomer label is read
@@ -80,7 +80,9 @@ def diagnose(report_path: Path, work: Path) -> list[dict]:
         rows = {}
         own = {r.gpu: r for r in run.nodes}
         for gpu in nodes:
-            _, held = split_tasks(gpu, settings.held_out_fraction, run.seed, False, held_names)
+            _, held = split_tasks(
+                gpu, settings.held_out_fraction, run.seed, settings.same_split, held_names
+            )
             node = NodeState(seed_dir / gpu.name)
             personal = node.load_personal_model()
             if personal is None:
