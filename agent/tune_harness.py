@@ -351,6 +351,13 @@ def run_tasks(
     from tvm.s_tir.meta_schedule.utils import fork_seed
 
     names = [t.name for t in tasks]
+    if seed is not None:
+        # MetaSchedule's XGB cost model scores candidates with numpy's global random state
+        # until it has num_warmup_samples (100) measurements, so at the budgets users run
+        # (8-64 a task) a seeded MetaSchedule search did not repeat; this makes it repeat
+        import numpy as np
+
+        np.random.seed(seed)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="simoe-tune-") as tmp:
         logs = str(work_dir or tmp)
