@@ -272,8 +272,9 @@ def paired_lines(first: NewcomerReport, second: NewcomerReport) -> list[str]:
     """SiMoE's latency in `second` over `first`, seed for seed (>1: `first` faster), with the
     geometric mean and its bootstrap interval; for two replays of one demo state (e.g. the
     model received against `--served global`), where SiMoE's tune repeats at a fixed seed
-    and only what it tuned with differs. MetaSchedule is set beside it, per replay: its
-    search does not repeat at a fixed seed. BadInputError unless both are of one demo."""
+    and only what it tuned with differs. MetaSchedule is set beside it, per replay, to show
+    whether the two drew the same baseline (seeded since 8432c0a; before, they did not).
+    BadInputError unless both are of one demo."""
     if first.demo != second.demo or first.seeds != second.seeds:
         raise BadInputError("--pair: the two reports are not replays of one demo on one seed set")
     pairs = [

@@ -6,7 +6,7 @@ or the two ranking together.
 
 On each node's held-out tasks of a federation_helps run kept with `--work` (its report,
 `--report`, says which split and seeds; the splits are drawn again with
-`fleet.split_tasks`), per seed:
+`node_headroom.node_splits`), per seed:
 
 - `personal`: the node's personal fine-tune, what `agent.model_choice` tunes with today;
 - `averaged`: the federation model it was sent (the global and its experts), before it;
@@ -31,8 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.federation import federation_helps as fh
-from bench.federation.fleet import split_tasks
+from bench.federation.node_headroom import node_splits
 from schemas import BadInputError
 
 
@@ -61,7 +60,7 @@ def node_scores(personal, averaged, tasks, hardware_vector) -> dict[str, float]:
 def diagnose(report_path: Path, work: Path) -> list[dict]:
     """Per seed, per node: the four scores (see the module docstring)."""
     from agent.node_state import NodeState
-    from bench import protocol, reporting
+    from bench import reporting
     from bench.federation.federation_report import FederationHelpsSeeds
     from bench.federation.fleet import protocol_gpus
 
@@ -69,8 +68,6 @@ def diagnose(report_path: Path, work: Path) -> list[dict]:
     if "validation split" not in report.runs[0].data:
         raise BadInputError(f"{report_path}: not a validation run of the protocol")
     per_node = report.runs[0].split == "per node"
-    held_names = None if per_node else tuple(protocol.HELD_OUT_TASKS)
-    settings = fh.FederationHelpsSettings()  # the bench's split fraction, not a copy of it
     nodes, _ = protocol_gpus("validation")  # the nodes only: no newcomer label is read
     runs = []
     for run in report.runs:
@@ -79,10 +76,9 @@ def diagnose(report_path: Path, work: Path) -> list[dict]:
             raise BadInputError(f"--work {work}: no seed{run.seed}/nodes (run it with --work)")
         rows = {}
         own = {r.gpu: r for r in run.nodes}
+        splits = node_splits(nodes, run.seed, "per-node" if per_node else "protocol")
         for gpu in nodes:
-            _, held = split_tasks(
-                gpu, settings.held_out_fraction, run.seed, settings.same_split, held_names
-            )
+            _, held = splits[gpu.name]
             node = NodeState(seed_dir / gpu.name)
             personal = node.load_personal_model()
             if personal is None:

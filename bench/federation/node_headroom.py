@@ -51,6 +51,19 @@ from bench.federation.fleet import split_tasks
 Split = Literal["protocol", "per-node"]
 
 
+def node_splits(nodes, seed: int, split: Split) -> dict:  # noqa: ANN001
+    """Each node's (train, held-out) tasks as the federation bench draws them at `seed`: the
+    protocol's held-out tasks on every node, or a third of its own drawn per node."""
+    from bench import protocol
+
+    held_names = tuple(protocol.HELD_OUT_TASKS) if split == "protocol" else None
+    bench = fh.FederationHelpsSettings()  # the federation bench's split, not a copy of it
+    return {
+        g.name: split_tasks(g, bench.held_out_fraction, seed, bench.same_split, held_names)
+        for g in nodes
+    }
+
+
 def headroom(
     seed: int, central_epochs: list[int], personal_epochs: int, fleet: str, split: Split
 ) -> dict:
@@ -63,12 +76,7 @@ def headroom(
     from simoe_model.train import personalise, predict_expert
 
     nodes, _ = protocol_gpus("validation")  # the nodes only: no newcomer label is read
-    held_names = tuple(protocol.HELD_OUT_TASKS) if split == "protocol" else None
-    bench = fh.FederationHelpsSettings()  # the federation bench's split, not a copy of it
-    splits = {
-        g.name: split_tasks(g, bench.held_out_fraction, seed, bench.same_split, held_names)
-        for g in nodes
-    }
+    splits = node_splits(nodes, seed, split)
     own_epochs = fh.own_only_budget(fleet)
     grid = sorted({*protocol.OWN_ONLY_GRID, own_epochs})
     rows: dict[str, dict[str, float]] = {}
