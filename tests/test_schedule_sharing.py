@@ -546,6 +546,18 @@ def test_the_offered_schedules_a_node_measured_are_counted(
         COST_MODELS.pop("test-prefer-shared")
     assert measured_shared(node) == (1, 2, 1)
 
+    # the demo bench's sharing ceiling: the offered trace modelled once, beside the best run
+    from bench.federation.demo_shared_ranking import best_recorded, offer_ceiling
+
+    best, offered_best, count = offer_ceiling(node)
+    assert count == 1 and best == best_recorded(node)
+    from agent.store import canonical_json
+
+    with Store(node.store_path) as store:
+        runs = {canonical_json(r.trace): float(np.mean(r.run_secs)) for r in store.records()}
+    assert offered_best == pytest.approx(runs[seed], rel=0.2)
+    assert best == min(runs.values())
+
 
 # -- the command line -----------------------------------------------------------------------
 

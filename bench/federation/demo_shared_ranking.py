@@ -17,7 +17,12 @@ model's, or the hardware's.
 
 With `--seeds WORK` (a `bench.federation.demo_newcomer --work` directory), instead: each
 seed's SiMoE tune's measured candidates in the order measured, their latency (recorded
-mean, per run of the task) and, for an offered trace, its number in the offer.
+mean, per run of the task) and, for an offered trace, its number in the offer. Then the
+sharing ceiling, per seed: the best SiMoE measured, the best of MetaSchedule's searches at
+the two budgets (their stores under the seed's `baselines/`), and the best of every trace
+offered for the tuned workload, each modelled once on the newcomer's simulated GPU (min of 5
+modelled repeats): whether measuring every offered schedule could have matched MetaSchedule
+at the larger budget.
 
     python -m bench.federation.demo_shared_ranking --data runs/demo_share [--fleet]
     python -m bench.federation.demo_shared_ranking --seeds WORK
@@ -132,6 +137,50 @@ def seed_view(work: Path) -> None:
             mark = f" (#{index})" if index else ""
             cells.append(f"{np.mean(record.run_secs) * 1e6:.1f}{mark}")
         print(f"  {state.parent.name}: {', '.join(cells)}")
+    print("the sharing ceiling, us per run of the tuned task (SIMULATED):")
+    print("  seed    SiMoE  MS small  MS large  best offered (of n, modelled)")
+    for state in seeds:
+        simoe, offered_best, count = offer_ceiling(NodeState(state))
+        baselines = sorted(
+            (state.parent / "baselines").glob("xgb-*"), key=lambda p: int(p.name.split("-")[1])
+        )
+        ms_best = [best_recorded(NodeState(b)) for b in baselines]
+        cells = [f"{v * 1e6:8.1f}" if v is not None else "       -" for v in [simoe, *ms_best]]
+        best = f"{offered_best * 1e6:8.1f} (of {count})" if count else "       - (none)"
+        print(f"  {state.parent.name}  {'  '.join(cells)}  {best}")
+
+
+def best_recorded(node: Any) -> float | None:
+    """The fastest successful record in a node state's store (mean run, seconds)."""
+    with node.open_store() as store:
+        runs = [float(np.mean(r.run_secs)) for r in store.records() if r.run_secs]
+    return min(runs) if runs else None
+
+
+def offer_ceiling(node: Any) -> tuple[float | None, float | None, int]:
+    """The node's best measured run, the best of the traces offered for the workloads it
+    measured (modelled once each on its simulated GPU; seconds) and how many there were."""
+    import tvm
+    from tvm.s_tir.schedule import Trace
+
+    from agent.devices import get_device
+    from agent.sharing import received_schedules
+
+    device = get_device(node.config().device)
+    offered = received_schedules(node)
+    modelled: list[float] = []
+    with node.open_store() as store:
+        keys = {r.workload_key for r in store.records()}
+        for key in sorted(keys & offered.keys()):
+            row = store.workload(key)
+            if row is None:
+                continue
+            mod = tvm.ir.load_json(row["mod_json"])
+            for text in offered[key]:
+                sch = tvm.s_tir.Schedule(mod)
+                Trace.apply_json_to_schedule(json.loads(text), sch)
+                modelled.append(min(device.measure(sch.mod)))
+    return best_recorded(node), (min(modelled) if modelled else None), len(modelled)
 
 
 def fleet_view(
