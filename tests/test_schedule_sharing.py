@@ -492,6 +492,53 @@ def test_the_sharing_bench_refuses_a_bad_reserve_in_one_line(
     assert "--reserve" in one_line_error("sharing_onoff", *result)
 
 
+def _breadth_run(population: int, bests: dict[str, tuple[float, float]]) -> dict:
+    """A sharing_onoff run's JSON: unit -> (best off, best on at reserve 0.25), seed 0."""
+    rows = [
+        {"unit": u, "workload": "w", "budget": 8, "seed": 0,
+         "off": {"best_s": off}, "on": {"0.25": {"best_s": on}}}
+        for u, (off, on) in bests.items()
+    ]  # fmt: skip
+    return {
+        "rows": rows, "command": f"run {population}", "wall_s": 1.0, "cpu_s": 1.0,
+        "args": {"population": population, "reserve": [0.25], "budgets": [8], "work": "x"},
+    }  # fmt: skip
+
+
+def test_the_breadth_rule_pairs_cases_and_needs_its_interval_above_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from cli_helpers import one_line_error, run_main
+
+    from bench.federation.sharing_onoff import main, write_breadth
+    from schemas.errors import run_cli
+
+    units = ["t4-a", "l4-a", "a10-a", "v100-a"]
+    small = _breadth_run(64, {u: (2.0, 3.0) for u in units})
+    faster = _breadth_run(512, {u: (1.0, 1.0) for u in units})
+    mixed = _breadth_run(512, {**{u: (1.0, 1.0) for u in units[:2]}, "a10-a": (4.0, 6.0),
+                               "v100-a": (4.0, 6.0)})  # fmt: skip
+    paths = {}
+    for name, run in {"small": small, "faster": faster, "mixed": mixed}.items():
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(json.dumps(run))
+    text = write_breadth(paths["small"], paths["faster"], tmp_path / "a")
+    result = json.loads((tmp_path / "a" / "search_breadth.json").read_text())
+    assert result["pooled"]["cases"] == 8 and result["rule_met"] and "Rule: MET" in text
+    assert result["off"]["geomean_small_over_large"] == pytest.approx(2.0)
+    assert result["on"]["geomean_small_over_large"] == pytest.approx(3.0)
+    write_breadth(paths["small"], paths["mixed"], tmp_path / "b")  # two models faster, two slower
+    result = json.loads((tmp_path / "b" / "search_breadth.json").read_text())
+    assert not result["rule_met"] and result["pooled"]["interval_95"][0] < 1.0
+    other = dict(small, args={**small["args"], "budgets": [4]})  # not a population-only pair
+    paths["other"] = tmp_path / "other.json"
+    paths["other"].write_text(json.dumps(other))
+    args = ["--breadth", str(paths["other"]), str(paths["faster"]), "--out", str(tmp_path)]
+    entry = lambda: run_cli(main, "sharing_onoff")  # noqa: E731 - as `python -m` runs it
+    result = run_main(entry, "sharing_onoff", args, monkeypatch, capsys)
+    assert "--population only" in one_line_error("sharing_onoff", *result)
+
+
 def test_the_sharing_bench_tunes_each_donor_workload_once_and_reuses_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

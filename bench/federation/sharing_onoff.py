@@ -39,6 +39,7 @@ import numpy as np
 
 import bench
 from bench import protocol
+from schemas import BadInputError
 
 DONORS = ("v100-sxm2", "a100-pcie-250w", "3090-fe", "a40-ecc-on", "l40s-u1")
 WORKLOADS = ("matmul:256,256,256", "conv2d:1,64,28,28,64,3,3,1,1")
@@ -57,14 +58,15 @@ def _node(root: Path, name: str, device: str, share: bool) -> Any:
 
 
 def _tune(node: Any, device: Any, workload: str, trials: int, cost_model: str, seed: int,
-          shared: Any = None, reserve: float | None = None) -> dict[str, Any]:  # fmt: skip
+          shared: Any = None, reserve: float | None = None,
+          population: int | None = None) -> dict[str, Any]:  # fmt: skip
     from agent.tuner import tune_workload
     from agent.workloads import parse_workload
 
     with node.open_store() as store:
         result = tune_workload(
             parse_workload(workload), device, store, trials=trials, cost_model=cost_model,
-            node=node, seed=seed, baseline=False, shared=shared,
+            node=node, seed=seed, baseline=False, shared=shared, population=population,
             **({} if reserve is None else {"shared_reserve": reserve}),
         )  # fmt: skip
     task = result.tasks[0]
@@ -89,8 +91,13 @@ def _donor_tune(node: Any, device: Any, workload: str, trials: int) -> dict[str,
     return summary
 
 
-def _on_dir(reserve: float, seed: int, budget: int) -> str:
-    return f"on-r{reserve:g}-{seed}-{budget}"
+def _population_tag(population: int | None) -> str:
+    """The scratch directories' tag of a `--population` run (none: the product's own)."""
+    return "" if population is None else f"p{population}-"
+
+
+def _on_dir(reserve: float, seed: int, budget: int, population: int | None = None) -> str:
+    return f"on-{_population_tag(population)}r{reserve:g}-{seed}-{budget}"
 
 
 def parse_reserves(text: str) -> list[float]:
@@ -151,17 +158,20 @@ def run(args: argparse.Namespace, save: Any = None) -> dict[str, Any]:
                         "unit": unit, "workload": workload, "budget": budget, "seed": seed,
                         "offered_sources": sources,
                     }  # fmt: skip
-                    scratch = _node(root / f"off-{seed}-{budget}", unit, device.name, False)
+                    off_dir = f"off-{_population_tag(args.population)}{seed}-{budget}"
+                    scratch = _node(root / off_dir, unit, device.name, False)
                     scratch.save_profile(newcomer.profile(device))
-                    row["off"] = _tune(scratch, device, workload, budget, "simoe", seed)
+                    row["off"] = _tune(scratch, device, workload, budget, "simoe", seed,
+                                       population=args.population)  # fmt: skip
                     row["on"] = {}  # by reserve: the same offer, seed and newcomer
                     for reserve in args.reserve:
-                        scratch = _node(root / _on_dir(reserve, seed, budget), unit, device.name,
-                                        False)  # fmt: skip
+                        on_dir = _on_dir(reserve, seed, budget, args.population)
+                        scratch = _node(root / on_dir, unit, device.name, False)
                         scratch.save_profile(newcomer.profile(device))
                         row["on"][str(reserve)] = _tune(
                             scratch, device, workload, budget, "simoe", seed,
                             shared=SharedSeeds(offer.by_workload()), reserve=reserve,
+                            population=args.population,
                         )  # fmt: skip
                     rows.append(row)
                     print(json.dumps(row), flush=True)
@@ -197,23 +207,75 @@ def summarise(
             ratios.setdefault(model_of[r["unit"]], []).append(ratio)
         if not ratios:
             continue
-        models = sorted(ratios)
-        rng = np.random.default_rng(0)
-        draws = []
-        for _ in range(2000):
-            pick = rng.choice(len(models), size=len(models), replace=True)
-            draws.append(np.mean([x for i in pick for x in ratios[models[i]]]))
-        every = [x for m in models for x in ratios[m]]
+        geomean, low, high, every = clustered_geomean(ratios)
         out[label] = {
             "cases": len(every),
-            "geomean_off_over_on": float(np.exp(np.mean(every))),
-            "interval_95": [
-                float(np.exp(np.percentile(draws, 2.5))),
-                float(np.exp(np.percentile(draws, 97.5))),
-            ],  # fmt: skip
+            "geomean_off_over_on": geomean,
+            "interval_95": [low, high],
             "on_faster": sum(x > 1e-9 for x in every),
             "off_faster": sum(x < -1e-9 for x in every),
         }
+    return out
+
+
+def clustered_geomean(
+    log_ratios: dict[str, list[float]],
+) -> tuple[float, float, float, list[float]]:
+    """Geometric mean of the ratios (given as logs, by GPU model) with a 95% bootstrap
+    interval that resamples GPU models (units of one model rank alike), 2000 draws, seed 0;
+    and every log ratio."""
+    models = sorted(log_ratios)
+    rng = np.random.default_rng(0)
+    draws = []
+    for _ in range(2000):
+        pick = rng.choice(len(models), size=len(models), replace=True)
+        draws.append(np.mean([x for i in pick for x in log_ratios[models[i]]]))
+    every = [x for m in models for x in log_ratios[m]]
+    return (
+        float(np.exp(np.mean(every))),
+        float(np.exp(np.percentile(draws, 2.5))),
+        float(np.exp(np.percentile(draws, 97.5))),
+        every,
+    )
+
+
+def search_breadth(small: dict[str, Any], large: dict[str, Any], reserve: str) -> dict[str, Any]:
+    """bench.protocol.SEARCH_BREADTH_RULE on two runs that differ in `--population` only:
+    per case (unit, workload, budget, seed), sharing off and on at `reserve`, best(small) /
+    best(large) (>1: the larger population found faster), off and on apart and pooled,
+    each with its interval clustered by GPU model; and the rule's verdict."""
+    key = ("unit", "workload", "budget", "seed")
+    theirs = {tuple(r[k] for k in key): r for r in large["rows"]}
+    model_of = {r["unit"]: r["unit"].split("-")[0] for r in small["rows"]}
+    ratios: dict[str, dict[str, list[float]]] = {"off": {}, "on": {}, "pooled": {}}
+    for r in small["rows"]:
+        other = theirs.get(tuple(r[k] for k in key))
+        if other is None:
+            continue
+        for side, a, b in (
+            ("off", r["off"], other["off"]),
+            ("on", _on(r, reserve), _on(other, reserve)),
+        ):
+            if a and b and a["best_s"] and b["best_s"]:
+                value = math.log(a["best_s"] / b["best_s"])
+                for group in (side, "pooled"):
+                    ratios[group].setdefault(model_of[r["unit"]], []).append(value)
+    out: dict[str, Any] = {}
+    for group, by_model in ratios.items():
+        if by_model:
+            geomean, low, high, every = clustered_geomean(by_model)
+            out[group] = {
+                "cases": len(every), "geomean_small_over_large": geomean,
+                "interval_95": [low, high], "large_faster": sum(x > 1e-9 for x in every),
+                "small_faster": sum(x < -1e-9 for x in every),
+            }  # fmt: skip
+    pooled = out.get("pooled")
+    met = bool(
+        pooled
+        and pooled["geomean_small_over_large"] > protocol.SEARCH_BREADTH_MARGIN
+        and pooled["interval_95"][0] > 1.0
+    )
+    out["rule_met"] = met
     return out
 
 
@@ -317,7 +379,52 @@ def choose(summary: dict[str, dict[str, Any]]) -> str | None:
     )
 
 
-def explain(work: Path, rows: list[dict[str, Any]], reserve: float) -> dict[str, Any]:
+def write_breadth(small_path: Path, large_path: Path, out: Path) -> str:
+    """SEARCH_BREADTH_RULE on two runs, written to `out`/search_breadth.{json,md}."""
+    small, large = (json.loads(p.read_text()) for p in (small_path, large_path))
+    sizes = [run["args"].get("population") for run in (small, large)]
+    same = {k: v for k, v in small["args"].items() if k not in ("population", "work", "out")}
+    if None in sizes or same != {k: large["args"][k] for k in same}:
+        raise BadInputError("--breadth: two runs that differ in --population only")
+    [reserve] = [str(r) for r in small["args"]["reserve"]]
+    result = search_breadth(small, large, reserve)
+    result |= {"populations": sizes, "runs": [str(small_path), str(large_path)]}
+    result["commands"] = [small["command"], large["command"]]
+    result["cost_s"] = [[run["wall_s"], run["cpu_s"]] for run in (small, large)]
+    lines = [
+        "# Search breadth at a small budget (SIMULATED validation units)",
+        "",
+        f"bench.protocol.SEARCH_BREADTH_RULE: {protocol.SEARCH_BREADTH_RULE}",
+        "",
+        *(
+            f"- `{c}`: {w:.0f} s wall, {cpu:.0f} CPU s"
+            for c, (w, cpu) in zip(result["commands"], result["cost_s"], strict=True)
+        ),
+        "",
+        f"best at population {sizes[0]} / best at {sizes[1]} (>1: the larger found faster), "
+        f"per case (unit, workload, budget, seed); sharing on at reserve {reserve}:",
+        "",
+        "| cases | n | geomean | 95% interval (by GPU model) | larger faster | smaller faster |",
+        "|---|---|---|---|---|---|",
+    ]
+    for group in ("off", "on", "pooled"):
+        if group in result:
+            g = result[group]
+            lo, hi = g["interval_95"]
+            lines.append(
+                f"| sharing {group} | {g['cases']} | {g['geomean_small_over_large']:.3f} | "
+                f"[{lo:.3f}, {hi:.3f}] | {g['large_faster']} | {g['small_faster']} |"
+            )
+    lines += ["", f"Rule: {'MET' if result['rule_met'] else 'not met'}.", ""]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "search_breadth.json").write_text(json.dumps(result, indent=1))
+    (out / "search_breadth.md").write_text("\n".join(lines))
+    return "\n".join(lines)
+
+
+def explain(
+    work: Path, rows: list[dict[str, Any]], reserve: float, population: int | None = None
+) -> dict[str, Any]:
     """For each case with sharing on at `reserve`: how many of the measured candidates were
     shared traces, and whether the best was one (read back from the scratch stores and the
     registry of `work`)."""
@@ -331,7 +438,8 @@ def explain(work: Path, rows: list[dict[str, Any]], reserve: float) -> dict[str,
                 shared.setdefault(workload, set()).update(traces)
     measured = shared_measured = best_shared = cases = 0
     for r in rows:
-        path = work / _on_dir(reserve, r["seed"], r["budget"]) / r["unit"] / "store.sqlite"
+        on_dir = _on_dir(reserve, r["seed"], r["budget"], population)
+        path = work / on_dir / r["unit"] / "store.sqlite"
         if not path.exists():
             continue
         with Store(path) as store:
@@ -391,7 +499,18 @@ def main() -> None:
     parser.add_argument(
         "--against", type=Path, help="with --explain: another run's JSON, for the spread"
     )
+    parser.add_argument(
+        "--population", type=int, help="every newcomer tune's search population (default: the "
+        "product's, agent.tuner.search_population)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--breadth", nargs=2, type=Path, metavar=("SMALL", "LARGE"), help="two runs' JSON that "
+        "differ in --population only: bench.protocol.SEARCH_BREADTH_RULE, written to --out; exit",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.breadth:
+        print(write_breadth(*args.breadth, args.out))
+        return
     try:
         args.reserve = parse_reserves(args.reserve)
     except ValueError as exc:
@@ -405,7 +524,8 @@ def main() -> None:
             report = (args.out / "sharing_onoff.md").read_text()
             result["command"] = report.split("Command: `", 1)[1].split("`", 1)[0]
         result["explained"] = {
-            str(r): explain(args.work, result["rows"], r) | {"command": command}
+            str(r): explain(args.work, result["rows"], r, result["args"].get("population"))
+            | {"command": command}
             for r in result["args"]["reserve"]
         }
         result["choice"] = choose(result["summary"])
@@ -456,4 +576,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from schemas.errors import run_cli
+
+    run_cli(main, "sharing_onoff")
