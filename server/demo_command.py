@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from schemas.cli import Json, Verbose, console, err_console
+from server.demo_plan import DemoPlan
 from server.run_config import DEFAULTS
 
 
@@ -39,7 +40,11 @@ def demo(
     flops_share: float = typer.Option(
         0.3, "--flops-share", help="the newcomer tunes the largest tasks covering this share"
     ),
-    fleet_trials: int = typer.Option(16, "--fleet-trials", help="trials/task each node tunes"),
+    fleet_trials: int = typer.Option(
+        DemoPlan.fleet_trials,
+        "--fleet-trials",
+        help="trials/task each node tunes",
+    ),
     budget: int = typer.Option(8, "--budget", help="trials per task, zero-shot and baseline"),
     full_budget: int = typer.Option(32, "--full-budget", help="the baseline's larger budget"),
     epochs: int = typer.Option(
@@ -69,7 +74,7 @@ def demo(
     verbose: Verbose = False,
 ) -> None:
     """The real deployment on loopback (server, enrolled daemons, rounds), then a newcomer."""
-    from server.demo import DemoPlan, run_demo_with_progress
+    from server.demo import run_demo_with_progress
     from server.demo_report import print_report
 
     plan = DemoPlan(

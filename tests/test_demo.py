@@ -237,6 +237,8 @@ def test_the_demo_runs_on_the_deployments_defaults_but_for_its_named_overrides()
     from server.run_config import DEFAULTS
 
     plan = DemoPlan(gpus=["k80", "v100"])
+    # the fleet has tuned longer than the newcomer's 4x baseline, as a deployment's would
+    assert plan.fleet_trials > plan.full_budget
     config = plan.server_config()
     changed = {name for name, value in config if value != getattr(DEFAULTS, name)}
     assert changed == {"min_nodes", "round_interval"}  # FedAdam, its lr, its epochs: defaults
