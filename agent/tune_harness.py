@@ -67,11 +67,11 @@ def initial_samples(population: int) -> int:
     population of 512, scaled with the population (at least 8), as the compile benchmark
     runs it (`bench/compile/presets.py` scale_init_min).
 
-    Why scaled: below 64 trials the population shrinks to 8 per trial (`search_population`),
-    and a search that cannot sample 50 valid schedules in its few tries fails ("Cannot sample
-    enough initial population"): on operators whose random schedules are mostly invalid for
-    the GPU (LLaMA projections and a ViT patch embedding on user-spec GPUs) fast mode at 8
-    trials measured nothing at all and kept the default."""
+    Why scaled: a search given a small `--population` (8 per trial below 64 trials was the
+    default until SEARCH_BREADTH_RULE) that cannot sample 50 valid schedules in its few
+    tries fails ("Cannot sample enough initial population"): on operators whose random
+    schedules are mostly invalid for the GPU (LLaMA projections and a ViT patch embedding on
+    user-spec GPUs) fast mode at 8 trials measured nothing at all and kept the default."""
     return min(population, 50, max(8, round(50 * population / 512)))
 
 

@@ -94,24 +94,32 @@ def _progress_callback(
 
 
 def search_population(trials_per_task: int, population: int | None = None) -> int:
-    """Candidates sampled, mutated and scored per search round.
+    """Candidates sampled, mutated and scored per search round: `population` if given, else
+    MetaSchedule's default, 512, at every budget (`trials_per_task` no longer changes it).
 
-    MetaSchedule's default is 512, which costs the same for 4 trials as for 64; below 64
-    trials per task it shrinks to 8 per trial. Where measurement is cheap and search is
-    the cost (a simulated GPU), a smaller population trades a little search breadth for
-    wall time: `--population`.
+    Why not fewer at small budgets (8 per trial below 64 trials, as before): at 8 trials a
+    task the best found at 512 was 1.185x faster than at 64 (95% interval [1.127, 1.285],
+    clustered by GPU model; 66 tunes on the simulated validation units, sharing off 1.362x,
+    on 1.031x), for about 6x the search's CPU time (bench/protocol.py SEARCH_BREADTH_RULE,
+    docs/results/search_breadth/). Where search, not measurement, is the cost (a simulated
+    GPU) and speed matters more: `--population`.
     """
     if population is not None:
         if population < 2:
             raise BadInputError(f"--population must be at least 2, got {population}")
         return population
-    return min(512, max(32, 8 * trials_per_task))
+    return DEFAULT_POPULATION
+
+
+# MetaSchedule's own default population.
+DEFAULT_POPULATION = 512
 
 
 # A search whose population sampled no valid schedule for the GPU (a ViT patch embedding on
 # a user-spec GPU at population 64: most random schedules exceed its limits) runs once more
-# at MetaSchedule's own default population, which samples enough (issue 23).
-RETRY_POPULATION = 512
+# at MetaSchedule's own default population, which samples enough (issue 23); only a search
+# given a smaller `--population` can need it.
+RETRY_POPULATION = DEFAULT_POPULATION
 # Fast mode's retry chains one model-only search, not `--model-rounds`: what the retry
 # needs is the larger population's initial sampling, and five chained rounds at 512 cost the
 # ViT patch embedding ~700 CPU s for a best 3.2x slower than the default (issue 23).

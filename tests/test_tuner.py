@@ -228,16 +228,17 @@ def test_kept_database_holds_only_tasks_whose_tuned_schedule_won(tmp_path: Path)
 
 def test_a_small_search_samples_fewer_random_schedules_first() -> None:
     """MetaSchedule's 50 initial random schedules scale with the population (at least 8, at
-    most the population): at 8 trials (population 64) a search asking for 50 valid ones on a
-    space with few valid schedules failed and measured nothing."""
+    most the population): at population 64 a search asking for 50 valid ones on a space with
+    few valid schedules failed and measured nothing."""
     from agent.tune_harness import evolutionary, initial_samples
     from agent.tuner import search_population
 
-    assert initial_samples(512) == 50
-    assert initial_samples(search_population(8)) == 8
-    assert initial_samples(search_population(32)) == 25
+    assert initial_samples(search_population(8)) == 50  # MetaSchedule's default, 512
+    assert search_population(8, 64) == 64  # `--population`
+    assert initial_samples(64) == 8
+    assert initial_samples(256) == 25
     assert initial_samples(4) == 4
-    assert evolutionary(search_population(8)).init_min_unmeasured == 8
+    assert evolutionary(64).init_min_unmeasured == 8
 
 
 def test_a_search_that_samples_nothing_runs_again_at_a_larger_population(

@@ -182,8 +182,8 @@ def tune(
     population: int | None = typer.Option(
         None,
         "--population",
-        help="evolutionary search population per round (default: 512, or 8 per trial below "
-        "64 trials); smaller is faster where search, not measurement, is the cost (sim:)",
+        help="evolutionary search population per round (default: 512, MetaSchedule's); "
+        "smaller is faster where search, not measurement, is the cost (sim:), and finds less",
     ),
     model_rounds: int = typer.Option(
         0,
