@@ -85,8 +85,8 @@ def test_both_forms_load_and_compile_to_pytorchs_output(block_file: Path, block_
 
 def _tune(ref: str, state: Path, *extra: str) -> dict:
     return tune_json(
-        state, "--model", ref, "--device", "cpu", "--trials", "1", "--cost-model", "random",
-        *extra,
+        state, "--model", ref, "--device", "cpu", "--trials", "1", "--population", "32",
+        "--cost-model", "random", *extra,
     )  # fmt: skip
 
 

@@ -25,7 +25,7 @@ def test_cli_tunes_a_tiny_matmul_into_the_store(tmp_path: Path) -> None:
     state = tmp_path / "state"
     data = tune_json(
         state, "--workload", "matmul:32,32,32", "--device", "cpu", "--trials", "3",
-        "--cost-model", "random",
+        "--population", "32", "--cost-model", "random",
     )  # fmt: skip
     assert data["kind"] == "workload" and data["device"] == "cpu" and not data["simulated"]
     (task,) = data["tasks"]
