@@ -96,6 +96,10 @@ def _population_tag(population: int | None) -> str:
     return "" if population is None else f"p{population}-"
 
 
+def _off_dir(seed: int, budget: int, population: int | None = None) -> str:
+    return f"off-{_population_tag(population)}{seed}-{budget}"
+
+
 def _on_dir(reserve: float, seed: int, budget: int, population: int | None = None) -> str:
     return f"on-{_population_tag(population)}r{reserve:g}-{seed}-{budget}"
 
@@ -158,7 +162,7 @@ def run(args: argparse.Namespace, save: Any = None) -> dict[str, Any]:
                         "unit": unit, "workload": workload, "budget": budget, "seed": seed,
                         "offered_sources": sources,
                     }  # fmt: skip
-                    off_dir = f"off-{_population_tag(args.population)}{seed}-{budget}"
+                    off_dir = _off_dir(seed, budget, args.population)
                     scratch = _node(root / off_dir, unit, device.name, False)
                     scratch.save_profile(newcomer.profile(device))
                     row["off"] = _tune(scratch, device, workload, budget, "simoe", seed,
@@ -381,12 +385,17 @@ def choose(summary: dict[str, dict[str, Any]]) -> str | None:
 
 def write_breadth(small_path: Path, large_path: Path, out: Path) -> str:
     """SEARCH_BREADTH_RULE on two runs, written to `out`/search_breadth.{json,md}."""
+    missing = [str(p) for p in (small_path, large_path) if not p.is_file()]
+    if missing:
+        raise BadInputError(f"--breadth: no such report: {', '.join(missing)}")
     small, large = (json.loads(p.read_text()) for p in (small_path, large_path))
     sizes = [run["args"].get("population") for run in (small, large)]
     same = {k: v for k, v in small["args"].items() if k not in ("population", "work", "out")}
-    if None in sizes or same != {k: large["args"][k] for k in same}:
+    if None in sizes or same != {k: large["args"].get(k) for k in same}:
         raise BadInputError("--breadth: two runs that differ in --population only")
-    [reserve] = [str(r) for r in small["args"]["reserve"]]
+    if len(small["args"]["reserve"]) != 1:
+        raise BadInputError("--breadth: runs with one --reserve")
+    reserve = str(small["args"]["reserve"][0])
     result = search_breadth(small, large, reserve)
     result |= {"populations": sizes, "runs": [str(small_path), str(large_path)]}
     result["commands"] = [small["command"], large["command"]]
@@ -404,7 +413,8 @@ def write_breadth(small_path: Path, large_path: Path, out: Path) -> str:
         f"best at population {sizes[0]} / best at {sizes[1]} (>1: the larger found faster), "
         f"per case (unit, workload, budget, seed); sharing on at reserve {reserve}:",
         "",
-        "| cases | n | geomean | 95% interval (by GPU model) | larger faster | smaller faster |",
+        "| tunes | cases | geomean | 95% interval (by GPU model) | larger faster "
+        "| smaller faster |",
         "|---|---|---|---|---|---|",
     ]
     for group in ("off", "on", "pooled"):
