@@ -1088,6 +1088,8 @@ def markdown() -> str:
         f"- The deployment's defaults: {PRODUCT_DEFAULTS_RULE}",
         f"- Nodes gaining, per-node split {list(NODE_SPLIT_VARIANTS)}: {NODE_SPLIT_RULE}",
         f"- A node's model: {MODEL_CHOICE_RULE}",
+        f"- The search population {list(SEARCH_BREADTH_POPULATIONS)}: {SEARCH_BREADTH_RULE} "
+        "Result: [search_breadth](search_breadth/search_breadth.md), SIMULATED units.",
     ]
     return "\n".join(lines) + "\n"
 
