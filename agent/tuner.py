@@ -93,9 +93,13 @@ def _progress_callback(
     return _Progress()
 
 
-def search_population(trials_per_task: int, population: int | None = None) -> int:
+# MetaSchedule's own default population.
+DEFAULT_POPULATION = 512
+
+
+def search_population(population: int | None = None) -> int:
     """Candidates sampled, mutated and scored per search round: `population` if given, else
-    MetaSchedule's default, 512, at every budget (`trials_per_task` no longer changes it).
+    MetaSchedule's default, 512, at every budget.
 
     Why not fewer at small budgets (8 per trial below 64 trials, as before): at 8 trials a
     task the best found at 512 was 1.185x faster than at 64 (95% interval [1.127, 1.285],
@@ -109,10 +113,6 @@ def search_population(trials_per_task: int, population: int | None = None) -> in
             raise BadInputError(f"--population must be at least 2, got {population}")
         return population
     return DEFAULT_POPULATION
-
-
-# MetaSchedule's own default population.
-DEFAULT_POPULATION = 512
 
 
 # A search whose population sampled no valid schedule for the GPU (a ViT patch embedding on
@@ -250,7 +250,7 @@ def _run_search(
     check_reserve(shared_reserve)
     import tvm
 
-    population = search_population(trials_per_task, population)
+    population = search_population(population)
     seeds = warm_start_seeds(tasks, warm_start, trials_per_task) if warm_start else None
     if shared is not None:
         shared.resolve(tasks)

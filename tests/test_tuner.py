@@ -233,8 +233,8 @@ def test_a_small_search_samples_fewer_random_schedules_first() -> None:
     from agent.tune_harness import evolutionary, initial_samples
     from agent.tuner import search_population
 
-    assert initial_samples(search_population(8)) == 50  # MetaSchedule's default, 512
-    assert search_population(8, 64) == 64  # `--population`
+    assert initial_samples(search_population()) == 50  # MetaSchedule's default, 512
+    assert search_population(64) == 64  # `--population`
     assert initial_samples(64) == 8
     assert initial_samples(256) == 25
     assert initial_samples(4) == 4

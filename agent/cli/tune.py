@@ -258,7 +258,7 @@ def tune(
     trials = checked("--trials", config.trials_per_task if trials is None else trials, Trials)
     cost_model = cost_model or config.cost_model
     check_cost_model(cost_model)
-    search_population(trials, population)  # a bad --population fails before any work
+    search_population(population)  # a bad --population fails before any work
     if model_rounds < 0:
         raise BadInputError(f"--model-rounds must be 0 or more, got {model_rounds}")
     if hedge_ranking not in ("model", "random"):

@@ -149,7 +149,7 @@ def fast_mode_picks(
     profile = HardwareProfile.model_validate_json((cache / (Path(gpu).stem + ".json")).read_text())
     model = SiMoECostModel.for_device(profile, model_path)
     task_name, mod = operator_task(op, target)
-    population = search_population(trials)
+    population = search_population()
     t0 = time.perf_counter()
     found = model_only_search(
         mod, target, None, cost_model=model, rounds=5, per_round=min(64, trials),

@@ -150,11 +150,16 @@ def seed_view(work: Path) -> None:
         print(f"  {state.parent.name}  {'  '.join(cells)}  {best}")
 
 
+def fastest_run(records: Sequence[Any]) -> float | None:
+    """The fastest successful record's mean run, seconds (None: none succeeded)."""
+    runs = [float(np.mean(r.run_secs)) for r in records if r.run_secs]
+    return min(runs) if runs else None
+
+
 def best_recorded(node: Any) -> float | None:
     """The fastest successful record in a node state's store (mean run, seconds)."""
     with node.open_store() as store:
-        runs = [float(np.mean(r.run_secs)) for r in store.records() if r.run_secs]
-    return min(runs) if runs else None
+        return fastest_run(store.records())
 
 
 def offer_ceiling(node: Any) -> tuple[float | None, float | None, int]:
@@ -170,7 +175,8 @@ def offer_ceiling(node: Any) -> tuple[float | None, float | None, int]:
     offered = received_schedules(node)
     modelled: list[float] = []
     with node.open_store() as store:
-        keys = {r.workload_key for r in store.records()}
+        records = store.records()
+        keys = {r.workload_key for r in records}
         for key in sorted(keys & offered.keys()):
             row = store.workload(key)
             if row is None:
@@ -180,7 +186,7 @@ def offer_ceiling(node: Any) -> tuple[float | None, float | None, int]:
                 sch = tvm.s_tir.Schedule(mod)
                 Trace.apply_json_to_schedule(json.loads(text), sch)
                 modelled.append(min(device.measure(sch.mod)))
-    return best_recorded(node), (min(modelled) if modelled else None), len(modelled)
+    return fastest_run(records), (min(modelled) if modelled else None), len(modelled)
 
 
 def fleet_view(

@@ -101,7 +101,7 @@ def bench_tuning(trials: int, population: int | None = None) -> dict:
         "workload": "matmul:1024,1024,1024",
         "device": device.name,
         "trials": result.trials,
-        "population": search_population(trials, population),
+        "population": search_population(population),
         "total_wall_s": total,
         "cpu_s": cpu,
         "load_average_before": load_before,
