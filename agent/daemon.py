@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent.node_state import NodeState, write_atomic
 from schemas import AgentConfig, BadInputError
 from schemas.children import Child, child, hold_lock, stop_orphans
-from schemas.cli import Trials
+from schemas.cli import Seed, Trials
 
 log = logging.getLogger("simoe.agent.daemon")
 STABLE_S = 60.0  # a SuperNode up this long before it exits starts a new count of failures
@@ -56,6 +56,9 @@ class Job(BaseModel):
     # a network's tasks to tune (`submit --largest-tasks/--flops-share`, as `tune`); None: all
     largest_tasks: int | None = Field(default=None, gt=0)
     flops_share: float | None = Field(default=None, gt=0, le=1)
+    # how to search (`submit --seed/--population`, as `tune`); population None: the default
+    seed: Seed = 0
+    population: int | None = Field(default=None, ge=2)
     result: dict[str, Any] | None = None
     error: str | None = None
 
@@ -166,6 +169,8 @@ def run_job(state_dir: Path, job_path: Path) -> int:
                 store,
                 trials=job.trials,
                 cost_model=cost_model,
+                seed=job.seed,
+                population=job.population,
                 node=node,
                 shared=node_shared_seeds(node),  # schedule sharing, when on
             )
@@ -176,6 +181,8 @@ def run_job(state_dir: Path, job_path: Path) -> int:
                 store,
                 trials_per_task=job.trials,
                 cost_model=cost_model,
+                seed=job.seed,
+                population=job.population,
                 node=node,
                 choice=TaskChoice(largest=job.largest_tasks, flops_share=job.flops_share),
                 shared=node_shared_seeds(node),
@@ -312,7 +319,8 @@ class AgentDaemon:
         what = f"job {job.id}: {job.kind} {job.subject}"
         self.job_log(
             f"{what}: started ({job.trials} trials per task, attempt {job.attempts}, "
-            f"cost model {job.cost_model or cost_model_for(self.node, self.node.config())})"
+            f"cost model {job.cost_model or cost_model_for(self.node, self.node.config())}, "
+            f"seed {job.seed}, population {job.population or 'default'})"
         )
         started = time.monotonic()
         log_path = self.logs / "jobs.log"

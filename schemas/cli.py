@@ -29,6 +29,7 @@ MAX_TRIALS = 100_000  # per task: far beyond any useful search, far below TVM's 
 Trials = Annotated[int, Field(ge=1, le=MAX_TRIALS)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 Seconds = Annotated[float, Field(gt=0, le=7 * 24 * 3600)]
+Seed = Annotated[int, Field(ge=0, le=2**31 - 1)]  # a search's random state (TVM's int32)
 
 console = Console()
 err_console = Console(stderr=True)

@@ -213,12 +213,15 @@ class Demo:
             timeout=900,
         )  # fmt: skip
         largest = self.plan.largest_tasks(node.device)
+        population = self.plan.fleet_population
         self.agent(
             [
                 "submit", self.plan.network,
                 "--trials", str(self.plan.fleet_trials),
                 "--cost-model", "xgb",
+                "--seed", str(self.plan.fleet_seed),
                 *(["--largest-tasks", str(largest)] if largest else []),
+                *(["--population", str(population)] if population else []),
                 "--state-dir", str(node.state_dir),
             ],
             node.name,

@@ -45,6 +45,9 @@ def demo(
         "--fleet-trials",
         help="trials/task each node tunes",
     ),
+    fleet_seed: int = typer.Option(
+        0, "--fleet-seed", help="seed of the fleet's searches (another seed: another draw)"
+    ),
     budget: int = typer.Option(8, "--budget", help="trials per task, zero-shot and baseline"),
     full_budget: int = typer.Option(32, "--full-budget", help="the baseline's larger budget"),
     epochs: int = typer.Option(
@@ -87,6 +90,7 @@ def demo(
         new_network=new_network,
         flops_share=flops_share,
         fleet_trials=fleet_trials,
+        fleet_seed=fleet_seed,
         budget=budget,
         full_budget=full_budget,
         epochs=epochs,

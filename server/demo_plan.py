@@ -40,6 +40,12 @@ class DemoPlan:
     # finds, after 64 as fast, for a minute more of wall time (docs/results/demo_history.md,
     # s9 and s10, the rule written before s10's run).
     fleet_trials: int = 64
+    # Seed of every fleet node's search (`submit --seed`): one seed is one draw of the
+    # fleet's records, so two demos at the same seed tune the same records; another seed
+    # is an independent draw. `fleet_population`: their search population (None: the
+    # product's default; the loopback tests search small to stay fast).
+    fleet_seed: int = 0
+    fleet_population: int | None = None
     seed: int = 0  # of the newcomer's three searches
     budget: int = 8
     full_budget: int = 32
@@ -123,6 +129,10 @@ class DemoPlan:
         ):
             if tasks is not None and tasks < 1:
                 raise BadInputError(f"{option} must be at least 1, got {tasks}")
+        if self.fleet_seed < 0:
+            raise BadInputError(f"--fleet-seed must be 0 or more, got {self.fleet_seed}")
+        if self.fleet_population is not None and self.fleet_population < 2:
+            raise BadInputError(f"fleet_population must be at least 2, got {self.fleet_population}")
         if not 0 <= self.sim_nice <= 19:
             raise BadInputError(f"sim_nice must be in 0..19, got {self.sim_nice}")
         if self.share_top_k is not None and not self.share_schedules:

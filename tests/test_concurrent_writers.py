@@ -68,7 +68,11 @@ def node(tmp_path: Path) -> Path:
 def test_two_tune_processes_and_the_daemon_at_once(node: Path) -> None:
     store = NodeState(node).store_path
     queue = Queue(NodeState(node).queue_dir)
-    queue.put(Job(kind="workload", subject="matmul:32,64,64", trials=4, cost_model="random"))
+    queue.put(
+        Job(
+            kind="workload", subject="matmul:32,64,64", trials=4, cost_model="random", population=16
+        )
+    )
     daemon = AgentDaemon(node, supernode=False, poll_s=0.2)
     thread = threading.Thread(target=daemon.run)
     # all three start against a store that does not exist yet: creating it races too

@@ -28,6 +28,7 @@ runner = CliRunner()
         (["--gpus", "", "--no-cpu"], "fleet is empty"),
         (["--fleet-largest-tasks", "-1"], "--fleet-largest-tasks"),
         (["--cpu-largest-tasks", "-2"], "--cpu-largest-tasks"),
+        (["--fleet-seed", "-1"], "--fleet-seed"),
         (["--share-top-k", "3"], "needs --share-schedules"),
         (["--share-schedules", "--share-top-k", "9"], "--share-top-k must be in 1..8"),
     ],
@@ -66,7 +67,7 @@ def _enroll_commands(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, plan: DemoPlan
 ) -> dict[str, list[str]]:
     """The `simoe-agent enroll` command lines the demo runs for a fleet node and for the
-    newcomer (the agent calls recorded, no process started)."""
+    newcomer, and the fleet node's `submit` (the agent calls recorded, no process started)."""
     import server.demo as demo_module
 
     calls: list[list[str]] = []
@@ -90,11 +91,12 @@ def _enroll_commands(
     demo = demo_module.Demo(tmp_path, plan, SilentUI())
     demo.bring_up_fleet()
     fleet = [c for c in calls if c[0] == "enroll"]
+    [submit] = [c for c in calls if c[0] == "submit"]
     calls.clear()
     demo.newcomer()
     newcomer = [c for c in calls if c[0] == "enroll"]
     assert len(fleet) == 1 and len(newcomer) == 1
-    return {"fleet": fleet[0], "newcomer": newcomer[0]}
+    return {"fleet": fleet[0], "newcomer": newcomer[0], "submit": submit}
 
 
 def test_the_demo_enrolls_every_node_and_the_newcomer_with_sharing_only_when_asked(
@@ -103,8 +105,25 @@ def test_the_demo_enrolls_every_node_and_the_newcomer_with_sharing_only_when_ask
     off = _enroll_commands(monkeypatch, tmp_path / "off", DemoPlan(gpus=["t4"], cpu=False))
     assert not any("--share" in arg for cmd in off.values() for arg in cmd)  # opt-in
     on = DemoPlan(gpus=["t4"], cpu=False, share_schedules=True, share_top_k=2)
-    for command in _enroll_commands(monkeypatch, tmp_path / "on", on).values():
+    commands = _enroll_commands(monkeypatch, tmp_path / "on", on)
+    for command in (commands["fleet"], commands["newcomer"]):
         assert command[-3:] == ["--share-schedules", "--share-top-k", "2"]
+
+
+def _option(command: list[str], name: str) -> str | None:
+    return command[command.index(name) + 1] if name in command else None
+
+
+def test_the_fleet_searches_at_the_plans_seed_and_population(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """One fleet seed is one draw of the fleet's records (`--fleet-seed`: another draw)."""
+    default = _enroll_commands(monkeypatch, tmp_path / "a", DemoPlan(gpus=["t4"], cpu=False))
+    assert _option(default["submit"], "--seed") == "0"
+    assert _option(default["submit"], "--population") is None  # the product's default
+    plan = DemoPlan(gpus=["t4"], cpu=False, fleet_seed=3, fleet_population=16)
+    drawn = _enroll_commands(monkeypatch, tmp_path / "b", plan)["submit"]
+    assert (_option(drawn, "--seed"), _option(drawn, "--population")) == ("3", "16")
 
 
 def test_the_demo_option_turns_sharing_on_in_its_plan(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,9 +136,10 @@ def test_the_demo_option_turns_sharing_on_in_its_plan(monkeypatch: pytest.Monkey
         raise SystemExit(0)
 
     monkeypatch.setattr(demo_module, "run_demo_with_progress", run)
-    runner.invoke(app, ["demo", "--share-schedules", "--share-top-k", "4"])
+    runner.invoke(app, ["demo", "--share-schedules", "--share-top-k", "4", "--fleet-seed", "2"])
     runner.invoke(app, ["demo"])
     assert [(p.share_schedules, p.share_top_k) for p in plans] == [(True, 4), (False, None)]
+    assert [p.fleet_seed for p in plans] == [2, 0]
 
 
 def test_network_latency_is_the_weighted_sum() -> None:

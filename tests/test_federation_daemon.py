@@ -108,3 +108,44 @@ def test_drain_stops_once_the_queue_is_empty(
         main()
     err = capsys.readouterr().err.strip().splitlines()
     assert exited.value.code == 2 and len(err) == 1 and "--no-tune" in err[0], err
+
+
+def test_a_job_searches_with_the_seed_and_population_it_was_submitted_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """`submit --seed/--population` (as `tune`'s) are carried in the job to its search; a
+    bad value is one line and queues nothing."""
+    from cli_helpers import one_line_error, run_main
+
+    import agent.tuner
+    from agent.cli import main
+    from agent.daemon import run_job
+    from schemas import AgentConfig
+    from schemas.tuning import TuneResult
+
+    node = NodeState(tmp_path)
+    node.save_config(AgentConfig(name="n1", device="sim:t4", cost_model="random"))
+    state = ["--state-dir", str(tmp_path)]
+    for bad, option in ((["--population", "1"], "--population"), (["--seed", "-1"], "--seed")):
+        ran = run_main(
+            main, "simoe-agent", ["submit", "matmul:8,8,8", *bad, *state], monkeypatch, capsys
+        )
+        assert option in one_line_error("simoe-agent", *ran)
+    assert not Queue(node.queue_dir).jobs("pending")
+    args = ["submit", "matmul:8,8,8", "--trials", "2", "--seed", "7", "--population", "16"]
+    assert run_main(main, "simoe-agent", [*args, *state], monkeypatch, capsys)[0] == 0
+    [job] = Queue(node.queue_dir).jobs("pending")
+    assert (job.seed, job.population) == (7, 16)
+
+    searched: dict = {}
+
+    def fake_tune(workload, device, store, **options) -> TuneResult:  # noqa: ANN001
+        searched.update(options)
+        return TuneResult(
+            subject=str(workload), kind="workload", device=device.name, simulated=True,
+            cost_model=options["cost_model"], trials=0, search_wall_s=0.0, tasks=[],
+        )  # fmt: skip
+
+    monkeypatch.setattr(agent.tuner, "tune_workload", fake_tune)
+    assert run_job(tmp_path, node.queue_dir / "pending" / job.filename) == 0
+    assert (searched["seed"], searched["population"], searched["trials"]) == (7, 16, 2)

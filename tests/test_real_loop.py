@@ -56,8 +56,8 @@ def candidate_ids(store_path: Path) -> set[str]:
 def test_real_loop(tmp_path: Path) -> None:
     plan = DemoPlan(
         gpus=["k80-u1", "t4-cool", "a100-pcie-250w"], cpu=False, new_gpu="a10-ecc-on",
-        network="tiny_mlp", fleet_largest_tasks=None, fleet_trials=2, epochs=1, k_experts=2,
-        timeout_s=900,
+        network="tiny_mlp", fleet_largest_tasks=None, fleet_trials=2, fleet_population=16,
+        epochs=1, k_experts=2, timeout_s=900,
     )  # fmt: skip
     demo = Demo(tmp_path, plan, Quiet())
     try:
@@ -84,7 +84,7 @@ def test_real_loop(tmp_path: Path) -> None:
         store_path = node.state_dir / "store.sqlite"
         before_job = candidate_ids(store_path)
         demo.agent(
-            ["submit", "tiny_cnn", "--trials", "3", "--cost-model", "xgb",
+            ["submit", "tiny_cnn", "--trials", "3", "--cost-model", "xgb", "--population", "16",
              "--largest-tasks", "2", "--state-dir", str(node.state_dir)],
             node.name,
         )  # fmt: skip

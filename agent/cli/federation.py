@@ -16,6 +16,7 @@ from schemas.cli import (
     Json,
     Port,
     Seconds,
+    Seed,
     Trials,
     Verbose,
     checked,
@@ -139,6 +140,12 @@ def submit(
         "--flops-share",
         help="a network: tune its largest tasks covering this share of its FLOPs (as `tune`)",
     ),
+    seed: int = typer.Option(0, "--seed", help="seed of the search (as `tune`)"),
+    population: int | None = typer.Option(
+        None,
+        "--population",
+        help="evolutionary search population per round (as `tune`; default: 512)",
+    ),
     state_dir: StateDir = None,
     as_json: Json = False,
     verbose: Verbose = False,
@@ -146,6 +153,7 @@ def submit(
     """Queue tuning work for the daemon (`simoe-agent run`)."""
     from agent.daemon import Queue, make_job
     from agent.task_selection import TaskChoice
+    from agent.tuner import search_population
 
     choice = TaskChoice(largest=largest_tasks, flops_share=flops_share)
     choice.check()
@@ -156,6 +164,9 @@ def submit(
     if job.kind == "workload" and not choice.everything:
         raise BadInputError("--largest-tasks and --flops-share choose among a network's tasks")
     job.largest_tasks, job.flops_share = largest_tasks, flops_share
+    job.seed = checked("--seed", seed, Seed)
+    if population is not None:
+        job.population = search_population(population)  # a bad one fails here, not in the job
     if cost_model is not None:
         from agent.cost_models import COST_MODELS
 

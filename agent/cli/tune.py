@@ -15,6 +15,7 @@ from agent.cli.app import StateDir, app, node_state, progress_bar
 from schemas import BadInputError
 from schemas.cli import (
     Json,
+    Seed,
     Trials,
     Verbose,
     checked,
@@ -259,6 +260,7 @@ def tune(
     cost_model = cost_model or config.cost_model
     check_cost_model(cost_model)
     search_population(population)  # a bad --population fails before any work
+    checked("--seed", seed, Seed)
     if model_rounds < 0:
         raise BadInputError(f"--model-rounds must be 0 or more, got {model_rounds}")
     if hedge_ranking not in ("model", "random"):
