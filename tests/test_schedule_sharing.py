@@ -596,8 +596,8 @@ def test_the_offered_schedules_a_node_measured_are_counted(
     # the demo bench's sharing ceiling: the offered trace modelled once, beside the best run
     from bench.federation.demo_shared_ranking import best_recorded, offer_ceiling
 
-    best, offered_best, count = offer_ceiling(node)
-    assert count == 1 and best == best_recorded(node)
+    best, offered_best, count, place = offer_ceiling(node)
+    assert (count, place) == (1, 1) and best == best_recorded(node)
     from agent.store import canonical_json
 
     with Store(node.store_path) as store:

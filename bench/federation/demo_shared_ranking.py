@@ -138,15 +138,15 @@ def seed_view(work: Path) -> None:
             cells.append(f"{np.mean(record.run_secs) * 1e6:.1f}{mark}")
         print(f"  {state.parent.name}: {', '.join(cells)}")
     print("the sharing ceiling, us per run of the tuned task (SIMULATED):")
-    print("  seed    SiMoE  MS small  MS large  best offered (of n, modelled)")
+    print("  seed    SiMoE  MS small  MS large  best offered (#place of n, modelled)")
     for state in seeds:
-        simoe, offered_best, count = offer_ceiling(NodeState(state))
+        simoe, offered_best, count, place = offer_ceiling(NodeState(state))
         baselines = sorted(
             (state.parent / "baselines").glob("xgb-*"), key=lambda p: int(p.name.split("-")[1])
         )
         ms_best = [best_recorded(NodeState(b)) for b in baselines]
         cells = [f"{v * 1e6:8.1f}" if v is not None else "       -" for v in [simoe, *ms_best]]
-        best = f"{offered_best * 1e6:8.1f} (of {count})" if count else "       - (none)"
+        best = f"{offered_best * 1e6:8.1f} (#{place} of {count})" if count else "       - (none)"
         print(f"  {state.parent.name}  {'  '.join(cells)}  {best}")
 
 
@@ -162,9 +162,10 @@ def best_recorded(node: Any) -> float | None:
         return fastest_run(store.records())
 
 
-def offer_ceiling(node: Any) -> tuple[float | None, float | None, int]:
+def offer_ceiling(node: Any) -> tuple[float | None, float | None, int, int]:
     """The node's best measured run, the best of the traces offered for the workloads it
-    measured (modelled once each on its simulated GPU; seconds) and how many there were."""
+    measured (modelled once each on its simulated GPU; seconds), how many there were, and
+    the best one's place in its workload's offer (1: offered first; 0: none offered)."""
     import tvm
     from tvm.s_tir.schedule import Trace
 
@@ -173,7 +174,7 @@ def offer_ceiling(node: Any) -> tuple[float | None, float | None, int]:
 
     device = get_device(node.config().device)
     offered = received_schedules(node)
-    modelled: list[float] = []
+    modelled: list[tuple[float, int]] = []  # (latency, place in its workload's offer)
     with node.open_store() as store:
         records = store.records()
         keys = {r.workload_key for r in records}
@@ -182,11 +183,12 @@ def offer_ceiling(node: Any) -> tuple[float | None, float | None, int]:
             if row is None:
                 continue
             mod = tvm.ir.load_json(row["mod_json"])
-            for text in offered[key]:
+            for place, text in enumerate(offered[key], start=1):
                 sch = tvm.s_tir.Schedule(mod)
                 Trace.apply_json_to_schedule(json.loads(text), sch)
-                modelled.append(min(device.measure(sch.mod)))
-    return fastest_run(records), (min(modelled) if modelled else None), len(modelled)
+                modelled.append((min(device.measure(sch.mod)), place))
+    best, place = min(modelled) if modelled else (None, 0)
+    return fastest_run(records), best, len(modelled), place
 
 
 def fleet_view(
