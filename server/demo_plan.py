@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schemas import BadInputError
+from schemas.cli import Seed, checked
 from schemas.sharing import MAX_TOP_K
 from server.run_config import DEFAULTS, ServerRunConfig, start_option
 
@@ -129,8 +130,7 @@ class DemoPlan:
         ):
             if tasks is not None and tasks < 1:
                 raise BadInputError(f"{option} must be at least 1, got {tasks}")
-        if self.fleet_seed < 0:
-            raise BadInputError(f"--fleet-seed must be 0 or more, got {self.fleet_seed}")
+        checked("--fleet-seed", self.fleet_seed, Seed)
         if self.fleet_population is not None and self.fleet_population < 2:
             raise BadInputError(f"fleet_population must be at least 2, got {self.fleet_population}")
         if not 0 <= self.sim_nice <= 19:
