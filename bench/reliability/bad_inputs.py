@@ -309,6 +309,16 @@ def cases(f: dict[str, Path], scratch: Path) -> list[tuple[str, list[str]]]:
             "submit: --trials huge",
             [AGENT, "submit", "matmul:64,64,64", "--trials", "9" * 21, *node],
         ),
+        # a job's search settings (stop 38: `submit --seed/--population`, `demo --fleet-seed`)
+        (
+            "submit: --population 1",
+            [AGENT, "submit", "matmul:64,64,64", "--population", "1", *node],
+        ),
+        ("submit: --seed -1", [AGENT, "submit", "matmul:64,64,64", "--seed", "-1", *node]),
+        (
+            "demo: --fleet-seed -1",
+            [SERVER, "demo", "--fleet-seed", "-1", "--out", str(scratch / "demo")],
+        ),
         (
             "enroll: --timeout -1",
             [*enroll, "--server", "127.0.0.1:1", "--ca", str(f["ca"]), "--timeout", "-1"],
