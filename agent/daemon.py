@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent.node_state import NodeState, write_atomic
 from schemas import AgentConfig, BadInputError
 from schemas.children import Child, child, hold_lock, stop_orphans
-from schemas.cli import Seed, Trials
+from schemas.cli import Population, Seed, Trials
 
 log = logging.getLogger("simoe.agent.daemon")
 STABLE_S = 60.0  # a SuperNode up this long before it exits starts a new count of failures
@@ -58,7 +58,7 @@ class Job(BaseModel):
     flops_share: float | None = Field(default=None, gt=0, le=1)
     # how to search (`submit --seed/--population`, as `tune`); population None: the default
     seed: Seed = 0
-    population: int | None = Field(default=None, ge=2)
+    population: Population | None = None
     result: dict[str, Any] | None = None
     error: str | None = None
 

@@ -30,6 +30,7 @@ Trials = Annotated[int, Field(ge=1, le=MAX_TRIALS)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 Seconds = Annotated[float, Field(gt=0, le=7 * 24 * 3600)]
 Seed = Annotated[int, Field(ge=0, le=2**31 - 1)]  # a search's random state (TVM's int32)
+Population = Annotated[int, Field(ge=2)]  # a search's candidates per round (`--population`)
 
 console = Console()
 err_console = Console(stderr=True)

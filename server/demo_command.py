@@ -46,7 +46,9 @@ def demo(
         help="trials/task each node tunes",
     ),
     fleet_seed: int = typer.Option(
-        0, "--fleet-seed", help="seed of the fleet's searches (another seed: another draw)"
+        DemoPlan.fleet_seed,
+        "--fleet-seed",
+        help="seed of the fleet's searches (another seed: another draw)",
     ),
     budget: int = typer.Option(8, "--budget", help="trials per task, zero-shot and baseline"),
     full_budget: int = typer.Option(32, "--full-budget", help="the baseline's larger budget"),

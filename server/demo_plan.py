@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schemas import BadInputError
-from schemas.cli import Seed, checked
+from schemas.cli import Population, Seed, checked
 from schemas.sharing import MAX_TOP_K
 from server.run_config import DEFAULTS, ServerRunConfig, start_option
 
@@ -131,8 +131,8 @@ class DemoPlan:
             if tasks is not None and tasks < 1:
                 raise BadInputError(f"{option} must be at least 1, got {tasks}")
         checked("--fleet-seed", self.fleet_seed, Seed)
-        if self.fleet_population is not None and self.fleet_population < 2:
-            raise BadInputError(f"fleet_population must be at least 2, got {self.fleet_population}")
+        if self.fleet_population is not None:
+            checked("fleet_population", self.fleet_population, Population)
         if not 0 <= self.sim_nice <= 19:
             raise BadInputError(f"sim_nice must be in 0..19, got {self.sim_nice}")
         if self.share_top_k is not None and not self.share_schedules:
